@@ -1,0 +1,94 @@
+"""Device setup: logical CPU devices, the one-axis mesh and the seed's three placements."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+
+class Placements(NamedTuple):
+    """The three shardings the course uses on a one-axis mesh.
+
+    Attributes:
+        rows: a matrix split by rows, ``P(axis, None)`` (each device holds rows/p full rows).
+        replicated: every device holds the whole array, ``P()``.
+        features: a vector split into p contiguous slices, ``P(axis)``.
+    """
+
+    rows: NamedSharding
+    replicated: NamedSharding
+    features: NamedSharding
+
+
+def _check_count(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"the device count must be a positive integer, got {n!r}; try use_cpu_devices(4)")
+    return int(n)
+
+
+def use_cpu_devices(n: int = 4) -> None:
+    """Configure ``n`` logical CPU devices; call it before any other JAX operation.
+
+    Calling it again with the same ``n`` does nothing. Once JAX has started, the device
+    count is fixed for the life of the process (kernel).
+
+    Args:
+        n: the number of logical CPU devices, a positive integer.
+
+    Raises:
+        ValueError: ``n`` is not a positive integer.
+        RuntimeError: JAX already started with a different number of devices.
+    """
+    n = _check_count(n)
+    try:
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:
+        started = jax.devices()
+        if len(started) == n and started[0].platform == "cpu":
+            return
+        kind = started[0].platform.upper()
+        raise RuntimeError(
+            f"JAX already started with {len(started)} {kind} device(s), not the {n} requested; "
+            f"restart the kernel and call use_cpu_devices({n}) before any other JAX call"
+        ) from None
+
+
+def data_mesh(axis_name: str = "data") -> Mesh:
+    """A one-axis mesh over all devices, in ``jax.devices()`` order.
+
+    Args:
+        axis_name: the name collectives use for the axis.
+
+    Returns:
+        A ``Mesh`` of shape ``(n_devices,)``.
+    """
+    if not isinstance(axis_name, str) or not axis_name:
+        raise ValueError(f"axis_name must be a non-empty string, got {axis_name!r}")
+    return Mesh(np.asarray(jax.devices()), (axis_name,))
+
+
+def axis_of(mesh: Mesh) -> str:
+    """The name of a one-axis mesh's axis; a clear error for any other mesh."""
+    if len(mesh.axis_names) != 1:
+        raise ValueError(f"expected a one-axis mesh, got axes {mesh.axis_names}; build one with data_mesh()")
+    return mesh.axis_names[0]
+
+
+def placements(mesh: Mesh) -> Placements:
+    """The seed's three shardings on ``mesh``: rows, replicated and features.
+
+    Args:
+        mesh: a one-axis mesh, e.g. from ``data_mesh()``.
+
+    Returns:
+        ``Placements(rows, replicated, features)``.
+    """
+    axis = axis_of(mesh)
+    return Placements(
+        rows=NamedSharding(mesh, P(axis, None)),
+        replicated=NamedSharding(mesh, P()),
+        features=NamedSharding(mesh, P(axis)),
+    )

@@ -1,0 +1,87 @@
+"""Read the collectives a compiled program contains, from its StableHLO and its compiled HLO.
+
+Op names searched for:
+
+- StableHLO (what JAX hands the compiler): ``stablehlo.all_reduce``, ``stablehlo.reduce_scatter``,
+  ``stablehlo.all_gather``, ``stablehlo.all_to_all``, ``stablehlo.collective_permute``.
+- Compiled HLO (what XLA will run, after optimization): ``all-reduce``, ``reduce-scatter``,
+  ``all-gather``, ``all-to-all``, ``collective-permute`` (and their ``-start`` async forms).
+
+``bytes`` is the size of the op's *result buffer on one device* (the shapes inside ``shard_map`` are
+per-device), not the traffic a network would carry; ``course_utils.cost`` models that.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+STABLEHLO_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute")
+HLO_OPS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "collective-permute")
+
+_ITEMSIZE = {"pred": 1, "i1": 1, "s8": 1, "u8": 1, "i8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "i16": 2,
+             "f32": 4, "s32": 4, "u32": 4, "i32": 4, "f64": 8, "s64": 8, "u64": 8, "i64": 8}
+
+_STABLEHLO_OP = re.compile(r'"?stablehlo\.(' + "|".join(STABLEHLO_OPS) + r')"?')
+_TENSOR_RESULT = re.compile(r"->\s*\(?tensor<([^>]*)>")
+_HLO_OP = re.compile(
+    r"=\s*(\w+)\[([\d,]*)\](?:\{[^}]*\})?\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$", re.MULTILINE
+)
+
+
+def _entry(op: str, shape: tuple[int, ...], dtype: str) -> dict:
+    return {"op": op, "shape": shape, "dtype": dtype, "bytes": math.prod(shape) * _ITEMSIZE.get(dtype, 0)}
+
+
+def stablehlo_collectives(text: str) -> list[dict]:
+    """Collectives in StableHLO text, with each result's shape, dtype and bytes.
+
+    Examples:
+        >>> line = '%1 = "stablehlo.all_gather"(%arg1) <{...}> : (tensor<2xf32>) -> tensor<8xf32>'
+        >>> stablehlo_collectives(line)
+        [{'op': 'all_gather', 'shape': (8,), 'dtype': 'f32', 'bytes': 32}]
+    """
+    found = []
+    for match in _STABLEHLO_OP.finditer(text):
+        result = _TENSOR_RESULT.search(text, match.end())
+        if result is None:
+            continue
+        *dims, dtype = result.group(1).split("x")
+        found.append(_entry(match.group(1), tuple(int(d) for d in dims), dtype))
+    return found
+
+
+def hlo_collectives(text: str) -> list[dict]:
+    """Collectives in compiled HLO text, with result shape, dtype, bytes and replica groups.
+
+    Examples:
+        >>> line = 'ROOT %rs = f32[2]{0} reduce-scatter(%p), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}'
+        >>> hlo_collectives(line)
+        [{'op': 'reduce-scatter', 'shape': (2,), 'dtype': 'f32', 'bytes': 8, 'replica_groups': '{{0,1,2,3}}'}]
+    """
+    found = []
+    for dtype, dims, op, rest in _HLO_OP.findall(text):
+        entry = _entry(op, tuple(int(d) for d in dims.split(",") if d), dtype)
+        groups = re.search(r"replica_groups=(\{\{[\d,{}]*\}\}|\[[^\]]*\]<=\[[^\]]*\])", rest)
+        entry["replica_groups"] = groups.group(1) if groups else ""
+        found.append(entry)
+    return found
+
+
+def collectives_in(fn, *args) -> dict:
+    """The collective ops in ``fn``'s program for ``args``: before and after XLA's optimization.
+
+    Args:
+        fn: a jitted function (anything with ``.lower(*args)``), e.g. ``all_reduce_gradient(mesh)``.
+        *args: example arguments.
+
+    Returns:
+        ``{'stablehlo': [...], 'hlo': [...]}``, each a list of dicts with ``op``, ``shape``, ``dtype``
+        and ``bytes`` (per-device result size); HLO entries also carry ``replica_groups``.
+    """
+    if not hasattr(fn, "lower"):
+        raise TypeError(f"collectives_in needs a jitted function with .lower(), got {type(fn).__name__}")
+    lowered = fn.lower(*args)
+    return {
+        "stablehlo": stablehlo_collectives(str(lowered.compiler_ir(dialect="stablehlo"))),
+        "hlo": hlo_collectives(lowered.compile().as_text()),
+    }

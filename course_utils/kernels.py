@@ -1,0 +1,148 @@
+"""The shared shard-mapped kernels: one gradient, communicated by all-reduce or by reduce-scatter.
+
+Each builder takes the mesh and returns a jitted ``jax.shard_map`` function. The returned function
+checks its inputs' shapes against the mesh before JAX traces anything, places host arrays on the
+mesh, and has a ``.lower(...)`` like any jitted function (used by ``collectives_in``).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from course_utils.data import check_regression_shapes
+from course_utils.devices import axis_of
+
+
+def local_contribution(x_block, y_block, w, n_rows: int):
+    """One device's share of the gradient: ``2 x_blockᵀ(x_block w − y_block) / n_rows``.
+
+    ``n_rows`` is the *global* row count, so the p shares add up to the mean over all rows.
+    """
+    # x_block: f32[rows/p, features], y_block: f32[rows/p], w: f32[features]
+    return 2 * x_block.T @ (x_block @ w - y_block) / n_rows
+
+
+def _checked(jitted, specs: tuple, mesh: Mesh, check: Callable[..., None]):
+    """Wrap a jitted function: validate shapes, place inputs on ``specs``, keep ``.lower``."""
+    shardings = tuple(NamedSharding(mesh, spec) for spec in specs)
+
+    def place(args):
+        if len(args) != len(specs):
+            raise TypeError(f"expected {len(specs)} arrays, got {len(args)}")
+        check(*args)
+        # arrays already placed as the kernel wants them skip device_put (it costs ~40 µs a call)
+        return tuple(a if isinstance(a, jax.Array) and a.sharding == s else jax.device_put(a, s)
+                     for a, s in zip(args, shardings))
+
+    @functools.wraps(jitted)
+    def call(*args):
+        return jitted(*place(args))
+
+    call.lower = lambda *args: jitted.lower(*place(args))
+    call.jitted = jitted
+    return call
+
+
+def _gradient_kernel(mesh: Mesh, *, scatter: bool):
+    axis = axis_of(mesh)
+    n_devices = mesh.size
+    in_specs = (P(axis, None), P(axis), P())
+
+    def kernel(x_block, y_block, w):
+        # the global row count, read from the per-device block shape
+        n_rows = x_block.shape[0] * n_devices
+        partial = local_contribution(x_block, y_block, w, n_rows)  # f32[features] on every device
+        if scatter:
+            return jax.lax.psum_scatter(partial, axis, tiled=True)  # f32[features/p]
+        return jax.lax.psum(partial, axis)  # f32[features]
+
+    out_specs = P(axis) if scatter else P()
+    jitted = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
+    check = functools.partial(check_regression_shapes, n_devices=n_devices, split_features=scatter)
+    return _checked(jitted, in_specs, mesh, check)
+
+
+def all_reduce_gradient(mesh: Mesh):
+    """The MSE gradient with ``psum``: every device ends with the whole gradient.
+
+    Args:
+        mesh: a one-axis mesh.
+
+    Returns:
+        A jitted function of ``(x, y, w)`` (x row-sharded, y sharded, w replicated) returning
+        the gradient, shape ``(n_features,)``, replicated on every device.
+    """
+    return _gradient_kernel(mesh, scatter=False)
+
+
+def reduce_scatter_gradient(mesh: Mesh):
+    """The MSE gradient with ``psum_scatter`` (tiled): each device keeps 1/p of it.
+
+    Args:
+        mesh: a one-axis mesh.
+
+    Returns:
+        A jitted function of ``(x, y, w)`` returning the gradient, shape ``(n_features,)``,
+        sharded over the mesh axis: device i holds features ``i·f/p … (i+1)·f/p``.
+    """
+    return _gradient_kernel(mesh, scatter=True)
+
+
+def all_gather_shards(mesh: Mesh):
+    """Sharded → replicated with ``all_gather`` (tiled): every device ends with the whole vector.
+
+    Args:
+        mesh: a one-axis mesh.
+
+    Returns:
+        A jitted function of one 1-D array (sharded over the axis) returning it replicated.
+    """
+    axis = axis_of(mesh)
+    n_devices = mesh.size
+
+    def check(g) -> None:
+        if np.ndim(g) != 1 or np.shape(g)[0] % n_devices:
+            raise ValueError(
+                f"all_gather_shards expects a 1-D array whose length divides over {n_devices} devices, "
+                f"got shape {tuple(np.shape(g))}"
+            )
+
+    def kernel(g_block):
+        # g_block: f32[n/p]
+        return jax.lax.all_gather(g_block, axis, tiled=True)  # f32[n] on every device
+
+    # all_gather's result is the same on every device, which check_vma cannot infer for out_specs=P()
+    jitted = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=P(axis), out_specs=P(), check_vma=False))
+    return _checked(jitted, (P(axis),), mesh, check)
+
+
+@jax.jit
+def _momentum(w, v, g, lr, beta):
+    v_new = beta * v + g
+    return w - lr * v_new, v_new
+
+
+def sharded_momentum_step(w, v, g, *, lr: float = 0.1, beta: float = 0.9):
+    """One heavy-ball momentum step, elementwise: ``v ← β·v + g``, ``w ← w − lr·v``.
+
+    Elementwise operations keep their inputs' sharding, so with ``w``, ``v`` and ``g`` sharded
+    by features each device updates only its own slice (the ZeRO-style sliced update).
+
+    Args:
+        w: weights. v: momentum. g: gradient. All of one shape.
+        lr: learning rate. beta: momentum decay.
+
+    Returns:
+        ``(w_new, v_new)``, sharded like the inputs.
+    """
+    shapes = [tuple(np.shape(a)) for a in (w, v, g)]
+    if len(set(shapes)) != 1:
+        raise ValueError(f"w, v and g must have one shape, got w {shapes[0]}, v {shapes[1]}, g {shapes[2]}")
+    for name, value in (("lr", lr), ("beta", beta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+    return _momentum(w, v, g, float(lr), float(beta))

@@ -1,0 +1,25 @@
+"""Test setup: four logical CPU devices, configured before any test touches JAX."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from course_utils import use_cpu_devices
+
+use_cpu_devices(4)
+
+
+@pytest.fixture
+def run_with_devices():
+    """Run a Python snippet in a fresh process with n devices; return what it prints as JSON."""
+
+    def run(n: int, body: str):
+        script = f"from course_utils import *\nimport json, numpy as np, jax\nuse_cpu_devices({n})\n"
+        script += textwrap.dedent(body)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    return run
