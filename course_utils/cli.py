@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -61,9 +62,8 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="course", description="The distributed-03 course unit.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_run_parser(sub) -> None:
+    """Register ``course run``."""
     run = sub.add_parser("run", help="execute the notebook series headless, each in a fresh kernel")
     run.add_argument("notebooks", nargs="*", help="notebooks to run (default: every NN_*.ipynb in --folder)")
     run.add_argument("--folder", default="notebooks", help="where the series lives (default: notebooks)")
@@ -74,6 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--in-place", action="store_true",
                      help="save the executed notebooks over the committed ones (to refresh their outputs)")
     run.set_defaults(handler=_run)
+
+
+# Each entry registers one subcommand on the subparsers object; modules import lazily inside handlers.
+COMMANDS = [
+    "course_utils.cli:add_run_parser",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="course", description="The distributed-03 course unit.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for entry in COMMANDS:
+        module, name = entry.split(":")
+        getattr(importlib.import_module(module), name)(sub)
     return parser
 
 
