@@ -146,3 +146,47 @@ def sharded_momentum_step(w, v, g, *, lr: float = 0.1, beta: float = 0.9):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
             raise ValueError(f"{name} must be a number, got {value!r}")
     return _momentum(w, v, g, float(lr), float(beta))
+
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def block_collective(mesh: Mesh, kind: str):
+    """One collective on per-device blocks, returned as a per-device view.
+
+    The input has shape ``(p, m)`` split by rows: device i holds block ``i`` (``m`` values). The
+    output stacks what each device ends with along a leading device axis (row i lives on device i):
+
+    - ``all_reduce`` (``psum``): ``(p, m)``, every row the sum of all blocks;
+    - ``reduce_scatter`` (``psum_scatter``, tiled): ``(p, m/p)``, row i slice i of that sum;
+    - ``all_gather`` (tiled): ``(p, p·m)``, every row all blocks one after another.
+
+    Args:
+        mesh: a one-axis mesh. kind: one of ``COLLECTIVES``.
+
+    Returns:
+        A jitted function of one ``(p, m)`` array.
+    """
+    if kind not in COLLECTIVES:
+        raise ValueError(f"kind must be one of {', '.join(COLLECTIVES)}, got {kind!r}")
+    axis = axis_of(mesh)
+    n_devices = mesh.size
+
+    def check(blocks) -> None:
+        shape = tuple(np.shape(blocks))
+        if len(shape) != 2 or shape[0] != n_devices:
+            raise ValueError(f"expected blocks of shape ({n_devices}, m), one row per device; got {shape}")
+        if kind == "reduce_scatter" and shape[1] % n_devices:
+            raise ValueError(f"reduce_scatter needs m divisible by {n_devices} devices; got blocks {shape}")
+
+    def kernel(block):
+        # block: f32[1, m], this device's row
+        if kind == "all_reduce":
+            return jax.lax.psum(block, axis)  # f32[1, m]
+        if kind == "reduce_scatter":
+            return jax.lax.psum_scatter(block[0], axis, tiled=True)[None]  # f32[1, m/p]
+        return jax.lax.all_gather(block[0], axis, tiled=True)[None]  # f32[1, p*m]
+
+    spec = P(axis, None)
+    jitted = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
+    return _checked(jitted, (spec,), mesh, check)

@@ -4,8 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from course_utils import (all_gather_shards, all_reduce_gradient, data_mesh, placements, reduce_scatter_gradient,
-                          reference_gradient, shard_shapes, sharded_momentum_step, toy_regression)
+from course_utils import (COLLECTIVES, all_gather_shards, all_reduce_gradient, block_collective, data_mesh,
+                          placements, reduce_scatter_gradient, reference_gradient, shard_shapes,
+                          sharded_momentum_step, toy_regression)
 
 TOL = dict(atol=2e-6, rtol=2e-6)
 
@@ -132,3 +133,24 @@ def test_kernels_match_the_reference_with_2_4_8_devices(run_with_devices, n):
     result = run_with_devices(n, MULTI_DEVICE_CHECK)
     assert result["error"] < 2e-6
     assert result["shapes"] == [[[8]] * n, [[8 // n]] * n, [[8]] * n]
+
+
+def test_block_collectives_match_their_numpy_semantics(mesh):
+    p, m = 4, 8
+    blocks = (np.arange(p * m, dtype=np.float32).reshape(p, m) + 1) ** 2
+    total = blocks.sum(axis=0)
+    view = {kind: np.asarray(block_collective(mesh, kind)(blocks)) for kind in COLLECTIVES}
+    np.testing.assert_array_equal(view["all_reduce"], np.tile(total, (p, 1)))
+    np.testing.assert_array_equal(view["reduce_scatter"], total.reshape(p, m // p))
+    np.testing.assert_array_equal(view["all_gather"], np.tile(blocks.reshape(-1), (p, 1)))
+    shapes = {kind: shard_shapes(block_collective(mesh, kind)(blocks)) for kind in COLLECTIVES}
+    assert shapes == {"all_reduce": [(1, m)] * p, "reduce_scatter": [(1, m // p)] * p, "all_gather": [(1, p * m)] * p}
+
+
+def test_block_collective_bad_input(mesh):
+    with pytest.raises(ValueError, match="kind must be one of"):
+        block_collective(mesh, "broadcast")
+    with pytest.raises(ValueError, match=r"one row per device; got \(3, 8\)"):
+        block_collective(mesh, "all_reduce")(np.zeros((3, 8), np.float32))
+    with pytest.raises(ValueError, match=r"m divisible by 4 devices; got blocks \(4, 6\)"):
+        block_collective(mesh, "reduce_scatter")(np.zeros((4, 6), np.float32))
