@@ -9,13 +9,15 @@ from course_utils.display import format_values
 from course_utils.figures import placement_figure_data, plot_figure, validate_figure_data
 from course_utils.ir import collectives_in
 from course_utils.kernels import (COLLECTIVES, all_gather_shards, all_reduce_gradient, block_collective,
-                                  local_contribution, reduce_scatter_gradient, sharded_momentum_step)
+                                  local_contribution, momentum_update, reduce_scatter_gradient,
+                                  sharded_momentum_step)
 from course_utils.placement import placement_report, shard_shapes, values_per_device
 from course_utils.timing import summarize, time_completed_calls
 
 __all__ = [
     "COLLECTIVES", "Placements", "all_gather_shards", "all_reduce_gradient", "block_collective",
-    "check_regression_shapes", "collectives_in", "communication_budget", "data_mesh", "format_values", "local_contribution", "placement_figure_data",
+    "check_regression_shapes", "collectives_in", "communication_budget", "data_mesh", "format_values",
+    "local_contribution", "momentum_update", "placement_figure_data",
     "placement_report", "placements", "plot_figure", "reduce_scatter_gradient", "reference_gradient",
     "ring_bytes", "shard_shapes", "sharded_momentum_step", "summarize", "time_completed_calls",
     "toy_regression", "use_cpu_devices", "validate_figure_data", "values_per_device",

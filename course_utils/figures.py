@@ -7,7 +7,8 @@ The data format (the seed's)::
                 {'kind': 'line', 'x': [...], 'xlabel': '...', 'ylabel': '...',
                  'series': [{'label': '...', 'y': [...]}]}]}
 
-A bar panel has one bar per label; a line panel one point per ``x``. ``title`` is optional.
+A bar panel has one bar per label; a line panel one point per ``x``. Optional fields: ``title``,
+``xlabel``, ``ylabel`` (strings) and, for line panels, ``xscale`` / ``yscale`` (``'linear'`` or ``'log'``).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Sequence
 from course_utils.cost import ring_bytes
 
 KINDS = ("bar", "line")
+SCALES = ("linear", "log")
 
 
 def placement_figure_data(local_sizes: Sequence[int], gradient_nbytes: int, ranks: int) -> dict:
@@ -90,6 +92,9 @@ def validate_figure_data(data) -> None:
         for field in ("title", "xlabel", "ylabel"):
             if field in panel and not isinstance(panel[field], str):
                 raise ValueError(f"{where}.{field} must be a string")
+        for field in ("xscale", "yscale"):
+            if panel.get(field, "linear") not in SCALES:
+                raise ValueError(f"{where}.{field} is {panel[field]!r}; use one of {', '.join(SCALES)}")
 
 
 def plot_figure(data: dict):
@@ -116,8 +121,13 @@ def plot_figure(data: dict):
             for s in panel["series"]:
                 ax.plot(panel["x"], s["y"], marker="o", label=s.get("label"))
             ax.set_xlabel(panel.get("xlabel", ""))
+            ax.set_xscale(panel.get("xscale", "linear"))
+            ax.set_yscale(panel.get("yscale", "linear"))
         ax.set_ylabel(panel.get("ylabel", ""))
         ax.set_title(panel.get("title", ""))
         if any(s.get("label") for s in panel["series"]):
-            ax.legend(fontsize=8)
+            if panel["kind"] == "bar":  # below the axes, clear of the bar labels
+                ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+            else:
+                ax.legend(fontsize=8)
     return fig

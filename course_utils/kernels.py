@@ -120,10 +120,13 @@ def all_gather_shards(mesh: Mesh):
     return _checked(jitted, (P(axis),), mesh, check)
 
 
-@jax.jit
-def _momentum(w, v, g, lr, beta):
+def momentum_update(w, v, g, lr, beta):
+    """The heavy-ball momentum update, elementwise: entry j depends only on entry j of w, v, g."""
     v_new = beta * v + g
     return w - lr * v_new, v_new
+
+
+_momentum = jax.jit(momentum_update)
 
 
 def sharded_momentum_step(w, v, g, *, lr: float = 0.1, beta: float = 0.9):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ def execute(path: Path, *, parameters: dict | None = None, timeout: int = 600):
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(Path(path).parent)}})
     try:
-        client.execute()
+        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log lines; cell errors still arrive
     except CellExecutionError as exc:
         return nb, _first_line_of_error(exc)
     except (CellTimeoutError, DeadKernelError) as exc:

@@ -24,6 +24,8 @@ def test_renderer_draws_one_axes_per_panel_with_the_values():
                         "series": [{"label": "a", "y": [1, 2, 3]}, {"label": "b", "y": [2, 2, 2]}]}]}
     fig = plot_figure(line)
     assert len(fig.axes[0].lines) == 2 and fig.axes[0].get_xlabel() == "ranks"
+    line["panels"][0]["yscale"] = "log"
+    assert plot_figure(line).axes[0].get_yscale() == "log"
 
 
 def _broken(path, value):
@@ -47,6 +49,7 @@ def _broken(path, value):
     (_broken(["panels", 0, "ylabel"], 3), r"panels\[0\]\.ylabel must be a string"),
     ({"panels": [{"kind": "line", "x": ["a"], "series": [{"y": [1]}]}]}, r"panels\[0\]\.x must hold numbers"),
     ({"panels": ["bar"]}, r"panels\[0\] must be a dict"),
+    ({"panels": [{"kind": "line", "x": [1], "xscale": "symlog", "series": [{"y": [1]}]}]}, r"panels\[0\]\.xscale"),
 ])
 def test_malformed_data_names_the_field(data, match):
     with pytest.raises(ValueError, match=match):
