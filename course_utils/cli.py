@@ -79,6 +79,7 @@ def add_run_parser(sub) -> None:
 # Each entry registers one subcommand on the subparsers object; modules import lazily inside handlers.
 COMMANDS = [
     "course_utils.cli:add_run_parser",
+    "course_utils.launch:add_launch_parser",
 ]
 
 
