@@ -80,6 +80,9 @@ def add_run_parser(sub) -> None:
 COMMANDS = [
     "course_utils.cli:add_run_parser",
     "course_utils.launch:add_launch_parser",
+    "course_utils.bench:add_bench_parser",
+    "course_utils.student:add_student_parser",
+    "course_utils.submission:add_check_parser",
 ]
 
 

@@ -47,6 +47,17 @@ def test_solution_cells_are_marked():
     assert any("solution" in c["metadata"].get("tags", []) for c in exercise["cells"])
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_solution_is_followed_by_a_passing_self_check(path):
+    cells = json.loads(path.read_text())["cells"]
+    tags = [c["metadata"].get("tags", []) for c in cells]
+    for i in [i for i, t in enumerate(tags) if "solution" in t]:
+        check = next(j for j in range(i + 1, len(cells)) if "check" in tags[j] or "solution" in tags[j])
+        assert "check" in tags[check], f"{path.name}: solution cell {i} has no check cell after it"
+        assert "check_" in "".join(cells[check]["source"])
+        assert "".join(cells[check]["outputs"][0]["text"]).startswith("PASSED: ")
+
+
 @pytest.mark.parametrize("n_devices", [2, 8])
 def test_the_series_runs_green_with_other_device_counts(tmp_path, n_devices):
     done = subprocess.run(

@@ -1,0 +1,129 @@
+"""course check-submission: per-exercise reports for right, wrong, unsolved and broken submissions."""
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils.runner import find_notebooks
+from course_utils.student import build
+from course_utils.submission import FAILED, NOT_ATTEMPTED, PASSED, SubmissionError, check_submission
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "notebooks"
+EXERCISES = [p for p in find_notebooks(SOLUTIONS) if "### BEGIN SOLUTION" in p.read_text()]
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory):
+    out = tmp_path_factory.mktemp("student")
+    build(find_notebooks(SOLUTIONS), out)
+    return out
+
+
+def _answer(edition: Path, tmp_path: Path, name: str, code: str) -> Path:
+    """The student notebook ``name`` with its (only) solution cell replaced by ``code``."""
+    nb = nbformat.read(edition / name, as_version=4)
+    cell = next(c for c in nb.cells if "solution" in c.metadata.get("tags", []))
+    cell.source = code
+    target = tmp_path / name
+    nbformat.write(nb, target)
+    return target
+
+
+def _restore_solutions(edition: Path, tmp_path: Path, solution: Path) -> Path:
+    theirs = nbformat.read(edition / solution.name, as_version=4)
+    ours = [c for c in nbformat.read(solution, as_version=4).cells if "solution" in c.metadata.get("tags", [])]
+    for cell, reference in zip([c for c in theirs.cells if "solution" in c.metadata.get("tags", [])], ours):
+        cell.source = reference.source
+    target = tmp_path / solution.name
+    nbformat.write(theirs, target)
+    return target
+
+
+@pytest.mark.parametrize("solution", EXERCISES, ids=lambda p: p.stem)
+def test_reference_solutions_put_back_pass(edition, tmp_path, solution):
+    results = check_submission(_restore_solutions(edition, tmp_path, solution), SOLUTIONS)
+    assert results and all(r.status == PASSED for r in results), results
+
+
+def test_unsolved_is_not_attempted_and_exits_1(edition):
+    path = edition / "07_row_permutation_exercise.ipynb"
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "check-submission", str(path)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 1
+    assert "check_joint_permutation" in done.stdout and NOT_ATTEMPTED in done.stdout
+    assert "0 passed, 0 failed, 1 not attempted" in done.stdout
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+PERMUTE_LABELS_ONLY = """x2 = jax.device_put(xh, rows)
+y2 = jax.device_put(yh[::-1].copy(), features)
+w2 = jax.device_put(w2h, replicated)
+g_all = all_reduce(x2, y2, w2)
+g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
+
+REPLICATED_KERNEL = """def my_kernel(x_block, y_block, w):
+    return jax.lax.psum(local_contribution(x_block, y_block, w, n_rows), "data")
+
+g_mine = jax.jit(jax.shard_map(my_kernel, mesh=mesh, in_specs=(P("data", None), P("data"), P()), out_specs=P()))(x, y, w)"""
+
+LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(yb)
+                      for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
+
+
+@pytest.mark.parametrize("name, code, message", [
+    ("07_row_permutation_exercise.ipynb", PERMUTE_LABELS_ONLY, "g_all: 8 of 8 entries wrong"),
+    ("03_collectives.ipynb", REPLICATED_KERNEL, "right values but the wrong placement: it is replicated"),
+    ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
+    ("04_placement_checks.ipynb", "predicted = [(4, 8)] * N_DEVICES", "wrong shard shape on device 0"),
+    ("07_row_permutation_exercise.ipynb", "g_all = 1 / 0", "the solution cell raised ZeroDivisionError"),
+])
+def test_wrong_solutions_fail_with_their_specific_message(edition, tmp_path, name, code, message):
+    (result,) = check_submission(_answer(edition, tmp_path, name, code), SOLUTIONS)
+    assert result.status == FAILED and message in result.message
+
+
+def test_a_loop_is_stopped_by_the_timeout(edition, tmp_path):
+    path = _answer(edition, tmp_path, "08_communication_budget.ipynb", "while True:\n    pass")
+    (result,) = check_submission(path, SOLUTIONS, timeout=5)
+    assert result.status == FAILED and "longer than 5 s" in result.message
+
+
+def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
+    nb = nbformat.read(edition / "08_communication_budget.ipynb", as_version=4)
+    for cell in nb.cells:
+        if "check" in cell.metadata.get("tags", []):
+            cell.source = "print('PASSED: trust me')"
+    nbformat.write(nb, tmp_path / "08_communication_budget.ipynb")
+    (result,) = check_submission(tmp_path / "08_communication_budget.ipynb", SOLUTIONS)
+    assert result.status == NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize("content, name, message", [
+    ("this is not json", "07_x.ipynb", "is not a Jupyter notebook"),
+    ('{"cells": 3}', "07_x.ipynb", "is not a Jupyter notebook"),
+    (None, "99_unknown.ipynb", "no solution notebook"),
+    ("no file", "missing.ipynb", "no such file"),
+])
+def test_broken_submissions_get_one_line(tmp_path, content, name, message):
+    path = tmp_path / name
+    if content is None:
+        nbformat.write(nbformat.v4.new_notebook(), path)
+    elif content != "no file":
+        path.write_text(content)
+    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "check-submission", str(path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_deleted_solution_cell_is_reported(edition, tmp_path):
+    nb = nbformat.read(edition / "07_row_permutation_exercise.ipynb", as_version=4)
+    nb.cells = [c for c in nb.cells if "solution" not in c.metadata.get("tags", [])]
+    nbformat.write(nb, tmp_path / "07_row_permutation_exercise.ipynb")
+    with pytest.raises(SubmissionError, match="has 0 cells tagged 'solution', the exercise has 1"):
+        check_submission(tmp_path / "07_row_permutation_exercise.ipynb", SOLUTIONS)
