@@ -14,7 +14,8 @@ SECRETS = re.compile(r"/(tmp|root|home|work|Users)/|ipykernel_\d+")
 def test_the_eight_steps_are_there():
     assert [p.stem for p in NOTEBOOKS] == [
         "01_mesh_setup", "02_partial_gradients", "03_collectives", "04_placement_checks", "05_timing",
-        "06_sliced_update", "07_row_permutation_exercise", "08_communication_budget"]
+        "06_sliced_update", "07_row_permutation_exercise", "08_communication_budget",
+        "09_beyond_one_process"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
