@@ -1,0 +1,288 @@
+"""One device count's share of ``course bench``, in a process of its own.
+
+Run as ``python -m course_utils.bench_worker --devices N --sizes 8,1024 --zero1-sizes 1024``. The
+device count is fixed for the life of a JAX process, so ``course bench`` starts one of these per
+device count and repeat. It prints JSON lines on stdout: ``{"event": "progress", ...}`` after each
+step and one ``{"event": "result", ...}`` at the end. A failure exits non-zero with the reason on stderr.
+
+Sizes: S = 4·elements bytes is the size of the one logical float32 vector a collective is about
+(the nccl-tests convention). For ``psum``, ``psum_scatter`` and both RS+AG variants every device
+holds a whole S-byte partial (input ``(p, elements)`` split by rows, p·S in all); for ``all_gather``
+every device holds S/p and ends with all S (input ``(p, elements/p)``).
+
+Protocol at each size: every variant's first call (trace, compile, one run) is timed apart; then
+``--warmup`` rounds; then the samples, variants interleaved round-robin (the order rotates each
+round), gc off, every call blocked (a two-call variant is blocked after its second call: at most
+2 collective calls in flight; XLA:CPU deadlocks near 64).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from course_utils.bench import SLOW_CALL_US, VARIANTS, ZERO1_STEPS
+from course_utils.devices import axis_of, data_mesh, use_cpu_devices
+from course_utils.ir import hlo_collectives
+from course_utils.kernels import all_gather_shards, block_collective, momentum_update, sharded_momentum_step
+from course_utils.timing import summarize
+
+LR, BETA = 0.1, 0.9
+MEMCPY_MIB = (16, 32, 64)
+MEMCPY_TRIES = 7
+
+Run = Callable[[], object]
+
+
+def emit(event: str, **fields) -> None:
+    """Print one JSON line on stdout, flushed, for the parent to read."""
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def memcpy_bandwidth(mib_sizes=MEMCPY_MIB, tries: int = MEMCPY_TRIES) -> list[dict]:
+    """Best-of-``tries`` time of a NumPy copy into a preallocated (already faulted-in) buffer, per size."""
+    found = []
+    for mib in mib_sizes:
+        src = np.ones(mib * 2**18, np.float32)
+        dst = np.zeros_like(src)
+        times = []
+        for _ in range(tries):
+            start = time.perf_counter()
+            np.copyto(dst, src)
+            times.append(time.perf_counter() - start)
+        found.append({"bytes": src.nbytes, "best_s": min(times)})
+    return found
+
+
+def _seconds(run: Run) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(run())
+    return time.perf_counter() - start
+
+
+def _shard_map(mesh: Mesh, kernel, in_specs, out_specs):
+    # all_gather's result is the same on every device, which check_vma cannot infer for out_specs=P()
+    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False))
+
+
+def rs_ag_fused(mesh: Mesh):
+    """One jitted shard_map: ``psum_scatter`` then ``all_gather`` of a ``(p, m)`` row-split array."""
+    axis = axis_of(mesh)
+
+    def kernel(block):
+        # block: f32[1, m] → f32[m/p] → f32[1, m]
+        piece = jax.lax.psum_scatter(block[0], axis, tiled=True)
+        return jax.lax.all_gather(piece, axis, tiled=True)[None]
+
+    return _shard_map(mesh, kernel, P(axis, None), P(axis, None))
+
+
+def dp_step(mesh: Mesh):
+    """The data-parallel step, one jit: ``psum`` of the partial gradients, replicated momentum update."""
+    axis = axis_of(mesh)
+
+    def kernel(g_block, w, v):
+        # g_block: f32[1, n]; w, v: f32[n] on every device
+        return momentum_update(w, v, jax.lax.psum(g_block[0], axis), LR, BETA)
+
+    return _shard_map(mesh, kernel, (P(axis, None), P(), P()), (P(), P()))
+
+
+def zero1_step(mesh: Mesh):
+    """The fused ZeRO-1 step, one jit: reduce-scatter, sliced momentum update, all-gather of w."""
+    axis = axis_of(mesh)
+
+    def kernel(g_block, w, v_slice):
+        # g_block: f32[1, n]; w: f32[n] on every device; v_slice: f32[n/p], this device's slice
+        g_slice = jax.lax.psum_scatter(g_block[0], axis, tiled=True)  # f32[n/p]
+        start = jax.lax.axis_index(axis) * g_slice.size
+        w_slice = jax.lax.dynamic_slice_in_dim(w, start, g_slice.size)
+        w_slice, v_slice = momentum_update(w_slice, v_slice, g_slice, LR, BETA)
+        return jax.lax.all_gather(w_slice, axis, tiled=True), v_slice  # f32[n], f32[n/p]
+
+    return _shard_map(mesh, kernel, (P(axis, None), P(), P(axis)), (P(), P(axis)))
+
+
+def scatter_call(mesh: Mesh):
+    """A reduce-scatter call: ``(p, n)`` row-split partials → the summed ``(n,)`` vector, sliced."""
+    axis = axis_of(mesh)
+    return _shard_map(mesh, lambda g_block: jax.lax.psum_scatter(g_block[0], axis, tiled=True),
+                      P(axis, None), P(axis))
+
+
+def collective_runs(mesh: Mesh, elements: int) -> dict[str, Run]:
+    """The five collective variants at one size S = 4·elements bytes, inputs placed, as thunks."""
+    p, axis = mesh.size, axis_of(mesh)
+    rows = NamedSharding(mesh, P(axis, None))
+    rng = np.random.default_rng(elements)
+    partials = jax.device_put(rng.standard_normal((p, elements), dtype=np.float32), rows)
+    pieces = jax.device_put(rng.standard_normal((p, elements // p), dtype=np.float32), rows)
+    psum, scatter, gather = (block_collective(mesh, kind).jitted
+                             for kind in ("all_reduce", "reduce_scatter", "all_gather"))
+    fused = rs_ag_fused(mesh)
+    runs = {"psum": lambda: psum(partials), "psum_scatter": lambda: scatter(partials),
+            "all_gather": lambda: gather(pieces), "rs_ag_calls": lambda: gather(scatter(partials)),
+            "rs_ag_fused": lambda: fused(partials)}
+    assert tuple(runs) == VARIANTS
+    return runs
+
+
+def zero1_runs(mesh: Mesh, params: int) -> dict[str, Run]:
+    """The three optimizer steps over ``params`` float32 parameters, inputs placed, as thunks.
+
+    All take the per-device partial gradients ``(p, params)`` split by rows and return ``(w, v)``
+    with ``w`` replicated: ``dp`` (``dp_step``; v replicated), ``zero1_fused`` (``zero1_step``; v
+    sliced) and ``zero1_calls`` (``scatter_call``, ``sharded_momentum_step`` on the sliced w and v,
+    ``all_gather_shards`` of w).
+    """
+    p, axis = mesh.size, axis_of(mesh)
+    rows, whole, sliced = (NamedSharding(mesh, spec) for spec in (P(axis, None), P(), P(axis)))
+    rng = np.random.default_rng(params)
+    grads = jax.device_put(rng.standard_normal((p, params), dtype=np.float32), rows)
+    w0, v0 = rng.standard_normal((2, params), dtype=np.float32)
+    w_whole, v_whole = jax.device_put(w0, whole), jax.device_put(v0, whole)
+    w_slices, v_slices = jax.device_put(w0, sliced), jax.device_put(v0, sliced)
+    dp, zero1, scatter, gather = dp_step(mesh), zero1_step(mesh), scatter_call(mesh), all_gather_shards(mesh)
+
+    def calls():
+        w_slice, v_slice = sharded_momentum_step(w_slices, v_slices, scatter(grads), lr=LR, beta=BETA)
+        return gather(w_slice), v_slice
+
+    runs = {"dp": lambda: dp(grads, w_whole, v_whole), "zero1_fused": lambda: zero1(grads, w_whole, v_slices),
+            "zero1_calls": calls}
+    assert tuple(runs) == ZERO1_STEPS
+    return runs
+
+
+def time_interleaved(runs: dict[str, Run], n_fast: int, n_slow: int, n_warmup: int) -> dict[str, dict]:
+    """Time the thunks round-robin: first call apart, warm-ups, then samples with gc off.
+
+    ``n_fast`` samples each when the slowest warm-up call was under ``SLOW_CALL_US``, else ``n_slow``.
+
+    Returns:
+        Per name: ``median_us``, ``iqr_us``, ``min_us`` (``summarize``), ``compile_us`` (the first
+        call) and ``n_samples``.
+    """
+    names = list(runs)
+    compile_us = {name: _seconds(runs[name]) * 1e6 for name in names}
+    warm = {name: 0.0 for name in names}
+    for _ in range(n_warmup):
+        for name in names:
+            warm[name] = _seconds(runs[name]) * 1e6
+    n_samples = n_fast if max(warm.values()) < SLOW_CALL_US else n_slow
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(n_samples):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                samples[name].append(_seconds(runs[name]) * 1e6)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return {name: {**summarize(samples[name]), "compile_us": compile_us[name], "n_samples": n_samples}
+            for name in names}
+
+
+def device0_nbytes(array: jax.Array) -> int:
+    """Bytes of ``array`` held by device 0, read from its addressable shards."""
+    device = jax.devices()[0]
+    return sum(s.data.nbytes for s in array.addressable_shards if s.device == device)
+
+
+def zero1_facts(runs: dict[str, Run]) -> dict:
+    """Optimizer-state (v) bytes on device 0 per step, and whether the three steps agree on (w, v)."""
+    outputs = {name: run() for name, run in runs.items()}
+    w_ref, v_ref = (np.asarray(a) for a in outputs["dp"])
+    agree = all(np.allclose(np.asarray(w), w_ref, rtol=1e-5, atol=1e-5)
+                and np.allclose(np.asarray(v), v_ref, rtol=1e-5, atol=1e-5) for w, v in outputs.values())
+    return {"state_bytes_device0": {name: device0_nbytes(v) for name, (_, v) in outputs.items()},
+            "agree": bool(agree)}
+
+
+def compiled_collectives(mesh: Mesh) -> dict[str, list[str]]:
+    """The collective ops XLA keeps in each one-jit program (compiled at a small size).
+
+    Shows what "fused" means here: the ops stay separate inside one program and one dispatch.
+    """
+    p, axis = mesh.size, axis_of(mesh)
+    n = 8 * p
+
+    def arg(shape, spec):
+        return jax.ShapeDtypeStruct(shape, np.float32, sharding=NamedSharding(mesh, spec))
+
+    grads = arg((p, n), P(axis, None))
+    programs = {"rs_ag_fused": (rs_ag_fused(mesh), (grads,)),
+                "dp": (dp_step(mesh), (grads, arg((n,), P()), arg((n,), P()))),
+                "zero1_fused": (zero1_step(mesh), (grads, arg((n,), P()), arg((n,), P(axis))))}
+    return {name: [e["op"] for e in hlo_collectives(fn.lower(*args).compile().as_text())]
+            for name, (fn, args) in programs.items()}
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,1024; got {text!r}") from None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The worker's arguments; ``course bench`` passes all of them."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench_worker",
+        description="Time collectives and ZeRO-1 steps on N logical CPU devices; print JSON lines.",
+        epilog="`course bench` starts this once per device count and repeat; run it by hand only to debug.")
+    parser.add_argument("--devices", type=int, required=True, help="logical CPU devices p (2, 4, 8, ...)")
+    parser.add_argument("--sizes", type=_sizes, required=True, help="float32 element counts, each divisible by p")
+    parser.add_argument("--zero1-sizes", type=_sizes, default=[], help="parameter counts for the ZeRO-1 steps")
+    parser.add_argument("--samples-fast", type=int, default=50, help=f"samples when calls take < {SLOW_CALL_US:g} µs")
+    parser.add_argument("--samples-slow", type=int, default=15, help="samples for slower calls")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds after the first call")
+    args = parser.parse_args(argv)
+    for name in ("devices", "samples_fast", "samples_slow", "warmup"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    bad = [n for n in args.sizes + args.zero1_sizes if n < args.devices or n % args.devices]
+    if bad:
+        parser.error(f"sizes {bad} do not divide over {args.devices} devices; use multiples of {args.devices}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    use_cpu_devices(args.devices)
+    mesh = data_mesh()
+    total, done = 1 + len(args.sizes) + len(args.zero1_sizes), 0
+    memcpy = memcpy_bandwidth()
+    done += 1
+    emit("progress", done=done, total=total, label="memcpy", medians={})
+    collectives = []
+    for elements in args.sizes:
+        timed = time_interleaved(collective_runs(mesh, elements), args.samples_fast, args.samples_slow, args.warmup)
+        collectives.append({"elements": elements, "variants": timed})
+        done += 1
+        emit("progress", done=done, total=total, label=f"{elements} elements",
+             medians={name: t["median_us"] for name, t in timed.items()})
+    zero1 = []
+    for params in args.zero1_sizes:
+        runs = zero1_runs(mesh, params)
+        timed = time_interleaved(runs, args.samples_fast, args.samples_slow, args.warmup)
+        zero1.append({"params": params, "steps": timed, **zero1_facts(runs)})
+        done += 1
+        emit("progress", done=done, total=total, label=f"ZeRO-1 {params} params",
+             medians={name: t["median_us"] for name, t in timed.items()})
+    emit("result", devices=args.devices, jax_version=jax.__version__, memcpy=memcpy, collectives=collectives,
+         zero1=zero1, compiled_collectives=compiled_collectives(mesh), seconds=time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
