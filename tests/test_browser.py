@@ -1,0 +1,118 @@
+"""JupyterLab in headless Chromium: open every notebook, Run All, and check what a student would see.
+
+JupyterLab runs on 127.0.0.1 with a random token over a copy of the notebooks (Run All must not touch
+the committed ones). Chromium is Debian's package (/usr/bin/chromium) driven by playwright; no browser
+is ever downloaded. Screenshots go to build/browser/. Skip locally with ``pytest -m "not browser"``;
+in CI (``CI`` set) a missing Chromium is a failure, not a skip.
+"""
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = ROOT / "build" / "browser"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                 "--disable-background-networking", "--disable-component-update"]
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
+        pytest.skip("no /usr/bin/chromium; install Debian's chromium or run pytest -m 'not browser'")
+    root = tmp_path_factory.mktemp("lab")
+    for path in NOTEBOOKS:
+        shutil.copy(path, root / path.name)
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".config"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
+         "--LabApp.news_url=", "--LabServerApp.extension_manager=readonly"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2).read()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail("JupyterLab did not start on 127.0.0.1 within 60 s")
+            time.sleep(0.5)
+    yield base, token, root
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def _shut_down_kernels(base: str, token: str) -> None:
+    """Stop every kernel the server runs, so notebooks opened earlier do not pile up."""
+    kernels = json.loads(urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10).read())
+    for kernel in kernels:
+        request = urllib.request.Request(f"{base}/api/kernels/{kernel['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(request, timeout=10).read()
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_run_all_in_jupyterlab(lab, browser, path):
+    base, token, root = lab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{base}/lab/workspaces/{path.stem}/tree/{path.name}?token={token}")  # one tab, its own workspace
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+        page.click("li.lm-Menu-item[data-command='runmenu:run-all']")
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='busy']", timeout=30_000)
+        page.wait_for_function(
+            """() => document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']") &&
+                     ![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('[*]'))""",
+            timeout=300_000, polling=500)
+        page.keyboard.press("Control+s")
+        page.wait_for_function("() => !document.title.startsWith('*')", timeout=30_000)
+        page.wait_for_timeout(500)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{path.stem}.png"), full_page=False)
+    finally:
+        page.close()
+        _shut_down_kernels(base, token)
+    saved = json.loads((root / path.name).read_text())
+    code = [c for c in saved["cells"] if c["cell_type"] == "code"]
+    assert all(c["execution_count"] for c in code), "some cells did not run"
+    errors = [o for c in code for o in c["outputs"] if o["output_type"] == "error"]
+    assert not errors, f"{path.name}: {errors[0]['ename']}: {errors[0]['evalue']}"
+    assert "".join(code[-1]["outputs"][0]["text"]) == f"PASS: {path.stem}\n"
