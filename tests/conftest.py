@@ -4,11 +4,22 @@ import subprocess
 import sys
 import textwrap
 
+import network_guard
 import pytest
 
 from course_utils import use_cpu_devices
 
 use_cpu_devices(4)
+network_guard.install()
+
+
+@pytest.fixture(autouse=True)
+def no_network():
+    """Fail any test that tried to open a connection off this machine."""
+    before = len(network_guard.attempts)
+    yield
+    tried = network_guard.attempts[before:]
+    assert not tried, f"the test tried to reach the network: {tried}"
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,3 +37,26 @@ def test_ci_runs_the_readme_commands():
     for command in ('pip install -e ".[dev]"', "pytest"):
         assert f"```bash\n{command}\n```" in readme
         assert command in ci
+
+
+def test_the_network_guard_refuses_other_hosts_and_allows_loopback(tmp_path):
+    import socket
+
+    import network_guard
+
+    with socket.socket() as s:
+        with pytest.raises(ConnectionRefusedError, match="never reach the network"):
+            s.connect(("192.0.2.1", 80))  # TEST-NET-1: refused before any packet is sent
+    assert network_guard.attempts.pop() == ("192.0.2.1", 80)
+    assert network_guard.is_local(("127.0.0.1", 1)) and network_guard.is_local(("::1", 1, 0, 0))
+    assert not network_guard.is_local(("example.org", 80))
+
+
+def test_notebook_kernels_start_with_the_guard():
+    from nbclient import NotebookClient
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import socket\nprint(socket.socket.connect.network_guard)")]
+    NotebookClient(nb, kernel_name="python3").execute()
+    assert nb.cells[0].outputs[0]["text"] == "True\n"
