@@ -504,7 +504,13 @@ def figure_data(results: dict) -> dict:
     return {"panels": panels}
 
 
-def _bytes(n: float | None) -> str:
+def format_bytes(n: float | None) -> str:
+    """A byte count for tables: ``—`` for none, else B, KiB or MiB.
+
+    Examples:
+        >>> format_bytes(None), format_bytes(512), format_bytes(2**20), format_bytes(3 * 2**10)
+        ('—', '512 B', '1 MiB', '3 KiB')
+    """
     if n is None:
         return "—"
     for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
@@ -513,7 +519,13 @@ def _bytes(n: float | None) -> str:
     return f"{n:g} B"
 
 
-def _gbps(value: float | None) -> str:
+def format_gbps(value: float | None) -> str:
+    """A bandwidth in GB/s for tables; ``∞`` when the fit found no per-byte cost.
+
+    Examples:
+        >>> format_gbps(3.14159), format_gbps(None)
+        ('3.14', '∞')
+    """
     return "∞" if value is None else f"{value:.2f}"
 
 
@@ -529,10 +541,10 @@ def collectives_table(results: dict):
     for f in results["fits"]:
         top = f["top"]
         spread = f"{100 * f['max_spread']:.0f} %" if repeats > 1 else "—"
-        faults = f"from {_bytes(f['page_fault_from_bytes'])}" if f["page_fault_from_bytes"] else "none"
-        table.add_row(str(f["devices"]), LABELS[f["variant"]], f"{f['floor_us']:.0f}", _bytes(f["grows_from_bytes"]),
-                      _bytes(f["doubles_at_bytes"]), f"{f['alpha_us']:.0f}", _gbps(f["bandwidth_gbps"]),
-                      f"{100 * f['max_rel_error']:.0f} %", _bytes(top["bytes"]), f"{top['median_us'] / 1e3:.2f}",
+        faults = f"from {format_bytes(f['page_fault_from_bytes'])}" if f["page_fault_from_bytes"] else "none"
+        table.add_row(str(f["devices"]), LABELS[f["variant"]], f"{f['floor_us']:.0f}", format_bytes(f["grows_from_bytes"]),
+                      format_bytes(f["doubles_at_bytes"]), f"{f['alpha_us']:.0f}", format_gbps(f["bandwidth_gbps"]),
+                      f"{100 * f['max_rel_error']:.0f} %", format_bytes(top["bytes"]), f"{top['median_us'] / 1e3:.2f}",
                       f"{top['algbw_gbps']:.2f}", f"{top['busbw_gbps']:.2f}", f"{100 * top['memcpy_fraction']:.0f}",
                       spread, faults)
     return table
@@ -550,7 +562,7 @@ def zero1_table(results: dict):
         table.add_row(str(r["devices"]), f"2^{int(np.log2(r['params']))}", f"{steps['dp']['median_us']:.0f}",
                       f"{steps['zero1_fused']['median_us']:.0f} ({ratio['zero1_fused']:.2f}×)",
                       f"{steps['zero1_calls']['median_us']:.0f} ({ratio['zero1_calls']:.2f}×)",
-                      f"{_bytes(state['dp'])} → {_bytes(state['zero1_fused'])}", "yes" if r["agree"] else "NO")
+                      f"{format_bytes(state['dp'])} → {format_bytes(state['zero1_fused'])}", "yes" if r["agree"] else "NO")
     return table
 
 
@@ -569,7 +581,7 @@ def summary_lines(results: dict, out_dir: Path) -> list[str]:
                      f"≤ {goal['max_ratio']}× data-parallel with 1/{goal['devices']} of the state): {verdict} — "
                      f"{goal['ratio']:.2f}× the time, {goal['state_fraction']:.3g} of the optimizer state"
                      + ("" if goal["agree"] else ", but the steps DISAGREE numerically"))
-    lines.append(f"memcpy (NumPy copy of {_bytes(memcpy['bytes'])}, best of all tries): {memcpy['copy_gbps']:.1f} GB/s "
+    lines.append(f"memcpy (NumPy copy of {format_bytes(memcpy['bytes'])}, best of all tries): {memcpy['copy_gbps']:.1f} GB/s "
                  f"copied = {memcpy['traffic_gbps']:.1f} GB/s read+written; 'mem %' = modeled traffic "
                  "((3p−1)S, (p+1)S, 2pS) per second over the latter")
     load = machine["load_average_before"][0], machine["load_average_after"][0]

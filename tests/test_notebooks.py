@@ -15,7 +15,7 @@ def test_the_eight_steps_are_there():
     assert [p.stem for p in NOTEBOOKS] == [
         "01_mesh_setup", "02_partial_gradients", "03_collectives", "04_placement_checks", "05_timing",
         "06_sliced_update", "07_row_permutation_exercise", "08_communication_budget",
-        "09_beyond_one_process"]
+        "09_beyond_one_process", "10_performance_lab"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
