@@ -40,8 +40,10 @@ def _run(args: argparse.Namespace) -> int:
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task("running notebooks", total=len(paths))
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            # largest (longest-running, figure-heavy) notebooks first, so the last job to finish is a short one
             futures = {pool.submit(run_one, p, out_dir, parameters=parameters, in_place=args.in_place,
-                                   timeout=args.timeout): p for p in paths}
+                                   timeout=args.timeout): p
+                       for p in sorted(paths, key=lambda p: p.stat().st_size, reverse=True)}
             for future in as_completed(futures):
                 result = future.result()
                 results[result.path] = result
