@@ -149,6 +149,9 @@ def _run_check(args: argparse.Namespace) -> int:
     except SubmissionError as exc:
         print(f"course check-submission: {exc}", file=sys.stderr)
         return 2
+    if not results:
+        print(f"{args.notebook}: this step has no exercises (no cell tagged {CHECK_TAG!r}); nothing to check")
+        return 0
     print(f"{args.notebook}:")
     for r in results:
         print(f"  {r.check:32s} {r.status:14s} {r.message}")

@@ -35,6 +35,10 @@ def time_completed_calls(fn, *args, n_samples: int = 50, n_warmup: int = 3) -> d
     every call matters twice: an unblocked call returns as soon as the work is *queued*, and XLA:CPU
     deadlocks with about 64 collective calls in flight.
 
+    In a multi-process run (``course launch``) each process times its own calls, and blocking waits
+    for the shards on that process's own (addressable) devices; every process must make the same
+    calls in the same order, since each call's collectives need all of them.
+
     Args:
         fn: the function to time. *args: its arguments (already placed on the mesh).
         n_samples: timed calls. n_warmup: untimed calls first.

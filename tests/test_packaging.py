@@ -60,3 +60,13 @@ def test_notebook_kernels_start_with_the_guard():
     nb.cells = [nbformat.v4.new_code_cell("import socket\nprint(socket.socket.connect.network_guard)")]
     NotebookClient(nb, kernel_name="python3").execute()
     assert nb.cells[0].outputs[0]["text"] == "True\n"
+
+
+def test_no_committed_file_holds_a_token_or_a_machine_path():
+    import re
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    leak = re.compile(r"/(root|home|work|Users)/[A-Za-z]|token=[0-9a-f]{16,}")
+    found = [name for name in tracked
+             if (ROOT / name).is_file() and leak.search((ROOT / name).read_text(errors="ignore"))]
+    assert not found, f"machine paths or tokens in {found}"

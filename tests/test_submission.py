@@ -127,3 +127,9 @@ def test_a_deleted_solution_cell_is_reported(edition, tmp_path):
     nbformat.write(nb, tmp_path / "07_row_permutation_exercise.ipynb")
     with pytest.raises(SubmissionError, match="has 0 cells tagged 'solution', the exercise has 1"):
         check_submission(tmp_path / "07_row_permutation_exercise.ipynb", SOLUTIONS)
+
+
+def test_a_step_without_exercises_has_nothing_to_check():
+    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "check-submission",
+                           str(SOLUTIONS / "01_mesh_setup.ipynb")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and "this step has no exercises" in done.stdout
