@@ -436,6 +436,17 @@ def machine_info(reports: Sequence[dict], load_before: tuple[float, ...]) -> dic
             "load_average_after": list(os.getloadavg())}
 
 
+def saved_results() -> dict:
+    """The full ``course bench`` run shipped with the package (``course_utils/saved/bench_full.json``).
+
+    Notebook 10 reads it; ``tests/test_bench_results.py`` keeps it in sync with this module. Regenerate:
+    ``nice -n 5 course bench --out build/bench && cp build/bench/bench.json course_utils/saved/bench_full.json``.
+    """
+    from importlib.resources import files
+
+    return json.loads(files("course_utils").joinpath("saved", "bench_full.json").read_text())
+
+
 def _read_lines(path: str) -> list[str]:
     try:
         return Path(path).read_text().splitlines()

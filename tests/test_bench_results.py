@@ -1,15 +1,15 @@
-"""The saved full run in benchmarks/results/bench.json (read by 10_performance_lab) stays in sync with the code.
+"""The saved full run (course_utils/saved/bench_full.json, read by 10_performance_lab) stays in sync with the code.
 
-Regenerate it with ``nice -n 5 course bench --out benchmarks/results`` when these fail.
+Regenerate it as ``bench.saved_results`` says when these fail.
 """
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 from course_utils import validate_figure_data
-from course_utils.bench import (VARIANTS, figure_data, fit_rows, make_plan, rs_ag_against_psum, zero1_goal)
+from course_utils.bench import (VARIANTS, figure_data, fit_rows, make_plan, rs_ag_against_psum, saved_results,
+                                zero1_goal)
 
-SAVED = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench.json").read_text())
+SAVED = saved_results()
 
 
 def test_saved_run_is_the_full_default_plan():

@@ -8,7 +8,6 @@ in CI (``CI`` set) a missing Chromium is a failure, not a skip.
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +24,14 @@ CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ROOT / "build" / "browser"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
                  "--disable-background-networking", "--disable-component-update"]
+
+# every cell in the DOM (no windowing), so the test sees each prompt; no news fetched from the internet
+SETTINGS = {"@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+            "@jupyterlab/apputils-extension/notification": {"fetchNews": "false"}}
+# the run is done when the kernel is idle and every code cell's prompt shows its execution count
+DONE = r"""() => document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']") &&
+                 [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].every(p => /\[\d+\]/.test(p.textContent))"""
+STARTED = r"""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => /\[(\d+|\*)\]/.test(p.textContent))"""
 
 pytestmark = pytest.mark.browser
 
@@ -41,11 +49,20 @@ def lab(tmp_path_factory):
             pytest.fail("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
         pytest.skip("no /usr/bin/chromium; install Debian's chromium or run pytest -m 'not browser'")
     root = tmp_path_factory.mktemp("lab")
-    for path in NOTEBOOKS:
-        shutil.copy(path, root / path.name)
+    for path in NOTEBOOKS:  # outputs cleared, so a cell's prompt shows a number only once it ran here
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        nbformat.write(nb, root / path.name)
     port, token = _free_port(), secrets.token_hex(16)
+    settings = root / ".settings"
+    for plugin, values in SETTINGS.items():
+        target = settings / f"{plugin}.jupyterlab-settings"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(values))
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".config"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces")}
+           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"), "JUPYTERLAB_SETTINGS_DIR": str(settings)}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
@@ -90,18 +107,24 @@ def browser(lab):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_run_all_in_jupyterlab(lab, browser, path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     base, token, root = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         page.goto(f"{base}/lab/workspaces/{path.stem}/tree/{path.name}?token={token}")  # one tab, its own workspace
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-        page.click("li.lm-Menu-item[data-command='runmenu:run-all']")
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='busy']", timeout=30_000)
-        page.wait_for_function(
-            """() => document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']") &&
-                     ![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('[*]'))""",
-            timeout=300_000, polling=500)
+        page.wait_for_selector(".jp-CodeCell .jp-InputPrompt", timeout=60_000)
+        for attempt in range(3):  # on the first page load the command may not reach the notebook yet
+            page.click(".jp-CodeCell .jp-InputArea-editor")  # focus the notebook
+            page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+            page.click("li.lm-Menu-item[data-command='runmenu:run-all']:not(.lm-mod-disabled)")
+            try:
+                page.wait_for_function(STARTED, timeout=20_000, polling=200)
+                break
+            except PlaywrightTimeout:
+                page.keyboard.press("Escape")
+        page.wait_for_function(DONE, timeout=300_000, polling=500)
         page.keyboard.press("Control+s")
         page.wait_for_function("() => !document.title.startsWith('*')", timeout=30_000)
         page.wait_for_timeout(500)
