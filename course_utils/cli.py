@@ -14,7 +14,7 @@ def _run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from course_utils.runner import find_notebooks, run_one
+    from course_utils.runner import NotebookResult, find_notebooks, run_one
 
     console = Console()
     if args.in_place and args.devices is not None:
@@ -22,6 +22,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.jobs < 1:
         console.print("[red]error:[/] --jobs must be at least 1")
+        return 2
+    if args.devices is not None and args.devices < 1:
+        console.print(f"[red]error:[/] --devices must be a positive integer, got {args.devices}")
         return 2
     try:
         paths = [Path(p) for p in args.notebooks] or find_notebooks(Path(args.folder))
@@ -45,7 +48,10 @@ def _run(args: argparse.Namespace) -> int:
                                    timeout=args.timeout): p
                        for p in sorted(paths, key=lambda p: p.stat().st_size, reverse=True)}
             for future in as_completed(futures):
-                result = future.result()
+                try:
+                    result = future.result()
+                except Exception as exc:  # an unreadable notebook or a kernel that would not start
+                    result = NotebookResult(futures[future], 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0])
                 results[result.path] = result
                 progress.update(task, advance=1, description=f"done {result.path.name}")
     wall = time.perf_counter() - start

@@ -56,6 +56,7 @@ def test_course_run_in_place_saves_outputs(tmp_path):
     (["run", "--jobs", "0"], "--jobs must be at least 1"),
     (["run", "missing.ipynb"], "no such notebook: missing.ipynb"),
     (["run", "--folder", "no-such-folder"], "no step-numbered notebooks"),
+    (["run", "--devices", "0"], "--devices must be a positive integer, got 0"),
 ])
 def test_bad_arguments_exit_2_with_a_message(argv, message):
     done = subprocess.run([sys.executable, "-m", "course_utils.cli", *argv], capture_output=True, text=True,
@@ -68,6 +69,14 @@ def test_a_failing_notebook_makes_course_run_fail(tmp_path):
     done = subprocess.run([sys.executable, "-m", "course_utils.cli", "run", "--folder", str(tmp_path),
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "0 passed, 1 failed" in done.stdout and "wrong count" in done.stdout
+
+
+def test_an_unreadable_notebook_is_a_failed_row_not_a_traceback(tmp_path):
+    (tmp_path / "01_broken.ipynb").write_text("{not json")
+    _notebook(tmp_path / "02_fine.ipynb", "N_DEVICES = 4", "print('fine')")
+    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "run", "--folder", str(tmp_path),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "1 passed, 1 failed" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_find_notebooks_orders_steps(tmp_path):
