@@ -12,7 +12,6 @@ import numpy as np
 
 from course_utils.cost import communication_budget, ring_bytes
 from course_utils.data import reference_gradient
-from course_utils.kernels import momentum_update
 
 ATOL = 2e-6
 

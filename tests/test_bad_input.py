@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from course_utils import (all_gather_shards, all_reduce_gradient, block_collective, communication_budget, data_mesh,
-                          placements, plot_figure, reduce_scatter_gradient, ring_bytes, sharded_momentum_step,
+                          plot_figure, reduce_scatter_gradient, ring_bytes, sharded_momentum_step,
                           time_completed_calls, toy_regression, use_cpu_devices)
 from course_utils.checks import ExerciseFailed, check_joint_permutation
 
