@@ -47,18 +47,29 @@ def set_parameters(nb, parameters: dict) -> None:
     cells[0].source = "\n".join(lines)
 
 
+def run_in_fresh_kernel(nb, cwd: Path, timeout: int, **options) -> None:
+    """Execute ``nb`` in place, top to bottom, in a fresh ``python3`` kernel started in ``cwd``.
+
+    ``options`` go to ``nbclient.NotebookClient`` (e.g. ``allow_errors``); its exceptions propagate.
+    No per-cell timing metadata is recorded, and the kernel's own log lines are dropped (cell errors
+    still arrive as outputs or exceptions).
+    """
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(cwd)}}, **options)
+    client.execute(stderr=subprocess.DEVNULL)
+
+
 def execute(path: Path, *, parameters: dict | None = None, timeout: int = 600):
     """Run ``path`` top to bottom in a fresh ``python3`` kernel; return ``(notebook, error text)``."""
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
     if parameters:
         set_parameters(nb, parameters)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(Path(path).parent)}})
     try:
-        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log lines; cell errors still arrive
+        run_in_fresh_kernel(nb, Path(path).parent, timeout)
     except CellExecutionError as exc:
         return nb, _first_line_of_error(exc)
     except (CellTimeoutError, DeadKernelError) as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import copy
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +17,10 @@ from pathlib import Path
 
 import nbformat
 
-SOLUTION_TAG, CHECK_TAG = "solution", "check"
+from course_utils.runner import run_in_fresh_kernel
+from course_utils.student import SOLUTION_TAG
+
+CHECK_TAG = "check"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 
 
@@ -126,18 +128,14 @@ def check_submission(path: Path, solutions: Path = Path("notebooks"), timeout: i
     Raises:
         SubmissionError: not a notebook, no matching exercise, cells missing, or the kernel died.
     """
-    from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
     submission = read_submission(path)
     solution_path = solution_notebook_for(path, solutions)
     merged = merge(submission, nbformat.read(solution_path, as_version=4), path.name)
     with tempfile.TemporaryDirectory(prefix="course-check-") as folder:
-        client = NotebookClient(merged, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                interrupt_on_timeout=True, record_timing=False,
-                                resources={"metadata": {"path": folder}})
         try:
-            client.execute(stderr=subprocess.DEVNULL)
+            run_in_fresh_kernel(merged, Path(folder), timeout, allow_errors=True, interrupt_on_timeout=True)
         except DeadKernelError:
             raise SubmissionError(f"{path.name}: the kernel died while running it (did the code exit Python?)") from None
     return grade(merged, timeout)
@@ -157,7 +155,7 @@ def _run_check(args: argparse.Namespace) -> int:
         print(f"  {r.check:32s} {r.status:14s} {r.message}")
     counts = {status: sum(r.status == status for r in results) for status in (PASSED, FAILED, NOT_ATTEMPTED)}
     print(", ".join(f"{n} {status}" for status, n in counts.items()))
-    return 0 if results and counts[PASSED] == len(results) else 1
+    return 0 if counts[PASSED] == len(results) else 1
 
 
 def add_check_parser(sub) -> None:

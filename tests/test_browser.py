@@ -8,7 +8,6 @@ in CI (``CI`` set) a missing Chromium is a failure, not a skip.
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from course_utils.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -36,12 +37,6 @@ STARTED = r"""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'
 pytestmark = pytest.mark.browser
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     if not CHROMIUM.exists():
@@ -55,7 +50,7 @@ def lab(tmp_path_factory):
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
         nbformat.write(nb, root / path.name)
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     settings = root / ".settings"
     for plugin, values in SETTINGS.items():
         target = settings / f"{plugin}.jupyterlab-settings"
