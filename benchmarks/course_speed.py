@@ -32,7 +32,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         commands = {
             "seed script": [sys.executable, args.seed],
-            "course run (headless series)": [sys.executable, "-m", "course_utils.cli", "run", "--out", out,
+            "course run (headless series)": [sys.executable, "-m", "course_utils.tools.cli", "run", "--out", out,
                                              "--jobs", str(args.jobs)],
             "strict nbval (pytest notebooks)": [sys.executable, "-m", "pytest", "-q", "notebooks"],
         }

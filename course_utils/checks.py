@@ -10,10 +10,9 @@ import math
 
 import numpy as np
 
+from course_utils.constants import ATOL
 from course_utils.cost import communication_budget, ring_bytes
 from course_utils.data import reference_gradient
-
-ATOL = 2e-6
 
 
 class ExerciseFailed(AssertionError):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from course_utils.validate import positive_int
+
 
 def toy_regression(n_rows: int = 16, n_features: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The seed's linear-regression data: inputs ``x``, labels ``y`` and weights ``w`` (float32).
@@ -24,9 +26,7 @@ def toy_regression(n_rows: int = 16, n_features: int = 8) -> tuple[np.ndarray, n
         >>> float(x[0, 0]), float(x[-1, -1])
         (-0.5, 0.4921875)
     """
-    for name, value in (("n_rows", n_rows), ("n_features", n_features)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    n_rows, n_features = positive_int("n_rows", n_rows), positive_int("n_features", n_features)
     x = np.arange(n_rows * n_features, dtype=np.float32).reshape(n_rows, n_features) / 128 - 0.5
     y = x @ np.linspace(-0.4, 0.3, n_features, dtype=np.float32)
     w = np.linspace(0.1, -0.2, n_features, dtype=np.float32)

@@ -7,6 +7,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from course_utils.validate import positive_int
+
 
 class Placements(NamedTuple):
     """The three shardings the course uses on a one-axis mesh.
@@ -22,12 +24,6 @@ class Placements(NamedTuple):
     features: NamedSharding
 
 
-def _check_count(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"the device count must be a positive integer, got {n!r}; try use_cpu_devices(4)")
-    return int(n)
-
-
 def use_cpu_devices(n: int = 4) -> None:
     """Configure ``n`` logical CPU devices; call it before any other JAX operation.
 
@@ -41,7 +37,7 @@ def use_cpu_devices(n: int = 4) -> None:
         ValueError: ``n`` is not a positive integer.
         RuntimeError: JAX already started with a different number of devices.
     """
-    n = _check_count(n)
+    n = positive_int("the device count", n, hint="try use_cpu_devices(4)")
     try:
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", n)

@@ -18,3 +18,28 @@ def format_values(values, digits: int = DIGITS) -> str:
     """
     a = np.round(np.asarray(values, dtype=np.float64), digits) + 0.0
     return np.array2string(a, precision=digits, floatmode="fixed", max_line_width=120, sign=" ")
+
+
+def format_bytes(n: float | None) -> str:
+    """A byte count for tables: ``—`` for none, else B, KiB or MiB.
+
+    Examples:
+        >>> format_bytes(None), format_bytes(512), format_bytes(2**20), format_bytes(3 * 2**10)
+        ('—', '512 B', '1 MiB', '3 KiB')
+    """
+    if n is None:
+        return "—"
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def format_gbps(value: float | None) -> str:
+    """A bandwidth in GB/s for tables; ``∞`` when the fit found no per-byte cost.
+
+    Examples:
+        >>> format_gbps(3.14159), format_gbps(None)
+        ('3.14', '∞')
+    """
+    return "∞" if value is None else f"{value:.2f}"

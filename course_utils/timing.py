@@ -1,4 +1,4 @@
-"""Timing completed calls of jitted functions.
+"""Timing completed calls of jitted functions: the one sampler the notebooks and ``course bench`` share.
 
 On logical CPU devices all "devices" share one memory and one process: these timings measure
 dispatch, synchronization and memory copies, never a network.
@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import gc
 from time import perf_counter
+from typing import Callable
 
 import jax
 import numpy as np
+
+from course_utils.validate import positive_int
+
+Thunk = Callable[[], object]
 
 
 def summarize(samples_us) -> dict:
@@ -26,14 +31,45 @@ def summarize(samples_us) -> dict:
     return {"median_us": float(med), "iqr_us": float(q3 - q1), "min_us": float(a.min())}
 
 
+def blocked_us(thunk: Thunk) -> float:
+    """The time of one call of ``thunk``, blocked until its result is ready, in µs."""
+    start = perf_counter()
+    jax.block_until_ready(thunk())
+    return (perf_counter() - start) * 1e6
+
+
+def sample_blocked(thunks: dict[str, Thunk], n_samples: int) -> dict[str, list[float]]:
+    """``n_samples`` timed calls of each thunk, round-robin, with the garbage collector off.
+
+    Every call is blocked before the next starts: an unblocked call returns as soon as the work is
+    *queued*, and XLA:CPU deadlocks with about 64 collective calls in flight. With several thunks
+    the order rotates each round, so no variant always runs first.
+
+    Examples:
+        >>> found = sample_blocked({"a": lambda: 1, "b": lambda: 2}, 3)
+        >>> sorted(found), [len(v) for v in found.values()]
+        (['a', 'b'], [3, 3])
+    """
+    names = list(thunks)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(n_samples):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                samples[name].append(blocked_us(thunks[name]))
+    finally:
+        if was_enabled:
+            gc.enable()
+    return samples
+
+
 def time_completed_calls(fn, *args, n_samples: int = 50, n_warmup: int = 3) -> dict:
     """Time ``fn(*args)`` to completion, one call at a time.
 
     Protocol: the compile time is measured first and separately (``fn.lower(*args).compile()``
     when ``fn`` is jitted); then ``n_warmup`` calls are run and dropped; then ``n_samples`` calls
-    are timed with the garbage collector off, each blocked with ``jax.block_until_ready``. Blocking
-    every call matters twice: an unblocked call returns as soon as the work is *queued*, and XLA:CPU
-    deadlocks with about 64 collective calls in flight.
+    are timed by ``sample_blocked`` (gc off, every call blocked).
 
     In a multi-process run (``course launch``) each process times its own calls, and blocking waits
     for the shards on that process's own (addressable) devices; every process must make the same
@@ -48,9 +84,8 @@ def time_completed_calls(fn, *args, n_samples: int = 50, n_warmup: int = 3) -> d
         (``None`` when ``fn`` cannot be lowered; small when ``fn`` already ran with these shapes,
         because JAX then takes the compiled program from its cache).
     """
-    for name, value, low in (("n_samples", n_samples, 1), ("n_warmup", n_warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    positive_int("n_samples", n_samples)
+    positive_int("n_warmup", n_warmup, low=0)
     compile_us = None
     if hasattr(fn, "lower"):
         start = perf_counter()
@@ -58,15 +93,5 @@ def time_completed_calls(fn, *args, n_samples: int = 50, n_warmup: int = 3) -> d
         compile_us = (perf_counter() - start) * 1e6
     for _ in range(n_warmup):
         jax.block_until_ready(fn(*args))
-    samples = []
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(n_samples):
-            start = perf_counter()
-            jax.block_until_ready(fn(*args))
-            samples.append((perf_counter() - start) * 1e6)
-    finally:
-        if was_enabled:
-            gc.enable()
+    samples = sample_blocked({"fn": lambda: fn(*args)}, n_samples)["fn"]
     return {"samples_us": samples, **summarize(samples), "compile_us": compile_us}

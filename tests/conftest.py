@@ -23,6 +23,25 @@ def no_network():
 
 
 @pytest.fixture
+def course(capsys, monkeypatch):
+    """Run the ``course`` command in this process (in ``cwd`` if given): ``(exit status, all output)``."""
+    from course_utils.tools.cli import main
+
+    def run(*argv: str, cwd=None) -> tuple[int, str]:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            status = main(list(argv))
+        except SystemExit as exc:  # argparse's own errors
+            status = exc.code
+        captured = capsys.readouterr()
+        return status, captured.out + captured.err
+
+    return run
+
+
+@pytest.fixture
 def run_with_devices():
     """Run a Python snippet in a fresh process with n devices; return what it prints as JSON."""
 

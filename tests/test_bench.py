@@ -8,11 +8,15 @@ import sys
 
 import pytest
 
-from course_utils.bench import (PAGE_FAULT_BYTES, VARIANTS, ZERO1_STEPS, algbw_gbps, busbw_gbps, collective_rows,
-                                combine_repeats, figure_data, fit_alpha_beta, fit_rows, make_plan, model_time_us,
-                                rs_ag_against_psum, traffic_bytes, zero1_goal, zero1_rows)
-from course_utils.cli import main
+from course_utils.bench_results import figure_data
+from course_utils.cost import (PAGE_FAULT_BYTES, algbw_gbps, busbw_gbps, fit_alpha_beta, model_time_us,
+                               traffic_bytes)
 from course_utils.figures import validate_figure_data
+from course_utils.sweep import VARIANTS, ZERO1_STEPS
+from course_utils.tools.bench_combine import (collective_rows, combine_repeats, fit_rows, rs_ag_against_psum,
+                                              zero1_goal, zero1_rows)
+from course_utils.tools.bench_plan import make_plan
+from course_utils.tools.cli import main
 
 
 def alpha_beta_us(alpha_us: float, gbps: float, nbytes: float) -> float:
@@ -148,9 +152,10 @@ def test_cli_errors_exit_2_with_a_message(capsys):
 
 
 def test_worker_pieces_on_four_devices():
-    from course_utils.bench_worker import (collective_runs, compiled_collectives, parse_args, time_interleaved,
-                                           zero1_facts, zero1_runs)
     from course_utils.devices import data_mesh
+    from course_utils.sweep import (collective_runs, compiled_collectives, time_interleaved, zero1_facts,
+                                    zero1_runs)
+    from course_utils.tools.bench_worker import parse_args
 
     mesh = data_mesh()
     timed = time_interleaved(collective_runs(mesh, 64), n_fast=3, n_slow=2, n_warmup=1)
@@ -164,7 +169,7 @@ def test_worker_pieces_on_four_devices():
 
 
 def test_course_bench_quick_writes_json_and_png(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "bench", "--quick", "--out", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "bench", "--quick", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
     assert "ZeRO-1 goal" in done.stdout and "memcpy" in done.stdout

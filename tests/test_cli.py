@@ -1,12 +1,10 @@
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course_utils.cli import main
-from course_utils.runner import find_notebooks, run_one, set_parameters
+from course_utils.tools.cli import main
+from course_utils.tools.runner import find_notebooks, run_one, set_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,30 +51,27 @@ def test_course_run_in_place_saves_outputs(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["run", "--in-place", "--devices", "8"], "--in-place stores the 4-device run only"),
-    (["run", "--jobs", "0"], "--jobs must be at least 1"),
+    (["run", "--jobs", "0"], "argument --jobs: must be a positive integer, got '0'"),
     (["run", "missing.ipynb"], "no such notebook: missing.ipynb"),
     (["run", "--folder", "no-such-folder"], "no step-numbered notebooks"),
-    (["run", "--devices", "0"], "--devices must be a positive integer, got 0"),
+    (["run", "--devices", "0"], "argument --devices: must be a positive integer, got '0'"),
 ])
-def test_bad_arguments_exit_2_with_a_message(argv, message):
-    done = subprocess.run([sys.executable, "-m", "course_utils.cli", *argv], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
-    assert done.returncode == 2 and message in done.stdout
+def test_bad_arguments_exit_2_with_a_message(course, argv, message):
+    status, output = course(*argv, cwd=ROOT)
+    assert status == 2 and message in output
 
 
-def test_a_failing_notebook_makes_course_run_fail(tmp_path):
+def test_a_failing_notebook_makes_course_run_fail(course, tmp_path):
     _notebook(tmp_path / "01_bad.ipynb", "N_DEVICES = 4", "assert N_DEVICES == 5, 'wrong count'")
-    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "run", "--folder", str(tmp_path),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and "0 passed, 1 failed" in done.stdout and "wrong count" in done.stdout
+    status, output = course("run", "--folder", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert status == 1 and "0 passed, 1 failed" in output and "wrong count" in output
 
 
-def test_an_unreadable_notebook_is_a_failed_row_not_a_traceback(tmp_path):
+def test_an_unreadable_notebook_is_a_failed_row_not_a_traceback(course, tmp_path):
     (tmp_path / "01_broken.ipynb").write_text("{not json")
     _notebook(tmp_path / "02_fine.ipynb", "N_DEVICES = 4", "print('fine')")
-    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "run", "--folder", str(tmp_path),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and "1 passed, 1 failed" in done.stdout and "Traceback" not in done.stderr
+    status, output = course("run", "--folder", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert status == 1 and "1 passed, 1 failed" in output and "Traceback" not in output
 
 
 def test_find_notebooks_orders_steps(tmp_path):

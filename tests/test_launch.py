@@ -10,21 +10,19 @@ import jax
 import numpy as np
 import pytest
 
-from course_utils import data_mesh, placements
-from course_utils.launch import FAIL_RANK_ENV, LaunchError, Worker, free_port, stop_workers, wait_for_workers
-from course_utils.worker import shard_error
+from course_utils import data_mesh, placements, shard_error
+from course_utils.tools.launch import LaunchError, Worker, free_port, stop_workers, wait_for_workers
 
-COURSE = [sys.executable, "-m", "course_utils.cli", "launch"]
+COURSE = [sys.executable, "-m", "course_utils.tools.cli", "launch"]
 TWO_BY_TWO = ["--processes", "2", "--devices-per-process", "2"]
 
 
-def course_launch(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k != FAIL_RANK_ENV} | (env or {})
-    return subprocess.run([*COURSE, *args], capture_output=True, text=True, timeout=timeout, env=environ)
+def course_launch(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([*COURSE, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def workers_on(port: int) -> list[int]:
-    """Live processes running ``course_utils.worker`` with ``--port port``."""
+    """Live processes running ``course_utils.tools.worker`` with ``--port port``."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -32,7 +30,7 @@ def workers_on(port: int) -> list[int]:
             state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if "course_utils.worker" in argv and f"{port}" in argv and state != "Z":
+        if "course_utils.tools.worker" in argv and f"{port}" in argv and state != "Z":
             found.append(int(pid))
     return found
 
@@ -67,14 +65,14 @@ def test_a_taken_port_is_named_and_nothing_starts():
     assert not workers_on(port)
 
 
-def test_a_dying_process_stops_the_launch_quickly():
+def test_a_dying_process_stops_the_launch_quickly(course):
     port = free_port()
     start = time.monotonic()
-    done = course_launch(*TWO_BY_TWO, "--port", str(port), "--timeout", "60", env={FAIL_RANK_ENV: "1"})
+    status, output = course("launch", *TWO_BY_TWO, "--port", str(port), "--timeout", "60", "--fail-rank", "1")
     assert time.monotonic() - start < 60
-    assert done.returncode == 1
-    message = one_line_error(done)
-    assert message.startswith("course launch: error: process 1 failed") and FAIL_RANK_ENV in message
+    assert status == 1
+    assert len(output.strip().splitlines()) == 1 and "Traceback" not in output, output
+    assert output.startswith("course launch: error: process 1 failed") and "on purpose" in output
     assert not workers_on(port)
 
 
@@ -98,23 +96,23 @@ def test_interrupt_stops_the_workers_and_exits_130():
     (["--processes", "8", "--devices-per-process", "9"], "72 devices; use at most 64"),
     ([*TWO_BY_TWO, "--port", "70000"], "port must be an integer in 1..65535"),
 ])
-def test_invalid_arguments_exit_2_with_a_message(args, words):
-    done = course_launch(*args, timeout=60)
-    assert done.returncode == 2
-    assert words in done.stderr and "Traceback" not in done.stderr
+def test_invalid_arguments_exit_2_with_a_message(course, args, words):
+    status, output = course("launch", *args)
+    assert status == 2
+    assert words in output and "Traceback" not in output
 
 
-@pytest.mark.parametrize("value", ["one", "-1", "2"])
-def test_a_bad_fail_rank_is_rejected_before_launching(value):
-    done = course_launch(*TWO_BY_TWO, env={FAIL_RANK_ENV: value}, timeout=60)
-    assert done.returncode == 2
-    assert f"{FAIL_RANK_ENV}={value!r} names no process" in one_line_error(done)
+@pytest.mark.parametrize("value", ["-1", "2"])
+def test_a_bad_fail_rank_is_rejected_before_launching(course, value):
+    status, output = course("launch", *TWO_BY_TWO, "--fail-rank", value)
+    assert status == 2
+    assert f"--fail-rank {value} names no process" in output and len(output.strip().splitlines()) == 1
 
 
 def test_a_worker_alone_gives_up_joining_with_one_line():
     port = free_port()
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "course_utils.worker", "--process-id", "1", "--processes", "2",
+    done = subprocess.run([sys.executable, "-m", "course_utils.tools.worker", "--process-id", "1", "--processes", "2",
                            "--devices-per-process", "1", "--port", str(port), "--timeout", "2"],
                           capture_output=True, text=True, timeout=60)
     assert time.monotonic() - start < 30

@@ -62,7 +62,7 @@ def test_every_solution_is_followed_by_a_passing_self_check(path):
 @pytest.mark.parametrize("n_devices", [2, 8])
 def test_the_series_runs_green_with_other_device_counts(tmp_path, n_devices):
     done = subprocess.run(
-        [sys.executable, "-m", "course_utils.cli", "run", "--devices", str(n_devices), "--out", str(tmp_path),
+        [sys.executable, "-m", "course_utils.tools.cli", "run", "--devices", str(n_devices), "--out", str(tmp_path),
          "--folder", str(NOTEBOOKS[0].parent)],
         capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:]

@@ -26,9 +26,42 @@ def test_import_configures_nothing():
     assert done.returncode == 0, done.stderr[-1500:]
 
 
+def test_the_core_never_imports_the_tools():
+    core = sorted(p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "__init__")
+    code = ("import importlib, sys\n"
+            f"for name in {core!r}:\n"
+            "    importlib.import_module('course_utils.' + name)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('course_utils.tools')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_notebooks_import_only_the_core():
+    import json
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                         if c["cell_type"] == "code")
+        assert "course_utils" in code and "course_utils.tools" not in code, path.name
+        assert "jax._src" not in code, path.name
+
+
+def test_private_jax_lives_in_one_module():
+    users = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "course_utils").rglob("*.py")
+                   if "jax._src" in p.read_text())
+    assert users == ["course_utils/tools/jax_private.py"]
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "course_utils").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+
+
 def test_console_script_is_declared():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["course"] == "course_utils.cli:main"
+    assert project["scripts"]["course"] == "course_utils.tools.cli:main"
 
 
 def test_ci_runs_the_readme_commands():

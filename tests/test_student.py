@@ -6,8 +6,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from course_utils.runner import find_notebooks
-from course_utils.student import BEGIN, END, SolutionMarkerError, build, strip_solution, student_edition
+from course_utils.tools.runner import find_notebooks
+from course_utils.tools.student import BEGIN, END, SolutionMarkerError, build, strip_solution, student_edition
 
 NOTEBOOKS = find_notebooks(Path(__file__).resolve().parents[1] / "notebooks")
 EXERCISES = [p for p in NOTEBOOKS if BEGIN in p.read_text()]

@@ -7,9 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.runner import find_notebooks
-from course_utils.student import build
-from course_utils.submission import FAILED, NOT_ATTEMPTED, PASSED, SubmissionError, check_submission
+from course_utils.tools.runner import find_notebooks
+from course_utils.tools.student import build
+from course_utils.tools.submission import FAILED, NOT_ATTEMPTED, PASSED, SubmissionError, check_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "notebooks"
@@ -52,7 +52,7 @@ def test_reference_solutions_put_back_pass(edition, tmp_path, solution):
 def test_unsolved_is_not_attempted_and_exits_1(edition):
     path = edition / "07_row_permutation_exercise.ipynb"
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "check-submission", str(path)],
+    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "check-submission", str(path)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 1
     assert "check_joint_permutation" in done.stdout and NOT_ATTEMPTED in done.stdout
@@ -93,14 +93,19 @@ def test_a_loop_is_stopped_by_the_timeout(edition, tmp_path):
     assert result.status == FAILED and "longer than 5 s" in result.message
 
 
+WRONG_BUDGET_ROW = """row_16 = {"ranks": 16, "all_reduce_bytes": GRADIENT_BYTES, "scatter_gather_bytes": GRADIENT_BYTES,
+          "shard_storage_bytes": GRADIENT_BYTES // 16}"""
+
+
 def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
-    nb = nbformat.read(edition / "08_communication_budget.ipynb", as_version=4)
+    path = _answer(edition, tmp_path, "08_communication_budget.ipynb", WRONG_BUDGET_ROW)
+    nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if "check" in cell.metadata.get("tags", []):
             cell.source = "print('PASSED: trust me')"
-    nbformat.write(nb, tmp_path / "08_communication_budget.ipynb")
-    (result,) = check_submission(tmp_path / "08_communication_budget.ipynb", SOLUTIONS)
-    assert result.status == NOT_ATTEMPTED
+    nbformat.write(nb, path)
+    (result,) = check_submission(path, SOLUTIONS)
+    assert result.status == FAILED and "PASSED" not in result.message
 
 
 @pytest.mark.parametrize("content, name, message", [
@@ -115,7 +120,7 @@ def test_broken_submissions_get_one_line(tmp_path, content, name, message):
         nbformat.write(nbformat.v4.new_notebook(), path)
     elif content != "no file":
         path.write_text(content)
-    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "check-submission", str(path)],
+    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "check-submission", str(path)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -130,6 +135,6 @@ def test_a_deleted_solution_cell_is_reported(edition, tmp_path):
 
 
 def test_a_step_without_exercises_has_nothing_to_check():
-    done = subprocess.run([sys.executable, "-m", "course_utils.cli", "check-submission",
+    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "check-submission",
                            str(SOLUTIONS / "01_mesh_setup.ipynb")], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0 and "this step has no exercises" in done.stdout

@@ -34,7 +34,7 @@ def test_summarize_and_bad_arguments():
     assert summarize([5.0]) == {"median_us": 5.0, "iqr_us": 0.0, "min_us": 5.0}
     with pytest.raises(ValueError, match="no timing samples"):
         summarize([])
-    with pytest.raises(ValueError, match="n_samples must be an integer >= 1"):
+    with pytest.raises(ValueError, match="n_samples must be a positive integer"):
         time_completed_calls(lambda: 0, n_samples=0)
     with pytest.raises(ValueError, match="n_warmup"):
         time_completed_calls(lambda: 0, n_warmup=-1)

@@ -1,9 +1,5 @@
-"""One device count's share of ``course bench``, in a process of its own.
-
-Run as ``python -m course_utils.bench_worker --devices N --sizes 8,1024 --zero1-sizes 1024``. The
-device count is fixed for the life of a JAX process, so ``course bench`` starts one of these per
-device count and repeat. It prints JSON lines on stdout: ``{"event": "progress", ...}`` after each
-step and one ``{"event": "result", ...}`` at the end. A failure exits non-zero with the reason on stderr.
+"""The benchmark's measurements, runnable in any process whose devices are set: a notebook's live
+sweep and each ``course bench`` worker call the same functions.
 
 Sizes: S = 4·elements bytes is the size of the one logical float32 vector a collective is about
 (the nccl-tests convention). For ``psum``, ``psum_scatter`` and both RS+AG variants every device
@@ -11,39 +7,55 @@ holds a whole S-byte partial (input ``(p, elements)`` split by rows, p·S in all
 every device holds S/p and ends with all S (input ``(p, elements/p)``).
 
 Protocol at each size: every variant's first call (trace, compile, one run) is timed apart; then
-``--warmup`` rounds; then the samples, variants interleaved round-robin (the order rotates each
-round), gc off, every call blocked (a two-call variant is blocked after its second call: at most
-2 collective calls in flight; XLA:CPU deadlocks near 64).
+warm-up rounds; then the samples, variants interleaved round-robin (the order rotates each round),
+gc off, every call blocked (a two-call variant is blocked after its second call: at most 2
+collective calls in flight; XLA:CPU deadlocks near 64). Everything here is one process and one
+shared memory: the times are dispatch, rendezvous and memory copies, never a network.
 """
 from __future__ import annotations
 
-import argparse
-import gc
-import json
-import sys
 import time
-from typing import Callable
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from course_utils.bench import SLOW_CALL_US, VARIANTS, ZERO1_STEPS
-from course_utils.devices import axis_of, data_mesh, use_cpu_devices
+from course_utils.constants import BETA, LR, STEP_ATOL, STEP_RTOL
+from course_utils.devices import axis_of
 from course_utils.ir import hlo_collectives
-from course_utils.kernels import all_gather_shards, block_collective, momentum_update, sharded_momentum_step
-from course_utils.timing import summarize
+from course_utils.kernels import (COLLECTIVES, all_gather_shards, block_collective, momentum_update,
+                                  sharded_momentum_step)
+from course_utils.timing import Thunk, blocked_us, sample_blocked, summarize
 
-LR, BETA = 0.1, 0.9
+VARIANTS = ("psum", "psum_scatter", "all_gather", "rs_ag_calls", "rs_ag_fused")
+ZERO1_STEPS = ("dp", "zero1_fused", "zero1_calls")
+LABELS = {"psum": "psum", "psum_scatter": "psum_scatter", "all_gather": "all_gather",
+          "rs_ag_calls": "RS+AG, 2 calls", "rs_ag_fused": "RS+AG, 1 jit",
+          "dp": "data-parallel (psum)", "zero1_fused": "ZeRO-1, 1 jit", "zero1_calls": "ZeRO-1, 3 calls"}
+# what each variant computes, for the nccl-tests bus-bandwidth factor
+KIND = {"psum": "all_reduce", "psum_scatter": "reduce_scatter", "all_gather": "all_gather",
+        "rs_ag_calls": "all_reduce", "rs_ag_fused": "all_reduce"}
+SLOW_CALL_US = 1000.0  # calls slower than this get fewer samples
 MEMCPY_MIB = (16, 32, 64)
 MEMCPY_TRIES = 7
+SIZE_DEFINITION = ("S = 4·elements bytes, the size of the one logical float32 vector (nccl-tests): psum, "
+                   "psum_scatter and RS+AG take a (p, elements) array split by rows (each device a whole S-byte "
+                   "partial, p·S in all) and end with S per device (psum_scatter: S/p); all_gather takes "
+                   "(p, elements/p) (S/p per device) and ends with S per device.")
 
-Run = Callable[[], object]
+
+# the benchmark protocol, stated once: course bench stores it with every run
+PROTOCOL = ("per worker process: memcpy first; at each size every variant's first call (trace + "
+                         "compile + run; programs an earlier variant compiled come from the cache) timed apart "
+                         "as compile_us, warm-up rounds, then samples interleaved round-robin "
+                         "(order rotating), gc off, every call blocked; fewer samples for calls over "
+                         f"{SLOW_CALL_US:g} µs; repeats are whole sweeps in fresh processes")
 
 
-def emit(event: str, **fields) -> None:
-    """Print one JSON line on stdout, flushed, for the parent to read."""
-    print(json.dumps({"event": event, **fields}), flush=True)
+def _shard_map(mesh: Mesh, kernel, in_specs, out_specs):
+    # all_gather's result is the same on every device, which check_vma cannot infer for out_specs=P()
+    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=False))
 
 
 def memcpy_bandwidth(mib_sizes=MEMCPY_MIB, tries: int = MEMCPY_TRIES) -> list[dict]:
@@ -59,17 +71,6 @@ def memcpy_bandwidth(mib_sizes=MEMCPY_MIB, tries: int = MEMCPY_TRIES) -> list[di
             times.append(time.perf_counter() - start)
         found.append({"bytes": src.nbytes, "best_s": min(times)})
     return found
-
-
-def _seconds(run: Run) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(run())
-    return time.perf_counter() - start
-
-
-def _shard_map(mesh: Mesh, kernel, in_specs, out_specs):
-    # all_gather's result is the same on every device, which check_vma cannot infer for out_specs=P()
-    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False))
 
 
 def rs_ag_fused(mesh: Mesh):
@@ -117,15 +118,14 @@ def scatter_call(mesh: Mesh):
                       P(axis, None), P(axis))
 
 
-def collective_runs(mesh: Mesh, elements: int) -> dict[str, Run]:
+def collective_runs(mesh: Mesh, elements: int) -> dict[str, Thunk]:
     """The five collective variants at one size S = 4·elements bytes, inputs placed, as thunks."""
     p, axis = mesh.size, axis_of(mesh)
     rows = NamedSharding(mesh, P(axis, None))
     rng = np.random.default_rng(elements)
     partials = jax.device_put(rng.standard_normal((p, elements), dtype=np.float32), rows)
     pieces = jax.device_put(rng.standard_normal((p, elements // p), dtype=np.float32), rows)
-    psum, scatter, gather = (block_collective(mesh, kind).jitted
-                             for kind in ("all_reduce", "reduce_scatter", "all_gather"))
+    psum, scatter, gather = (block_collective(mesh, kind).jitted for kind in COLLECTIVES)
     fused = rs_ag_fused(mesh)
     runs = {"psum": lambda: psum(partials), "psum_scatter": lambda: scatter(partials),
             "all_gather": lambda: gather(pieces), "rs_ag_calls": lambda: gather(scatter(partials)),
@@ -134,7 +134,7 @@ def collective_runs(mesh: Mesh, elements: int) -> dict[str, Run]:
     return runs
 
 
-def zero1_runs(mesh: Mesh, params: int) -> dict[str, Run]:
+def zero1_runs(mesh: Mesh, params: int) -> dict[str, Thunk]:
     """The three optimizer steps over ``params`` float32 parameters, inputs placed, as thunks.
 
     All take the per-device partial gradients ``(p, params)`` split by rows and return ``(w, v)``
@@ -161,8 +161,8 @@ def zero1_runs(mesh: Mesh, params: int) -> dict[str, Run]:
     return runs
 
 
-def time_interleaved(runs: dict[str, Run], n_fast: int, n_slow: int, n_warmup: int) -> dict[str, dict]:
-    """Time the thunks round-robin: first call apart, warm-ups, then samples with gc off.
+def time_interleaved(runs: dict[str, Thunk], n_fast: int, n_slow: int, n_warmup: int) -> dict[str, dict]:
+    """Time the thunks round-robin: first call apart, warm-ups, then ``sample_blocked``.
 
     ``n_fast`` samples each when the slowest warm-up call was under ``SLOW_CALL_US``, else ``n_slow``.
 
@@ -170,25 +170,15 @@ def time_interleaved(runs: dict[str, Run], n_fast: int, n_slow: int, n_warmup: i
         Per name: ``median_us``, ``iqr_us``, ``min_us`` (``summarize``), ``compile_us`` (the first
         call) and ``n_samples``.
     """
-    names = list(runs)
-    compile_us = {name: _seconds(runs[name]) * 1e6 for name in names}
-    warm = {name: 0.0 for name in names}
+    compile_us = {name: blocked_us(run) for name, run in runs.items()}
+    warm = {name: 0.0 for name in runs}
     for _ in range(n_warmup):
-        for name in names:
-            warm[name] = _seconds(runs[name]) * 1e6
+        for name, run in runs.items():
+            warm[name] = blocked_us(run)
     n_samples = n_fast if max(warm.values()) < SLOW_CALL_US else n_slow
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for i in range(n_samples):
-            for name in names[i % len(names):] + names[:i % len(names)]:
-                samples[name].append(_seconds(runs[name]) * 1e6)
-    finally:
-        if was_enabled:
-            gc.enable()
+    samples = sample_blocked(runs, n_samples)
     return {name: {**summarize(samples[name]), "compile_us": compile_us[name], "n_samples": n_samples}
-            for name in names}
+            for name in runs}
 
 
 def device0_nbytes(array: jax.Array) -> int:
@@ -197,12 +187,12 @@ def device0_nbytes(array: jax.Array) -> int:
     return sum(s.data.nbytes for s in array.addressable_shards if s.device == device)
 
 
-def zero1_facts(runs: dict[str, Run]) -> dict:
+def zero1_facts(runs: dict[str, Thunk]) -> dict:
     """Optimizer-state (v) bytes on device 0 per step, and whether the three steps agree on (w, v)."""
     outputs = {name: run() for name, run in runs.items()}
     w_ref, v_ref = (np.asarray(a) for a in outputs["dp"])
-    agree = all(np.allclose(np.asarray(w), w_ref, rtol=1e-5, atol=1e-5)
-                and np.allclose(np.asarray(v), v_ref, rtol=1e-5, atol=1e-5) for w, v in outputs.values())
+    agree = all(np.allclose(np.asarray(w), w_ref, rtol=STEP_RTOL, atol=STEP_ATOL)
+                and np.allclose(np.asarray(v), v_ref, rtol=STEP_RTOL, atol=STEP_ATOL) for w, v in outputs.values())
     return {"state_bytes_device0": {name: device0_nbytes(v) for name, (_, v) in outputs.items()},
             "agree": bool(agree)}
 
@@ -224,65 +214,3 @@ def compiled_collectives(mesh: Mesh) -> dict[str, list[str]]:
                 "zero1_fused": (zero1_step(mesh), (grads, arg((n,), P()), arg((n,), P(axis))))}
     return {name: [e["op"] for e in hlo_collectives(fn.lower(*args).compile().as_text())]
             for name, (fn, args) in programs.items()}
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        return [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,1024; got {text!r}") from None
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The worker's arguments; ``course bench`` passes all of them."""
-    parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench_worker",
-        description="Time collectives and ZeRO-1 steps on N logical CPU devices; print JSON lines.",
-        epilog="`course bench` starts this once per device count and repeat; run it by hand only to debug.")
-    parser.add_argument("--devices", type=int, required=True, help="logical CPU devices p (2, 4, 8, ...)")
-    parser.add_argument("--sizes", type=_sizes, required=True, help="float32 element counts, each divisible by p")
-    parser.add_argument("--zero1-sizes", type=_sizes, default=[], help="parameter counts for the ZeRO-1 steps")
-    parser.add_argument("--samples-fast", type=int, default=50, help=f"samples when calls take < {SLOW_CALL_US:g} µs")
-    parser.add_argument("--samples-slow", type=int, default=15, help="samples for slower calls")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds after the first call")
-    args = parser.parse_args(argv)
-    for name in ("devices", "samples_fast", "samples_slow", "warmup"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    bad = [n for n in args.sizes + args.zero1_sizes if n < args.devices or n % args.devices]
-    if bad:
-        parser.error(f"sizes {bad} do not divide over {args.devices} devices; use multiples of {args.devices}")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    start = time.perf_counter()
-    use_cpu_devices(args.devices)
-    mesh = data_mesh()
-    total, done = 1 + len(args.sizes) + len(args.zero1_sizes), 0
-    memcpy = memcpy_bandwidth()
-    done += 1
-    emit("progress", done=done, total=total, label="memcpy", medians={})
-    collectives = []
-    for elements in args.sizes:
-        timed = time_interleaved(collective_runs(mesh, elements), args.samples_fast, args.samples_slow, args.warmup)
-        collectives.append({"elements": elements, "variants": timed})
-        done += 1
-        emit("progress", done=done, total=total, label=f"{elements} elements",
-             medians={name: t["median_us"] for name, t in timed.items()})
-    zero1 = []
-    for params in args.zero1_sizes:
-        runs = zero1_runs(mesh, params)
-        timed = time_interleaved(runs, args.samples_fast, args.samples_slow, args.warmup)
-        zero1.append({"params": params, "steps": timed, **zero1_facts(runs)})
-        done += 1
-        emit("progress", done=done, total=total, label=f"ZeRO-1 {params} params",
-             medians={name: t["median_us"] for name, t in timed.items()})
-    emit("result", devices=args.devices, jax_version=jax.__version__, memcpy=memcpy, collectives=collectives,
-         zero1=zero1, compiled_collectives=compiled_collectives(mesh), seconds=time.perf_counter() - start)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

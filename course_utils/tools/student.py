@@ -93,7 +93,7 @@ def build(notebooks: list[Path], out: Path) -> list[Path]:
 
 
 def _run_student(args: argparse.Namespace) -> int:
-    from course_utils.runner import find_notebooks
+    from course_utils.tools.runner import find_notebooks
 
     try:
         notebooks = find_notebooks(Path(args.folder))

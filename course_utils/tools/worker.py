@@ -1,6 +1,6 @@
 """One process of ``course launch``: join JAX's distributed runtime, run the kernels, check every shard.
 
-Run as ``python -m course_utils.worker --process-id I --processes N --devices-per-process D
+Run as ``python -m course_utils.tools.worker --process-id I --processes N --devices-per-process D
 --port P --timeout S``; ``course launch`` starts N of these. Each process fills only its own shards
 of the global arrays, runs the course kernels over all N·D devices (collectives go through gloo on
 127.0.0.1), compares every addressable shard with the NumPy reference and prints one JSON line.
@@ -19,19 +19,17 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from course_utils.data import reference_gradient, toy_regression
-from course_utils.devices import data_mesh, placements
+from course_utils.constants import ATOL, BETA, EXIT_NO_JOIN, EXIT_USAGE, EXIT_WRONG_VALUES, LR
+from course_utils.data import reference_gradient
+from course_utils.devices import data_mesh
 from course_utils.kernels import (all_gather_shards, all_reduce_gradient, reduce_scatter_gradient,
                                   sharded_momentum_step)
-from course_utils.launch import FAIL_RANK_ENV, HOST, fail_rank_from_env
+from course_utils.multiprocess import global_inputs, host_problem, join_runtime, shard_error
 from course_utils.timing import time_completed_calls
+from course_utils.tools.jax_private import bind_gloo_to
+from course_utils.tools.launch import HOST
 
-TOL = dict(atol=2e-6, rtol=2e-6)
-LR, BETA = 0.1, 0.9
 N_SAMPLES = 20
-
-# exit statuses the parent can tell apart
-EXIT_BAD_ARGUMENT, EXIT_NO_JOIN, EXIT_FAILED = 2, 3, 4
 
 
 class Run(NamedTuple):
@@ -59,30 +57,8 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def _gloo_on_loopback() -> None:
-    """Make the CPU backend's gloo transport bind to ``HOST`` instead of this machine's host name.
-
-    ``jax_cpu_collectives_implementation='gloo'`` alone lets gloo bind to whatever the host name
-    resolves to; JAX has no option for the address, so the CPU backend factory is re-registered
-    (before any JAX operation) with gloo collectives made for ``HOST``.
-    """
-    from jax._src import distributed, xla_bridge
-    from jax._src.lib import _jax
-    from jax.extend.backend import register_backend_factory
-
-    def make_client():
-        collectives = _jax.make_gloo_tcp_collectives(distributed_client=distributed.global_state.client,
-                                                     hostname=HOST)
-        return xla_bridge.make_cpu_client(collectives=collectives)
-
-    register_backend_factory("cpu", make_client, priority=0, fail_quietly=False)
-
-
 def join(process_id: int, processes: int, devices_per_process: int, port: int, timeout: int) -> None:
-    """Configure D CPU devices with gloo collectives and join the N-process runtime on ``HOST:port``."""
-    jax.config.update("jax_platforms", "cpu")
-    jax.config.update("jax_num_cpu_devices", devices_per_process)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    """Join the N-process runtime on ``HOST:port``, or exit with one readable line."""
     # the preemption service catches SIGTERM; here SIGTERM comes from the launcher and means stop
     jax.config.update("jax_enable_preemption_service", False)
     address = f"{HOST}:{port}"
@@ -94,45 +70,16 @@ def join(process_id: int, processes: int, devices_per_process: int, port: int, t
     watchdog.daemon = True
     watchdog.start()
     try:
-        jax.distributed.initialize(coordinator_address=address, num_processes=processes, process_id=process_id,
-                                   coordinator_bind_address=address, initialization_timeout=timeout)
+        join_runtime(address, process_id, processes, devices_per_process, timeout_s=timeout)
     except Exception as exc:  # JAX raises its own runtime error types here
         fail(f"could not join the {processes} processes on {address}: {_first_line(exc)}; "
              f"if port {port} is taken, pick another with --port or omit --port", EXIT_NO_JOIN)
     finally:
         watchdog.cancel()
-    _gloo_on_loopback()
-
-
-def host_problem(n_devices: int) -> tuple[np.ndarray, ...]:
-    """``x, y, w`` of the toy regression sized to divide over ``n_devices``, and a momentum ``v``."""
-    x, y, w = toy_regression(n_rows=4 * n_devices, n_features=2 * n_devices)
-    return x, y, w, np.linspace(0.05, -0.05, w.size, dtype=np.float32)
-
-
-def global_inputs(mesh: Mesh) -> dict[str, jax.Array]:
-    """x, y, w, v as global arrays; this process fills only the shards on its own devices."""
-    x, y, w, v = host_problem(mesh.size)
-    rows, replicated, features = placements(mesh)
-    host = {"x": (x, rows), "y": (y, features), "w": (w, replicated), "w_sliced": (w, features),
-            "v": (v, features)}
-    return {name: jax.make_array_from_callback(a.shape, sharding, lambda index, a=a: a[index])
-            for name, (a, sharding) in host.items()}
-
-
-def shard_error(result: jax.Array, expected: np.ndarray) -> tuple[float, bool, int]:
-    """Largest |result − expected| over this process's shards, whether all are within TOL, shard count."""
-    errors, passed = [], True
-    shards = result.addressable_shards
-    for shard in shards:
-        got, want = np.asarray(shard.data), expected[shard.index]
-        if got.shape != want.shape:
-            errors.append(float("inf"))
-            passed = False
-            continue
-        errors.append(float(np.max(np.abs(got - want))))
-        passed = passed and np.allclose(got, want, **TOL)
-    return max(errors), passed, len(shards)
+    try:
+        bind_gloo_to(HOST)
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_NO_JOIN)
 
 
 def run_kernels(mesh: Mesh, arrays: dict[str, jax.Array]) -> dict[str, Run]:
@@ -179,26 +126,26 @@ def check_results(results: dict[str, Run], expected: dict[str, tuple]) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     """Join, compute, check every addressable shard, time each kernel, print one JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m course_utils.tools.worker", description=__doc__.splitlines()[0])
     for flag in ("--process-id", "--processes", "--devices-per-process", "--port", "--timeout"):
         parser.add_argument(flag, type=int, required=True)
+    parser.add_argument("--fail-before-check", action="store_true",
+                        help="exit with a failure before checking (to test the launcher's failure path)")
     args = parser.parse_args(argv)
     me = args.process_id
-    try:
-        fail_rank = fail_rank_from_env(os.environ, args.processes)
-    except ValueError as exc:
-        fail(str(exc), EXIT_BAD_ARGUMENT)
+    if not 0 <= me < args.processes:
+        fail(f"--process-id {me} names no process of {args.processes}", EXIT_USAGE)
     join(me, args.processes, args.devices_per_process, args.port, args.timeout)
 
     mesh = data_mesh()
     arrays = global_inputs(mesh)
     results = run_kernels(mesh, arrays)
-    if fail_rank == me:
-        fail(f"failing on purpose before the check ({FAIL_RANK_ENV}={me})", EXIT_FAILED)
+    if args.fail_before_check:
+        fail(f"process {me} failing on purpose before the check (--fail-rank {me})", EXIT_WRONG_VALUES)
     kernels = check_results(results, expected_results(mesh))
     wrong = ", ".join(f"{name} {k['max_error']:.2e}" for name, k in kernels.items() if not k["passed"])
     if wrong:
-        fail(f"wrong values on this process's shards: {wrong} (atol = rtol = {TOL['atol']:g})", EXIT_FAILED)
+        fail(f"wrong values on this process's shards: {wrong} (atol = rtol = {ATOL:g})", EXIT_WRONG_VALUES)
     for name, run in results.items():  # the same order in every process: collectives must match
         timing = time_completed_calls(run.fn, *run.args, n_samples=N_SAMPLES)
         kernels[name].update({key: timing[key] for key in ("median_us", "iqr_us", "min_us")})

@@ -1,6 +1,6 @@
 """``course launch``: the course kernels on N local processes with JAX's own multi-process runtime.
 
-The parent side. It checks the arguments and the port, starts N ``python -m course_utils.worker``
+The parent side. It checks the arguments and the port, starts N ``python -m course_utils.tools.worker``
 processes (coordinator and gloo on 127.0.0.1), waits for them under one deadline, stops the others
 as soon as one fails, and merges the workers' JSON reports into one summary. The parent never
 starts a JAX backend; JAX runs only in the workers.
@@ -9,25 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+
+from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from course_utils.tools.cli import positive_int_arg
+from course_utils.tools.processes import first_exit, spawn, stop
+from course_utils.validate import positive_int
 
 HOST = "127.0.0.1"
-FAIL_RANK_ENV = "COURSE_LAUNCH_FAIL_RANK"
 MAX_DEVICES = 64
 RUN_SECONDS = 120  # allowed after the join deadline: compile, check and time four kernels
-STOP_SECONDS = 5  # a terminated worker gets this long before it is killed
-EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 
 
 class LaunchError(RuntimeError):
@@ -44,33 +42,18 @@ class Worker:
     stderr: Path
 
 
-def check_counts(processes: int, devices_per_process: int, timeout: int) -> None:
-    """Raise ``ValueError`` unless N, D and the timeout are positive integers with N·D ≤ ``MAX_DEVICES``."""
+def check_counts(processes: int, devices_per_process: int, timeout: int,
+                 fail_rank: int | None = None) -> None:
+    """Raise ``ValueError`` unless N, D, the timeout and ``fail_rank`` fit (N·D ≤ ``MAX_DEVICES``)."""
     for name, value in (("processes", processes), ("devices_per_process", devices_per_process),
                         ("timeout", timeout)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        positive_int(name, value)
     if processes * devices_per_process > MAX_DEVICES:
         raise ValueError(f"{processes} processes × {devices_per_process} devices = "
                          f"{processes * devices_per_process} devices; use at most {MAX_DEVICES} in all")
-
-
-def fail_rank_from_env(environ: Mapping[str, str], processes: int) -> int | None:
-    """The process that must fail on purpose (test hook ``COURSE_LAUNCH_FAIL_RANK``), or ``None``.
-
-    Examples:
-        >>> fail_rank_from_env({"COURSE_LAUNCH_FAIL_RANK": "1"}, 2)
-        1
-        >>> fail_rank_from_env({}, 2) is None
-        True
-    """
-    raw = environ.get(FAIL_RANK_ENV, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or int(raw) >= processes:
-        raise ValueError(f"{FAIL_RANK_ENV}={raw!r} names no process; set it to one of 0..{processes - 1} "
-                         f"or unset it")
-    return int(raw)
+    if fail_rank is not None and (isinstance(fail_rank, bool) or not isinstance(fail_rank, int)
+                                  or not 0 <= fail_rank < processes):
+        raise ValueError(f"--fail-rank {fail_rank!r} names no process; use one of 0..{processes - 1}")
 
 
 def free_port() -> int:
@@ -93,32 +76,24 @@ def check_port(port: int) -> None:
 
 
 def start_workers(folder: Path, processes: int, devices_per_process: int, port: int,
-                  timeout: int) -> list[Worker]:
+                  timeout: int, fail_rank: int | None = None) -> list[Worker]:
     """Start the N worker processes; their stdout and stderr go to files in ``folder``."""
     workers = []
     for i in range(processes):
-        command = [sys.executable, "-m", "course_utils.worker", "--process-id", str(i),
+        command = [sys.executable, "-m", "course_utils.tools.worker", "--process-id", str(i),
                    "--processes", str(processes), "--devices-per-process", str(devices_per_process),
                    "--port", str(port), "--timeout", str(timeout)]
+        if i == fail_rank:
+            command.append("--fail-before-check")
         out, err = folder / f"worker{i}.out", folder / f"worker{i}.err"
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
-            popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
-        workers.append(Worker(i, popen, out, err))
+            workers.append(Worker(i, spawn(command, stdout, stderr), out, err))
     return workers
 
 
 def stop_workers(workers: list[Worker]) -> None:
     """Terminate the workers still running (only these processes), then kill any that linger."""
-    running = [w for w in workers if w.popen.poll() is None]
-    for w in running:
-        w.popen.terminate()
-    deadline = time.monotonic() + STOP_SECONDS
-    for w in running:
-        try:
-            w.popen.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            w.popen.kill()
-            w.popen.wait()
+    stop([w.popen for w in workers])
 
 
 def _last_line(path: Path) -> str:
@@ -136,20 +111,17 @@ def _status(returncode: int) -> str:
 
 def wait_for_workers(workers: list[Worker], seconds: float) -> None:
     """Wait until every worker exits 0; raise ``LaunchError`` at the first failure or at the deadline."""
-    exited: queue.Queue[Worker] = queue.Queue()
-    for w in workers:
-        threading.Thread(target=lambda w=w: (w.popen.wait(), exited.put(w)), daemon=True).start()
-    deadline = time.monotonic() + seconds
-    for _ in workers:
-        try:
-            w = exited.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            late = ", ".join(str(v.process_id) for v in workers if v.popen.poll() is None)
-            raise LaunchError(f"the launch did not finish within {seconds:.0f} s (still running: process {late}); "
-                              f"raise --timeout or run fewer processes") from None
-        if w.popen.returncode != 0:
-            raise LaunchError(f"process {w.process_id} failed ({_status(w.popen.returncode)}): "
-                              f"{_last_line(w.stderr)}; the other processes were stopped")
+    by_popen = {id(w.popen): w for w in workers}
+    try:
+        for popen in first_exit([w.popen for w in workers], seconds):
+            w = by_popen[id(popen)]
+            if popen.returncode != 0:
+                raise LaunchError(f"process {w.process_id} failed ({_status(popen.returncode)}): "
+                                  f"{_last_line(w.stderr)}; the other processes were stopped")
+    except TimeoutError:
+        late = ", ".join(str(v.process_id) for v in workers if v.popen.poll() is None)
+        raise LaunchError(f"the launch did not finish within {seconds:.0f} s (still running: "
+                          f"process {late}); raise --timeout or run fewer processes") from None
 
 
 def read_report(worker: Worker) -> dict:
@@ -184,7 +156,8 @@ def merge_reports(reports: list[dict], devices_per_process: int, port: int, wall
             "passed": all(k["passed"] for k in kernels.values()), "wall_s": wall_s}
 
 
-def launch(processes: int = 2, devices_per_process: int = 2, port: int | None = None, timeout: int = 60) -> dict:
+def launch(processes: int = 2, devices_per_process: int = 2, port: int | None = None, timeout: int = 60,
+           *, fail_rank: int | None = None) -> dict:
     """Run the course kernels on ``processes`` local processes of ``devices_per_process`` CPU devices each.
 
     Args:
@@ -193,6 +166,8 @@ def launch(processes: int = 2, devices_per_process: int = 2, port: int | None = 
         port: the coordinator's port on 127.0.0.1; ``None`` picks a free one.
         timeout: seconds each process waits for the others to join; the whole launch is stopped
             after ``timeout + 120`` s.
+        fail_rank: make this process fail on purpose before its check (to see, and test, how a
+            launch stops when one process dies).
 
     Returns:
         The summary: ``processes``, ``devices_per_process``, ``global_devices``, ``local_devices``
@@ -201,18 +176,17 @@ def launch(processes: int = 2, devices_per_process: int = 2, port: int | None = 
         ``median_us``, ``iqr_us`` and ``min_us``), ``passed`` and ``wall_s`` (the whole launch).
 
     Raises:
-        ValueError: invalid N, D, timeout, port or ``COURSE_LAUNCH_FAIL_RANK``.
+        ValueError: invalid N, D, timeout, port or ``fail_rank``.
         LaunchError: the port is taken, a process failed, or the deadline passed.
         KeyboardInterrupt: interrupted; the workers are stopped first.
     """
     start = time.perf_counter()
-    check_counts(processes, devices_per_process, timeout)
-    fail_rank_from_env(os.environ, processes)
+    check_counts(processes, devices_per_process, timeout, fail_rank)
     if port is None:
         port = free_port()
     check_port(port)
     with tempfile.TemporaryDirectory(prefix="course-launch-") as folder:
-        workers = start_workers(Path(folder), processes, devices_per_process, port, timeout)
+        workers = start_workers(Path(folder), processes, devices_per_process, port, timeout, fail_rank)
         try:
             wait_for_workers(workers, timeout + RUN_SECONDS)
         finally:
@@ -241,7 +215,8 @@ def format_summary(summary: dict) -> str:
 
 def _run_launch(args: argparse.Namespace) -> int:
     try:
-        summary = launch(args.processes, args.devices_per_process, args.port, args.timeout)
+        summary = launch(args.processes, args.devices_per_process, args.port, args.timeout,
+                         fail_rank=args.fail_rank)
     except ValueError as exc:
         print(f"course launch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -251,25 +226,23 @@ def _run_launch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("course launch: interrupted; the worker processes were stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(format_summary(summary))
+    print(json.dumps(summary) if args.json else format_summary(summary))
     return 0 if summary["passed"] else EXIT_FAILED
-
-
-def _positive_int(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return int(text)
 
 
 def add_launch_parser(sub) -> None:
     """Register ``course launch``."""
     launch_ = sub.add_parser("launch", help="run the kernels on N local processes (jax.distributed, gloo)")
-    launch_.add_argument("--processes", type=_positive_int, required=True, help="N, local processes to start")
-    launch_.add_argument("--devices-per-process", type=_positive_int, required=True,
+    launch_.add_argument("--processes", type=positive_int_arg, required=True, help="N, local processes to start")
+    launch_.add_argument("--devices-per-process", type=positive_int_arg, required=True,
                          help=f"D, logical CPU devices per process (N·D ≤ {MAX_DEVICES})")
-    launch_.add_argument("--port", type=_positive_int, default=None,
+    launch_.add_argument("--port", type=positive_int_arg, default=None,
                          help=f"coordinator port on {HOST} (default: a free one)")
-    launch_.add_argument("--timeout", type=_positive_int, default=60,
+    launch_.add_argument("--timeout", type=positive_int_arg, default=60,
                          help=f"seconds to wait for all processes to join (default: 60); "
                               f"the launch stops after timeout + {RUN_SECONDS} s")
+    launch_.add_argument("--fail-rank", type=int, default=None, metavar="R",
+                         help="make process R fail before its check, to see how a launch stops")
+    launch_.add_argument("--json", action="store_true",
+                         help="print the summary as one JSON object (what notebook 09 reads)")
     launch_.set_defaults(handler=_run_launch)

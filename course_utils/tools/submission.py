@@ -17,8 +17,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.runner import run_in_fresh_kernel
-from course_utils.student import SOLUTION_TAG
+from course_utils.tools.runner import run_in_fresh_kernel
+from course_utils.tools.student import SOLUTION_TAG
 
 CHECK_TAG = "check"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
