@@ -1,4 +1,5 @@
 """Repository-wide pytest hooks."""
+
 import os
 import shutil
 import tempfile
@@ -14,7 +15,8 @@ def pytest_configure(config):
     startup = ipython_dir / "profile_default" / "startup"
     startup.mkdir(parents=True)
     (startup / "00_network_guard.py").write_text(
-        f"exec(compile(open({str(GUARD)!r}).read(), 'network_guard', 'exec'))\ninstall()\n")
+        f"exec(compile(open({str(GUARD)!r}).read(), 'network_guard', 'exec'))\ninstall()\n"
+    )
     config.course_ipython_dir = ipython_dir
     os.environ["IPYTHONDIR"] = str(ipython_dir)
 
@@ -24,6 +26,7 @@ def pytest_unconfigure(config):
 
 
 def pytest_collectstart(collector):
-    # nbval compares stderr too; warnings there carry /tmp/ipykernel_<pid> paths that change every run
+    # nbval compares stderr too; warnings there carry /tmp/ipykernel_<pid> paths that change
+    # every run
     if collector.fspath and collector.fspath.ext == ".ipynb":
         collector.skip_compare += ("stderr",)

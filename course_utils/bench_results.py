@@ -1,4 +1,5 @@
 """Reading a ``course bench`` run: the saved full run that notebook 10 reads, and its figure."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,12 @@ def _series(rows: Sequence[dict], p: int, variant: str) -> list[dict]:
 
 
 def saved_results() -> dict:
-    """The full ``course bench`` run shipped with the package (``course_utils/saved/bench_full.json``).
+    """The full ``course bench`` run shipped with the package
+    (``course_utils/saved/bench_full.json``).
 
-    Notebook 10 reads it; ``tests/test_bench_results.py`` keeps it in sync with the code. Regenerate:
-    ``nice -n 5 course bench --out build/bench && cp build/bench/bench.json course_utils/saved/bench_full.json``.
+    Notebook 10 reads it; ``tests/test_bench_results.py`` keeps it in sync with the code.
+    Regenerate: ``nice -n 5 course bench --out build/bench &&
+    cp build/bench/bench.json course_utils/saved/bench_full.json``.
     """
     return json.loads(files("course_utils").joinpath("saved", "bench_full.json").read_text())
 
@@ -32,24 +35,60 @@ def figure_data(results: dict) -> dict:
     x = [r["bytes"] for r in _series(rows, counts[0], "psum")]
     panels = []
     for p in counts:
-        series = [{"label": LABELS[v], "y": [r["median_us"] for r in _series(rows, p, v)]} for v in BASIC]
-        series += [{"label": f"{LABELS[f['variant']]}: α + S/B", "y": [model_time_us(f, s) for s in x]}
-                   for f in fits if f["devices"] == p and f["variant"] in BASIC]
-        panels.append({"kind": "line", "x": x, "series": series, "xscale": "log", "yscale": "log",
-                       "title": f"{p} devices (median of {repeats} repeat medians)",
-                       "xlabel": "S, bytes", "ylabel": "time per call, µs"})
-    ratios = [{"label": f"{LABELS[v]}, p={e['devices']}", "y": e[v]["ratios"]}
-              for e in results["rs_ag_vs_psum"] for v in ("rs_ag_calls", "rs_ag_fused")]
-    panels.append({"kind": "line", "x": x, "series": ratios, "xscale": "log", "title": "RS+AG against psum",
-                   "xlabel": "S, bytes", "ylabel": "time / psum time"})
+        series = [
+            {"label": LABELS[v], "y": [r["median_us"] for r in _series(rows, p, v)]} for v in BASIC
+        ]
+        series += [
+            {"label": f"{LABELS[f['variant']]}: α + S/B", "y": [model_time_us(f, s) for s in x]}
+            for f in fits
+            if f["devices"] == p and f["variant"] in BASIC
+        ]
+        panels.append(
+            {
+                "kind": "line",
+                "x": x,
+                "series": series,
+                "xscale": "log",
+                "yscale": "log",
+                "title": f"{p} devices (median of {repeats} repeat medians)",
+                "xlabel": "S, bytes",
+                "ylabel": "time per call, µs",
+            }
+        )
+    ratios = [
+        {"label": f"{LABELS[v]}, p={e['devices']}", "y": e[v]["ratios"]}
+        for e in results["rs_ag_vs_psum"]
+        for v in ("rs_ag_calls", "rs_ag_fused")
+    ]
+    panels.append(
+        {
+            "kind": "line",
+            "x": x,
+            "series": ratios,
+            "xscale": "log",
+            "title": "RS+AG against psum",
+            "xlabel": "S, bytes",
+            "ylabel": "time / psum time",
+        }
+    )
     zero1 = results["zero1"]
     if zero1:
         goal = results.get("zero1_goal")
         p = goal["devices"] if goal else zero1[0]["devices"]
         mine = [r for r in zero1 if r["devices"] == p]
-        panels.append({"kind": "line", "x": [r["params"] for r in mine], "xscale": "log", "yscale": "log",
-                       "series": [{"label": LABELS[s], "y": [r["steps"][s]["median_us"] for r in mine]}
-                                  for s in ZERO1_STEPS],
-                       "title": f"optimizer step, {p} devices", "xlabel": "parameters (float32)",
-                       "ylabel": "time per step, µs"})
+        panels.append(
+            {
+                "kind": "line",
+                "x": [r["params"] for r in mine],
+                "xscale": "log",
+                "yscale": "log",
+                "series": [
+                    {"label": LABELS[s], "y": [r["steps"][s]["median_us"] for r in mine]}
+                    for s in ZERO1_STEPS
+                ],
+                "title": f"optimizer step, {p} devices",
+                "xlabel": "parameters (float32)",
+                "ylabel": "time per step, µs",
+            }
+        )
     return {"panels": panels}

@@ -4,6 +4,7 @@ Every check either prints one ``PASSED: <exercise>`` line or raises ``ExerciseFa
 says what is wrong: which entries and by how much, the right values in the wrong placement, or the
 wrong shape or dtype. Expected values are always computed from the inputs passed in, never stored.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,16 @@ def _fail(exercise: str, message: str):
     raise ExerciseFailed(f"{exercise}: {message}")
 
 
-def _values(exercise: str, name: str, got, expected: np.ndarray, *, atol: float = ATOL, rtol: float = ATOL,
-            hint: str = "") -> None:
+def _values(
+    exercise: str,
+    name: str,
+    got,
+    expected: np.ndarray,
+    *,
+    atol: float = ATOL,
+    rtol: float = ATOL,
+    hint: str = "",
+) -> None:
     """Compare shape, dtype and values; name the wrong entries and by how much."""
     if got is None:
         _fail(exercise, f"{name} is None; assign your result to {name}")
@@ -36,22 +45,31 @@ def _values(exercise: str, name: str, got, expected: np.ndarray, *, atol: float 
     if got_array.shape != expected.shape:
         _fail(exercise, f"{name} has shape {got_array.shape}, expected {expected.shape}")
     if not np.issubdtype(got_array.dtype, np.floating):
-        _fail(exercise, f"{name} has dtype {got_array.dtype}, expected a float dtype such as float32")
+        _fail(
+            exercise, f"{name} has dtype {got_array.dtype}, expected a float dtype such as float32"
+        )
     tolerance = atol + rtol * np.abs(expected)
     wrong = np.flatnonzero(np.abs(got_array - expected).ravel() > tolerance.ravel())
     if wrong.size == 0:
         return
     flat_got, flat_expected = got_array.ravel(), expected.ravel()
     ratio = _common_ratio(flat_got, flat_expected)
-    shown = ", ".join(f"[{i}] {flat_got[i]:.6g} instead of {flat_expected[i]:.6g}" for i in wrong[:3])
+    shown = ", ".join(
+        f"[{i}] {flat_got[i]:.6g} instead of {flat_expected[i]:.6g}" for i in wrong[:3]
+    )
     more = f" and {wrong.size - 3} more" if wrong.size > 3 else ""
     scale = f"; every entry is {ratio:.3g}× the expected value" if ratio is not None else ""
-    _fail(exercise, f"{name}: {wrong.size} of {flat_expected.size} entries wrong: {shown}{more}"
-                    f" (largest error {np.max(np.abs(got_array - expected)):.3g}){scale}{hint and '. ' + hint}")
+    _fail(
+        exercise,
+        f"{name}: {wrong.size} of {flat_expected.size} entries wrong: {shown}{more}"
+        f" (largest error {np.max(np.abs(got_array - expected)):.3g}){scale}{hint and '. ' + hint}",
+    )
 
 
 def _common_ratio(got: np.ndarray, expected: np.ndarray) -> float | None:
-    """The factor got/expected if it is the same for all entries (a normalization mistake), else None."""
+    """The factor got/expected if it is the same for all entries (a normalization mistake),
+    else None.
+    """
     mask = np.abs(expected) > 1e-6
     if not mask.any():
         return None
@@ -62,9 +80,14 @@ def _common_ratio(got: np.ndarray, expected: np.ndarray) -> float | None:
 
 
 def _placement(exercise: str, name: str, array, expected_shape: tuple, n_devices: int) -> None:
-    """Check that ``array`` is placed on the mesh with one block of ``expected_shape`` per device."""
+    """Check that ``array`` is placed on the mesh with one block of ``expected_shape``
+    per device.
+    """
     if not hasattr(array, "addressable_shards"):
-        _fail(exercise, f"{name} is a {type(array).__name__} on the host, not a jax.Array on the devices")
+        _fail(
+            exercise,
+            f"{name} is a {type(array).__name__} on the host, not a jax.Array on the devices",
+        )
     shapes = sorted({tuple(s.data.shape) for s in array.addressable_shards})
     devices = len(array.addressable_shards)
     if devices != n_devices:
@@ -73,34 +96,56 @@ def _placement(exercise: str, name: str, array, expected_shape: tuple, n_devices
         return
     full = tuple(array.shape)
     if shapes == [full]:
-        _fail(exercise, f"{name} has the right values but the wrong placement: it is replicated (every device "
-                        f"holds all of it, {full}); expected blocks of {tuple(expected_shape)} per device")
+        _fail(
+            exercise,
+            f"{name} has the right values but the wrong placement: it is replicated (every device "
+            f"holds all of it, {full}); expected blocks of {tuple(expected_shape)} per device",
+        )
     if tuple(expected_shape) == full:
-        _fail(exercise, f"{name} has the right values but the wrong placement: devices hold blocks of {shapes}; "
-                        f"expected the whole {full} on every device (replicated)")
-    _fail(exercise, f"{name}: wrong shard shape: devices hold {shapes}, expected {tuple(expected_shape)} per device")
+        _fail(
+            exercise,
+            f"{name} has the right values but the wrong placement: devices hold blocks of "
+            f"{shapes}; expected the whole {full} on every device (replicated)",
+        )
+    _fail(
+        exercise,
+        f"{name}: wrong shard shape: devices hold {shapes}, "
+        f"expected {tuple(expected_shape)} per device",
+    )
 
 
 def check_shares(shares, x, y, w, n_devices: int) -> None:
-    """Exercise 02: the per-device shares, stacked ``(n_devices, n_features)``, from row blocks of x, y."""
+    """Exercise 02: the per-device shares, stacked ``(n_devices, n_features)``,
+    from row blocks of x, y.
+    """
     exercise = "per-device shares"
     x, y, w = (np.asarray(a) for a in (x, y, w))
     n_rows = x.shape[0]
     blocks = np.split(np.arange(n_rows), n_devices)
     expected = np.stack([2 * x[b].T @ (x[b] @ w - y[b]) / n_rows for b in blocks])
-    _values(exercise, "shares", shares, expected,
-            hint=f"divide every share by the global row count ({n_rows}), not by the rows per device")
+    _values(
+        exercise,
+        "shares",
+        shares,
+        expected,
+        hint=f"divide every share by the global row count ({n_rows}), not by the rows per device",
+    )
     np.testing.assert_allclose(expected.sum(axis=0), reference_gradient(x, y, w), atol=ATOL)
     _passed(exercise, f"{n_devices} shares that add up to the reference gradient")
 
 
 def check_reduce_scatter(g, x, y, w, n_devices: int) -> None:
-    """Exercise 03: the gradient from your reduce-scatter kernel: right values, sharded by features."""
+    """Exercise 03: the gradient from your reduce-scatter kernel: right values,
+    sharded by features.
+    """
     exercise = "reduce-scatter kernel"
     expected = reference_gradient(np.asarray(x), np.asarray(y), np.asarray(w))
     _values(exercise, "g", g, expected.astype(np.float32))
     _placement(exercise, "g", g, (expected.size // n_devices,), n_devices)
-    _passed(exercise, f"each device holds {expected.size // n_devices} of the {expected.size} gradient values")
+    _passed(
+        exercise,
+        f"each device holds {expected.size // n_devices} of the {expected.size} gradient values",
+    )
 
 
 def check_predicted_shard_shapes(predicted, array) -> None:
@@ -108,10 +153,17 @@ def check_predicted_shard_shapes(predicted, array) -> None:
     exercise = "shard shapes of a PartitionSpec"
     actual = sorted(((s.device.id, tuple(s.data.shape)) for s in array.addressable_shards))
     if not isinstance(predicted, (list, tuple)) or len(predicted) != len(actual):
-        _fail(exercise, f"predict one shape per device: a list of {len(actual)} tuples, got {predicted!r}")
+        _fail(
+            exercise,
+            f"predict one shape per device: a list of {len(actual)} tuples, got {predicted!r}",
+        )
     for (device, shape), guess in zip(actual, predicted):
         if tuple(guess) != shape:
-            _fail(exercise, f"wrong shard shape on device {device}: you predicted {tuple(guess)}, it holds {shape}")
+            _fail(
+                exercise,
+                f"wrong shard shape on device {device}: you predicted {tuple(guess)}, "
+                f"it holds {shape}",
+            )
     _passed(exercise, f"{len(actual)} blocks of {actual[0][1]}")
 
 
@@ -122,24 +174,47 @@ def check_ring_prediction(predicted: dict, nbytes: int, ranks: int) -> None:
     if not isinstance(predicted, dict) or set(predicted) != set(expected):
         _fail(exercise, f"predict a dict with the keys {sorted(expected)}, got {predicted!r}")
     for key, value in expected.items():
-        if not isinstance(predicted[key], (int, float)) or not math.isclose(predicted[key], value, abs_tol=1e-9):
-            _fail(exercise, f"{key}: you predicted {predicted[key]!r}, the model gives {value} "
-                            f"({'2' if key == 'all_reduce' else ''}(p-1)/p * N with p = {ranks}, N = {nbytes})")
+        if not isinstance(predicted[key], (int, float)) or not math.isclose(
+            predicted[key], value, abs_tol=1e-9
+        ):
+            _fail(
+                exercise,
+                f"{key}: you predicted {predicted[key]!r}, the model gives {value} "
+                f"({'2' if key == 'all_reduce' else ''}(p-1)/p * N with p = {ranks}, N = {nbytes})",
+            )
     _passed(exercise, f"all-reduce {expected['all_reduce']} bytes per rank")
 
 
-def check_two_state_update(w_next, m_next, s_next, w, m, s, g, n_devices: int, *, lr: float, beta1: float,
-                           beta2: float, eps: float) -> None:
+def check_two_state_update(
+    w_next,
+    m_next,
+    s_next,
+    w,
+    m,
+    s,
+    g,
+    n_devices: int,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+) -> None:
     """Exercise 06: a sliced update with two optimizer states (Adam-like, no bias correction)."""
     exercise = "sliced update with two states"
     w, m, s, g = (np.asarray(a, dtype=np.float32) for a in (w, m, s, g))
     expected_m = beta1 * m + (1 - beta1) * g
     expected_s = beta2 * s + (1 - beta2) * g * g
     expected_w = w - lr * expected_m / (np.sqrt(expected_s) + eps)
-    for name, got, expected in (("m_next", m_next, expected_m), ("s_next", s_next, expected_s),
-                                ("w_next", w_next, expected_w)):
+    for name, got, expected in (
+        ("m_next", m_next, expected_m),
+        ("s_next", s_next, expected_s),
+        ("w_next", w_next, expected_w),
+    ):
         # float32 rounding, relative to each quantity's own scale (s is ~1e-4, w ~1e-1)
-        _values(exercise, name, got, expected, atol=1e-5 * float(np.max(np.abs(expected))), rtol=1e-5)
+        _values(
+            exercise, name, got, expected, atol=1e-5 * float(np.max(np.abs(expected))), rtol=1e-5
+        )
     slice_shape = (w.size // n_devices,)
     _placement(exercise, "m_next", m_next, slice_shape, n_devices)
     _placement(exercise, "s_next", s_next, slice_shape, n_devices)
@@ -152,12 +227,20 @@ def check_joint_permutation(g_all, g_gathered, x, y, w2, n_devices: int) -> None
     exercise = "joint row permutation"
     target = reference_gradient(np.asarray(x), np.asarray(y), np.asarray(w2)).astype(np.float32)
     for name, g in (("g_all", g_all), ("g_gathered", g_gathered)):
-        _values(exercise, name, g, target,
-                hint="reorder the rows of x and the labels y with the same permutation, and use w2 = w + 0.17")
+        _values(
+            exercise,
+            name,
+            g,
+            target,
+            hint="reorder the rows of x and the labels y with the same permutation, "
+            "and use w2 = w + 0.17",
+        )
         _placement(exercise, name, g, target.shape, n_devices)
         for shard in g.addressable_shards:
             _values(exercise, f"{name} on device {shard.device.id}", shard.data, target)
-    _passed(exercise, f"both paths equal the gradient of the original data on all {n_devices} devices")
+    _passed(
+        exercise, f"both paths equal the gradient of the original data on all {n_devices} devices"
+    )
 
 
 def check_budget_row(row: dict, nbytes: int, ranks: int) -> None:

@@ -1,4 +1,5 @@
 """Constants shared by the core, the tools and the tests: each is defined here and nowhere else."""
+
 from __future__ import annotations
 
 # float32 results compared with a NumPy reference: |got − want| ≤ ATOL + RTOL·|want|

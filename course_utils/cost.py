@@ -1,10 +1,12 @@
-"""Cost models: the ring payload, the α-β time model, nccl-tests bandwidths, in-process memory traffic.
+"""Cost models: the ring payload, the α-β time model, nccl-tests bandwidths,
+in-process memory traffic.
 
 The ring model is a model of the payload of a ring algorithm (Patarasuk & Yuan, 2009), not a
 measurement: on logical CPU devices nothing crosses a network. The α-β model ``T = α + S/B`` is
 fitted to measured times (notebook 10, ``course bench``); the bus bandwidth follows nccl-tests'
 convention; the memory-traffic model counts the bytes an in-process collective reads and writes.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -17,8 +19,12 @@ from course_utils.validate import positive_int
 PAGE_FAULT_BYTES = 32 * 2**20
 # bytes read plus written by an in-process collective over S bytes, as a multiple of S, per p
 TRAFFIC_FACTORS: dict[str, Callable[[int], int]] = {
-    "psum": lambda p: 3 * p - 1, "psum_scatter": lambda p: p + 1, "all_gather": lambda p: 2 * p,
-    "rs_ag_calls": lambda p: 3 * p + 1, "rs_ag_fused": lambda p: 3 * p + 1}
+    "psum": lambda p: 3 * p - 1,
+    "psum_scatter": lambda p: p + 1,
+    "all_gather": lambda p: 2 * p,
+    "rs_ag_calls": lambda p: 3 * p + 1,
+    "rs_ag_fused": lambda p: 3 * p + 1,
+}
 
 
 def ring_bytes(nbytes: int, ranks: int) -> dict:
@@ -27,7 +33,8 @@ def ring_bytes(nbytes: int, ranks: int) -> dict:
     Reduce-scatter and all-gather each send (p−1)/p·N; all-reduce, being both, sends 2(p−1)/p·N.
 
     Args:
-        nbytes: size N of the whole array in bytes. ranks: number of ranks p.
+        nbytes: size N of the whole array in bytes.
+        ranks: number of ranks p.
 
     Returns:
         ``{'reduce_scatter': …, 'all_gather': …, 'all_reduce': …}`` as floats.
@@ -61,11 +68,18 @@ def communication_budget(nbytes: int = 2**20, ranks=(2, 4, 8)) -> list[dict]:
     for p in ranks:
         p = positive_int("ranks", p)
         if nbytes % p:
-            raise ValueError(f"{nbytes} bytes do not divide over {p} ranks; use a size that is a multiple of {p}")
+            raise ValueError(
+                f"{nbytes} bytes do not divide over {p} ranks; use a size that is a multiple of {p}"
+            )
         ring = ring_bytes(nbytes, p)
-        budget.append({"ranks": p, "all_reduce_bytes": round(ring["all_reduce"]),
-                       "scatter_gather_bytes": round(ring["reduce_scatter"] + ring["all_gather"]),
-                       "shard_storage_bytes": nbytes // p})
+        budget.append(
+            {
+                "ranks": p,
+                "all_reduce_bytes": round(ring["all_reduce"]),
+                "scatter_gather_bytes": round(ring["reduce_scatter"] + ring["all_gather"]),
+                "shard_storage_bytes": nbytes // p,
+            }
+        )
     return budget
 
 
@@ -83,7 +97,8 @@ def busbw_gbps(algbw: float, kind: str, devices: int) -> float:
     """nccl-tests bus bandwidth: algbw·2(p−1)/p for all-reduce, algbw·(p−1)/p for the other two.
 
     Examples:
-        >>> busbw_gbps(4.0, "all_reduce", 4), busbw_gbps(4.0, "reduce_scatter", 4), busbw_gbps(4.0, "all_gather", 2)
+        >>> (busbw_gbps(4.0, "all_reduce", 4), busbw_gbps(4.0, "reduce_scatter", 4),
+        ...  busbw_gbps(4.0, "all_gather", 2))
         (6.0, 3.0, 2.0)
     """
     factors = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0}
@@ -113,7 +128,8 @@ def output_bytes_per_device(variant: str, nbytes: float, devices: int) -> float:
     """Bytes each device ends with: S, except S/p after ``psum_scatter``.
 
     Examples:
-        >>> output_bytes_per_device("psum_scatter", 1024, 4), output_bytes_per_device("all_gather", 1024, 4)
+        >>> (output_bytes_per_device("psum_scatter", 1024, 4),
+        ...  output_bytes_per_device("all_gather", 1024, 4))
         (256.0, 1024.0)
     """
     if variant not in TRAFFIC_FACTORS:
@@ -144,7 +160,8 @@ def fit_alpha_beta(nbytes: Sequence[float], times_us: Sequence[float]) -> dict:
     Examples:
         >>> sizes = [2.0**k for k in range(5, 25)]
         >>> fit = fit_alpha_beta(sizes, [100 + s / 5e3 for s in sizes])  # α = 100 µs, B = 5 GB/s
-        >>> round(fit["alpha_us"], 6), round(fit["bandwidth_gbps"], 6), round(fit["max_rel_error"], 6)
+        >>> (round(fit["alpha_us"], 6), round(fit["bandwidth_gbps"], 6),
+        ...  round(fit["max_rel_error"], 6))
         (100.0, 5.0, 0.0)
     """
     s, t = np.asarray(nbytes, dtype=float), np.asarray(times_us, dtype=float)
@@ -155,8 +172,12 @@ def fit_alpha_beta(nbytes: Sequence[float], times_us: Sequence[float]) -> dict:
     model = alpha + per_byte * s
     # a per-byte cost below rounding noise (under 1e-9 of the largest time) is no cost at all
     grows = per_byte * s.max() > 1e-9 * t.max()
-    return {"alpha_us": float(alpha), "bandwidth_gbps": float(1e-3 / per_byte) if grows else None,
-            "max_rel_error": float(np.max(np.abs(model - t) / t)), "n_points": int(s.size)}
+    return {
+        "alpha_us": float(alpha),
+        "bandwidth_gbps": float(1e-3 / per_byte) if grows else None,
+        "max_rel_error": float(np.max(np.abs(model - t) / t)),
+        "n_points": int(s.size),
+    }
 
 
 def model_time_us(fit: dict, nbytes: float) -> float:

@@ -1,11 +1,13 @@
 """Device setup: logical CPU devices, the one-axis mesh and the seed's three placements."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from course_utils.validate import positive_int
 
@@ -69,7 +71,9 @@ def data_mesh(axis_name: str = "data") -> Mesh:
 def axis_of(mesh: Mesh) -> str:
     """The name of a one-axis mesh's axis; a clear error for any other mesh."""
     if len(mesh.axis_names) != 1:
-        raise ValueError(f"expected a one-axis mesh, got axes {mesh.axis_names}; build one with data_mesh()")
+        raise ValueError(
+            f"expected a one-axis mesh, got axes {mesh.axis_names}; build one with data_mesh()"
+        )
     return mesh.axis_names[0]
 
 

@@ -1,4 +1,5 @@
 """Fixed-precision text for notebook output, so a re-run prints exactly the same characters."""
+
 from __future__ import annotations
 
 import numpy as np

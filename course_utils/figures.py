@@ -8,8 +8,10 @@ The data format (the seed's)::
                  'series': [{'label': '...', 'y': [...]}]}]}
 
 A bar panel has one bar per label; a line panel one point per ``x``. Optional fields: ``title``,
-``xlabel``, ``ylabel`` (strings) and, for line panels, ``xscale`` / ``yscale`` (``'linear'`` or ``'log'``).
+``xlabel``, ``ylabel`` (strings) and, for line panels, ``xscale`` / ``yscale`` (``'linear'`` or
+``'log'``).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -35,17 +37,36 @@ def placement_figure_data(local_sizes: Sequence[int], gradient_nbytes: int, rank
         [48.0, 24.0, 48.0]
     """
     if len(local_sizes) != 3:
-        raise ValueError(f"local_sizes needs 3 values (all-reduce, reduce-scatter, after gather), got {len(local_sizes)}")
+        raise ValueError(
+            "local_sizes needs 3 values (all-reduce, reduce-scatter, after gather), "
+            f"got {len(local_sizes)}"
+        )
     ring = ring_bytes(gradient_nbytes, ranks)
-    return {"panels": [
-        {"kind": "bar", "labels": ["all-reduce", "reduce-scatter", "after gather"],
-         "ylabel": "values stored per device",
-         "series": [{"label": "observed local shape", "y": [int(n) for n in local_sizes]}]},
-        {"kind": "bar", "labels": ["all-reduce", "reduce-scatter", "scatter + gather"],
-         "ylabel": "modeled bytes per rank",
-         "series": [{"label": "idealized ring payload",
-                     "y": [ring["all_reduce"], ring["reduce_scatter"], ring["reduce_scatter"] + ring["all_gather"]]}]},
-    ]}
+    return {
+        "panels": [
+            {
+                "kind": "bar",
+                "labels": ["all-reduce", "reduce-scatter", "after gather"],
+                "ylabel": "values stored per device",
+                "series": [{"label": "observed local shape", "y": [int(n) for n in local_sizes]}],
+            },
+            {
+                "kind": "bar",
+                "labels": ["all-reduce", "reduce-scatter", "scatter + gather"],
+                "ylabel": "modeled bytes per rank",
+                "series": [
+                    {
+                        "label": "idealized ring payload",
+                        "y": [
+                            ring["all_reduce"],
+                            ring["reduce_scatter"],
+                            ring["reduce_scatter"] + ring["all_gather"],
+                        ],
+                    }
+                ],
+            },
+        ]
+    }
 
 
 def _is_number(value) -> bool:
@@ -84,7 +105,8 @@ def validate_figure_data(data) -> None:
                 raise ValueError(f"{where}.series[{j}].y must be a list of numbers")
             if len(s["y"]) != len(ticks):
                 raise ValueError(
-                    f"{where}.series[{j}].y has {len(s['y'])} values but {axis_field} has {len(ticks)}"
+                    f"{where}.series[{j}].y has {len(s['y'])} values "
+                    f"but {axis_field} has {len(ticks)}"
                 )
             bad = [v for v in s["y"] if not _is_number(v)]
             if bad:
@@ -94,7 +116,9 @@ def validate_figure_data(data) -> None:
                 raise ValueError(f"{where}.{field} must be a string")
         for field in ("xscale", "yscale"):
             if panel.get(field, "linear") not in SCALES:
-                raise ValueError(f"{where}.{field} is {panel[field]!r}; use one of {', '.join(SCALES)}")
+                raise ValueError(
+                    f"{where}.{field} is {panel[field]!r}; use one of {', '.join(SCALES)}"
+                )
 
 
 def plot_figure(data: dict):

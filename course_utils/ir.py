@@ -10,6 +10,7 @@ Op names searched for:
 ``bytes`` is the size of the op's *result buffer on one device* (the shapes inside ``shard_map`` are
 per-device), not the traffic a network would carry; ``course_utils.cost`` models that.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,18 +19,42 @@ import re
 STABLEHLO_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute")
 HLO_OPS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "collective-permute")
 
-_ITEMSIZE = {"pred": 1, "i1": 1, "s8": 1, "u8": 1, "i8": 1, "f16": 2, "bf16": 2, "s16": 2, "u16": 2, "i16": 2,
-             "f32": 4, "s32": 4, "u32": 4, "i32": 4, "f64": 8, "s64": 8, "u64": 8, "i64": 8}
+_ITEMSIZE = {
+    "pred": 1,
+    "i1": 1,
+    "s8": 1,
+    "u8": 1,
+    "i8": 1,
+    "f16": 2,
+    "bf16": 2,
+    "s16": 2,
+    "u16": 2,
+    "i16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "i32": 4,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+    "i64": 8,
+}
 
 _STABLEHLO_OP = re.compile(r'"?stablehlo\.(' + "|".join(STABLEHLO_OPS) + r')"?')
 _TENSOR_RESULT = re.compile(r"->\s*\(?tensor<([^>]*)>")
 _HLO_OP = re.compile(
-    r"=\s*(\w+)\[([\d,]*)\](?:\{[^}]*\})?\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$", re.MULTILINE
+    r"=\s*(\w+)\[([\d,]*)\](?:\{[^}]*\})?\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$",
+    re.MULTILINE,
 )
 
 
 def _entry(op: str, shape: tuple[int, ...], dtype: str) -> dict:
-    return {"op": op, "shape": shape, "dtype": dtype, "bytes": math.prod(shape) * _ITEMSIZE.get(dtype, 0)}
+    return {
+        "op": op,
+        "shape": shape,
+        "dtype": dtype,
+        "bytes": math.prod(shape) * _ITEMSIZE.get(dtype, 0),
+    }
 
 
 def stablehlo_collectives(text: str) -> list[dict]:
@@ -54,9 +79,11 @@ def hlo_collectives(text: str) -> list[dict]:
     """Collectives in compiled HLO text, with result shape, dtype, bytes and replica groups.
 
     Examples:
-        >>> line = 'ROOT %rs = f32[2]{0} reduce-scatter(%p), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}'
-        >>> hlo_collectives(line)
-        [{'op': 'reduce-scatter', 'shape': (2,), 'dtype': 'f32', 'bytes': 8, 'replica_groups': '{{0,1,2,3}}'}]
+        >>> line = ('ROOT %rs = f32[2]{0} reduce-scatter(%p), channel_id=1, '
+        ...         'replica_groups={{0,1,2,3}}, dimensions={0}')
+        >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
+        [{'op': 'reduce-scatter', 'shape': (2,), 'dtype': 'f32', 'bytes': 8,
+          'replica_groups': '{{0,1,2,3}}'}]
     """
     found = []
     for dtype, dims, op, rest in _HLO_OP.findall(text):
@@ -75,11 +102,14 @@ def collectives_in(fn, *args) -> dict:
         *args: example arguments.
 
     Returns:
-        ``{'stablehlo': [...], 'hlo': [...]}``, each a list of dicts with ``op``, ``shape``, ``dtype``
-        and ``bytes`` (per-device result size); HLO entries also carry ``replica_groups``.
+        ``{'stablehlo': [...], 'hlo': [...]}``, each a list of dicts with ``op``, ``shape``,
+        ``dtype`` and ``bytes`` (per-device result size); HLO entries also carry
+        ``replica_groups``.
     """
     if not hasattr(fn, "lower"):
-        raise TypeError(f"collectives_in needs a jitted function with .lower(), got {type(fn).__name__}")
+        raise TypeError(
+            f"collectives_in needs a jitted function with .lower(), got {type(fn).__name__}"
+        )
     lowered = fn.lower(*args)
     return {
         "stablehlo": stablehlo_collectives(str(lowered.compiler_ir(dialect="stablehlo"))),

@@ -5,6 +5,7 @@ checks its inputs' shapes against the mesh before JAX traces anything, places ho
 mesh, and has a ``.lower(...)`` like any jitted function (used by ``collectives_in``). The
 collective each kernel is named after is the last line of its body.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +13,8 @@ from typing import Callable
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from course_utils.constants import BETA, LR
 from course_utils.data import check_regression_shapes
@@ -43,8 +45,10 @@ class Kernel:
         if len(args) != len(self.shardings):
             raise TypeError(f"expected {len(self.shardings)} arrays, got {len(args)}")
         self.check(*args)
-        return tuple(a if isinstance(a, jax.Array) and a.sharding == s else jax.device_put(a, s)
-                     for a, s in zip(args, self.shardings))
+        return tuple(
+            a if isinstance(a, jax.Array) and a.sharding == s else jax.device_put(a, s)
+            for a, s in zip(args, self.shardings)
+        )
 
     def __call__(self, *args):
         return self.jitted(*self.place(args))
@@ -54,7 +58,9 @@ class Kernel:
         return self.jitted.lower(*self.place(args))
 
 
-def _kernel(mesh: Mesh, body: Callable, in_specs: tuple, out_specs, check: Callable[..., None]) -> Kernel:
+def _kernel(
+    mesh: Mesh, body: Callable, in_specs: tuple, out_specs, check: Callable[..., None]
+) -> Kernel:
     jitted = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
     return Kernel(jitted, tuple(NamedSharding(mesh, spec) for spec in in_specs), check)
 
@@ -130,16 +136,20 @@ def all_gather_shards(mesh: Mesh) -> Kernel:
 
     def check(g) -> None:
         if np.ndim(g) != 1 or np.shape(g)[0] % p:
-            raise ValueError(f"all_gather_shards expects a 1-D array whose length divides over {p} "
-                             f"devices, got shape {tuple(np.shape(g))}")
+            raise ValueError(
+                f"all_gather_shards expects a 1-D array whose length divides over {p} "
+                f"devices, got shape {tuple(np.shape(g))}"
+            )
 
     def kernel(g_block):
         # g_block: f32[n/p]
         return jax.lax.all_gather(g_block, axis, tiled=True)  # f32[n] on every device
 
-    # all_gather's result is the same on every device, which check_vma cannot infer for out_specs=P()
-    jitted = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=P(axis), out_specs=P(),
-                                   check_vma=False))
+    # all_gather's result is the same on every device, which check_vma cannot infer for
+    # out_specs=P()
+    jitted = jax.jit(
+        jax.shard_map(kernel, mesh=mesh, in_specs=P(axis), out_specs=P(), check_vma=False)
+    )
     return Kernel(jitted, (NamedSharding(mesh, P(axis)),), check)
 
 
@@ -170,8 +180,9 @@ def sharded_momentum_step(w, v, g, *, lr: float = LR, beta: float = BETA):
     """
     shapes = [tuple(np.shape(a)) for a in (w, v, g)]
     if len(set(shapes)) != 1:
-        raise ValueError(f"w, v and g must have one shape, got w {shapes[0]}, v {shapes[1]}, "
-                         f"g {shapes[2]}")
+        raise ValueError(
+            f"w, v and g must have one shape, got w {shapes[0]}, v {shapes[1]}, g {shapes[2]}"
+        )
     for name, value in (("lr", lr), ("beta", beta)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
             raise ValueError(f"{name} must be a number, got {value!r}")
@@ -215,6 +226,7 @@ def block_collective(mesh: Mesh, kind: str) -> Kernel:
         return jax.lax.all_gather(block[0], axis, tiled=True)[None]  # f32[1, p*m]
 
     spec = P(axis, None)
-    jitted = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=spec, out_specs=spec,
-                                   check_vma=False))
+    jitted = jax.jit(
+        jax.shard_map(kernel, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    )
     return Kernel(jitted, (NamedSharding(mesh, spec),), check)

@@ -3,6 +3,7 @@
 A real cluster runs one process per host; each process fills and reads only the shards on its own
 (addressable) devices. ``course launch`` (notebook 09) runs these functions in every process.
 """
+
 from __future__ import annotations
 
 import jax
@@ -14,8 +15,14 @@ from course_utils.data import toy_regression
 from course_utils.devices import placements
 
 
-def join_runtime(coordinator: str, process_id: int, processes: int, devices_per_process: int, *,
-                 timeout_s: int = 60) -> None:
+def join_runtime(
+    coordinator: str,
+    process_id: int,
+    processes: int,
+    devices_per_process: int,
+    *,
+    timeout_s: int = 60,
+) -> None:
     """Configure this process's CPU devices with gloo collectives and join the N-process runtime.
 
     Call it first, before any other JAX operation, in every process with the same ``coordinator``
@@ -31,13 +38,19 @@ def join_runtime(coordinator: str, process_id: int, processes: int, devices_per_
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", devices_per_process)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=processes,
-                               process_id=process_id, coordinator_bind_address=coordinator,
-                               initialization_timeout=timeout_s)
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=processes,
+        process_id=process_id,
+        coordinator_bind_address=coordinator,
+        initialization_timeout=timeout_s,
+    )
 
 
 def host_problem(n_devices: int) -> tuple[np.ndarray, ...]:
-    """``x, y, w`` of the toy regression sized to divide over ``n_devices``, and a momentum ``v``."""
+    """``x, y, w`` of the toy regression sized to divide over ``n_devices``,
+    and a momentum ``v``.
+    """
     x, y, w = toy_regression(n_rows=4 * n_devices, n_features=2 * n_devices)
     return x, y, w, np.linspace(0.05, -0.05, w.size, dtype=np.float32)
 
@@ -46,10 +59,17 @@ def global_inputs(mesh: Mesh) -> dict[str, jax.Array]:
     """x, y, w, v as global arrays; this process fills only the shards on its own devices."""
     x, y, w, v = host_problem(mesh.size)
     rows, replicated, features = placements(mesh)
-    host = {"x": (x, rows), "y": (y, features), "w": (w, replicated), "w_sliced": (w, features),
-            "v": (v, features)}
-    return {name: jax.make_array_from_callback(a.shape, sharding, lambda index, a=a: a[index])
-            for name, (a, sharding) in host.items()}
+    host = {
+        "x": (x, rows),
+        "y": (y, features),
+        "w": (w, replicated),
+        "w_sliced": (w, features),
+        "v": (v, features),
+    }
+    return {
+        name: jax.make_array_from_callback(a.shape, sharding, lambda index, a=a: a[index])
+        for name, (a, sharding) in host.items()
+    }
 
 
 def shard_error(result: jax.Array, expected: np.ndarray) -> tuple[float, bool, int]:

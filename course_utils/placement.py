@@ -3,6 +3,7 @@
 Both read ``array.addressable_shards``: in a multi-process run that is only this process's
 devices, which is what one process can inspect.
 """
+
 from __future__ import annotations
 
 import jax
@@ -10,7 +11,10 @@ import jax
 
 def _shards(array: jax.Array) -> list:
     if not hasattr(array, "addressable_shards"):
-        raise TypeError(f"expected a jax.Array placed on devices, got {type(array).__name__}; use jax.device_put first")
+        raise TypeError(
+            f"expected a jax.Array placed on devices, got {type(array).__name__}; "
+            "use jax.device_put first"
+        )
     return sorted(array.addressable_shards, key=lambda s: s.device.id)
 
 
@@ -48,5 +52,7 @@ def placement_report(array: jax.Array) -> str:
     lines = [f"global shape {tuple(array.shape)}, {array.dtype}"]
     for shard in _shards(array):
         spans = ", ".join(_span(ix, n) for ix, n in zip(shard.index, array.shape))
-        lines.append(f"  {shard.device.platform}:{shard.device.id}  [{spans}]  {tuple(shard.data.shape)}")
+        lines.append(
+            f"  {shard.device.platform}:{shard.device.id}  [{spans}]  {tuple(shard.data.shape)}"
+        )
     return "\n".join(lines)

@@ -12,54 +12,81 @@ gc off, every call blocked (a two-call variant is blocked after its second call:
 collective calls in flight; XLA:CPU deadlocks near 64). Everything here is one process and one
 shared memory: the times are dispatch, rendezvous and memory copies, never a network.
 """
+
 from __future__ import annotations
 
 import time
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from course_utils.constants import BETA, LR, STEP_ATOL, STEP_RTOL
 from course_utils.devices import axis_of
 from course_utils.ir import hlo_collectives
-from course_utils.kernels import (COLLECTIVES, all_gather_shards, block_collective, momentum_update,
-                                  sharded_momentum_step)
+from course_utils.kernels import (
+    COLLECTIVES,
+    all_gather_shards,
+    block_collective,
+    momentum_update,
+    sharded_momentum_step,
+)
 from course_utils.timing import Thunk, blocked_us, sample_blocked, summarize
 
 VARIANTS = ("psum", "psum_scatter", "all_gather", "rs_ag_calls", "rs_ag_fused")
 ZERO1_STEPS = ("dp", "zero1_fused", "zero1_calls")
-LABELS = {"psum": "psum", "psum_scatter": "psum_scatter", "all_gather": "all_gather",
-          "rs_ag_calls": "RS+AG, 2 calls", "rs_ag_fused": "RS+AG, 1 jit",
-          "dp": "data-parallel (psum)", "zero1_fused": "ZeRO-1, 1 jit", "zero1_calls": "ZeRO-1, 3 calls"}
+LABELS = {
+    "psum": "psum",
+    "psum_scatter": "psum_scatter",
+    "all_gather": "all_gather",
+    "rs_ag_calls": "RS+AG, 2 calls",
+    "rs_ag_fused": "RS+AG, 1 jit",
+    "dp": "data-parallel (psum)",
+    "zero1_fused": "ZeRO-1, 1 jit",
+    "zero1_calls": "ZeRO-1, 3 calls",
+}
 # what each variant computes, for the nccl-tests bus-bandwidth factor
-KIND = {"psum": "all_reduce", "psum_scatter": "reduce_scatter", "all_gather": "all_gather",
-        "rs_ag_calls": "all_reduce", "rs_ag_fused": "all_reduce"}
+KIND = {
+    "psum": "all_reduce",
+    "psum_scatter": "reduce_scatter",
+    "all_gather": "all_gather",
+    "rs_ag_calls": "all_reduce",
+    "rs_ag_fused": "all_reduce",
+}
 SLOW_CALL_US = 1000.0  # calls slower than this get fewer samples
 MEMCPY_MIB = (16, 32, 64)
 MEMCPY_TRIES = 7
-SIZE_DEFINITION = ("S = 4·elements bytes, the size of the one logical float32 vector (nccl-tests): psum, "
-                   "psum_scatter and RS+AG take a (p, elements) array split by rows (each device a whole S-byte "
-                   "partial, p·S in all) and end with S per device (psum_scatter: S/p); all_gather takes "
-                   "(p, elements/p) (S/p per device) and ends with S per device.")
+SIZE_DEFINITION = (
+    "S = 4·elements bytes, the size of the one logical float32 vector (nccl-tests): psum, "
+    "psum_scatter and RS+AG take a (p, elements) array split by rows (each device a whole S-byte "
+    "partial, p·S in all) and end with S per device (psum_scatter: S/p); all_gather takes "
+    "(p, elements/p) (S/p per device) and ends with S per device."
+)
 
 
 # the benchmark protocol, stated once: course bench stores it with every run
-PROTOCOL = ("per worker process: memcpy first; at each size every variant's first call (trace + "
-                         "compile + run; programs an earlier variant compiled come from the cache) timed apart "
-                         "as compile_us, warm-up rounds, then samples interleaved round-robin "
-                         "(order rotating), gc off, every call blocked; fewer samples for calls over "
-                         f"{SLOW_CALL_US:g} µs; repeats are whole sweeps in fresh processes")
+PROTOCOL = (
+    "per worker process: memcpy first; at each size every variant's first call (trace + "
+    "compile + run; programs an earlier variant compiled come from the cache) timed apart "
+    "as compile_us, warm-up rounds, then samples interleaved round-robin "
+    "(order rotating), gc off, every call blocked; fewer samples for calls over "
+    f"{SLOW_CALL_US:g} µs; repeats are whole sweeps in fresh processes"
+)
 
 
 def _shard_map(mesh: Mesh, kernel, in_specs, out_specs):
-    # all_gather's result is the same on every device, which check_vma cannot infer for out_specs=P()
-    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                 check_vma=False))
+    # all_gather's result is the same on every device, which check_vma cannot infer for
+    # out_specs=P()
+    return jax.jit(
+        jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    )
 
 
 def memcpy_bandwidth(mib_sizes=MEMCPY_MIB, tries: int = MEMCPY_TRIES) -> list[dict]:
-    """Best-of-``tries`` time of a NumPy copy into a preallocated (already faulted-in) buffer, per size."""
+    """Best-of-``tries`` time of a NumPy copy into a preallocated (already faulted-in) buffer,
+    per size.
+    """
     found = []
     for mib in mib_sizes:
         src = np.ones(mib * 2**18, np.float32)
@@ -74,7 +101,9 @@ def memcpy_bandwidth(mib_sizes=MEMCPY_MIB, tries: int = MEMCPY_TRIES) -> list[di
 
 
 def rs_ag_fused(mesh: Mesh):
-    """One jitted shard_map: ``psum_scatter`` then ``all_gather`` of a ``(p, m)`` row-split array."""
+    """One jitted shard_map: ``psum_scatter`` then ``all_gather`` of a ``(p, m)``
+    row-split array.
+    """
     axis = axis_of(mesh)
 
     def kernel(block):
@@ -86,7 +115,9 @@ def rs_ag_fused(mesh: Mesh):
 
 
 def dp_step(mesh: Mesh):
-    """The data-parallel step, one jit: ``psum`` of the partial gradients, replicated momentum update."""
+    """The data-parallel step, one jit: ``psum`` of the partial gradients,
+    replicated momentum update.
+    """
     axis = axis_of(mesh)
 
     def kernel(g_block, w, v):
@@ -114,8 +145,12 @@ def zero1_step(mesh: Mesh):
 def scatter_call(mesh: Mesh):
     """A reduce-scatter call: ``(p, n)`` row-split partials → the summed ``(n,)`` vector, sliced."""
     axis = axis_of(mesh)
-    return _shard_map(mesh, lambda g_block: jax.lax.psum_scatter(g_block[0], axis, tiled=True),
-                      P(axis, None), P(axis))
+    return _shard_map(
+        mesh,
+        lambda g_block: jax.lax.psum_scatter(g_block[0], axis, tiled=True),
+        P(axis, None),
+        P(axis),
+    )
 
 
 def collective_runs(mesh: Mesh, elements: int) -> dict[str, Thunk]:
@@ -127,9 +162,13 @@ def collective_runs(mesh: Mesh, elements: int) -> dict[str, Thunk]:
     pieces = jax.device_put(rng.standard_normal((p, elements // p), dtype=np.float32), rows)
     psum, scatter, gather = (block_collective(mesh, kind).jitted for kind in COLLECTIVES)
     fused = rs_ag_fused(mesh)
-    runs = {"psum": lambda: psum(partials), "psum_scatter": lambda: scatter(partials),
-            "all_gather": lambda: gather(pieces), "rs_ag_calls": lambda: gather(scatter(partials)),
-            "rs_ag_fused": lambda: fused(partials)}
+    runs = {
+        "psum": lambda: psum(partials),
+        "psum_scatter": lambda: scatter(partials),
+        "all_gather": lambda: gather(pieces),
+        "rs_ag_calls": lambda: gather(scatter(partials)),
+        "rs_ag_fused": lambda: fused(partials),
+    }
     assert tuple(runs) == VARIANTS
     return runs
 
@@ -149,22 +188,35 @@ def zero1_runs(mesh: Mesh, params: int) -> dict[str, Thunk]:
     w0, v0 = rng.standard_normal((2, params), dtype=np.float32)
     w_whole, v_whole = jax.device_put(w0, whole), jax.device_put(v0, whole)
     w_slices, v_slices = jax.device_put(w0, sliced), jax.device_put(v0, sliced)
-    dp, zero1, scatter, gather = dp_step(mesh), zero1_step(mesh), scatter_call(mesh), all_gather_shards(mesh)
+    dp, zero1, scatter, gather = (
+        dp_step(mesh),
+        zero1_step(mesh),
+        scatter_call(mesh),
+        all_gather_shards(mesh),
+    )
 
     def calls():
-        w_slice, v_slice = sharded_momentum_step(w_slices, v_slices, scatter(grads), lr=LR, beta=BETA)
+        w_slice, v_slice = sharded_momentum_step(
+            w_slices, v_slices, scatter(grads), lr=LR, beta=BETA
+        )
         return gather(w_slice), v_slice
 
-    runs = {"dp": lambda: dp(grads, w_whole, v_whole), "zero1_fused": lambda: zero1(grads, w_whole, v_slices),
-            "zero1_calls": calls}
+    runs = {
+        "dp": lambda: dp(grads, w_whole, v_whole),
+        "zero1_fused": lambda: zero1(grads, w_whole, v_slices),
+        "zero1_calls": calls,
+    }
     assert tuple(runs) == ZERO1_STEPS
     return runs
 
 
-def time_interleaved(runs: dict[str, Thunk], n_fast: int, n_slow: int, n_warmup: int) -> dict[str, dict]:
+def time_interleaved(
+    runs: dict[str, Thunk], n_fast: int, n_slow: int, n_warmup: int
+) -> dict[str, dict]:
     """Time the thunks round-robin: first call apart, warm-ups, then ``sample_blocked``.
 
-    ``n_fast`` samples each when the slowest warm-up call was under ``SLOW_CALL_US``, else ``n_slow``.
+    ``n_fast`` samples each when the slowest warm-up call was under ``SLOW_CALL_US``, else
+    ``n_slow``.
 
     Returns:
         Per name: ``median_us``, ``iqr_us``, ``min_us`` (``summarize``), ``compile_us`` (the first
@@ -177,8 +229,10 @@ def time_interleaved(runs: dict[str, Thunk], n_fast: int, n_slow: int, n_warmup:
             warm[name] = blocked_us(run)
     n_samples = n_fast if max(warm.values()) < SLOW_CALL_US else n_slow
     samples = sample_blocked(runs, n_samples)
-    return {name: {**summarize(samples[name]), "compile_us": compile_us[name], "n_samples": n_samples}
-            for name in runs}
+    return {
+        name: {**summarize(samples[name]), "compile_us": compile_us[name], "n_samples": n_samples}
+        for name in runs
+    }
 
 
 def device0_nbytes(array: jax.Array) -> int:
@@ -188,13 +242,20 @@ def device0_nbytes(array: jax.Array) -> int:
 
 
 def zero1_facts(runs: dict[str, Thunk]) -> dict:
-    """Optimizer-state (v) bytes on device 0 per step, and whether the three steps agree on (w, v)."""
+    """Optimizer-state (v) bytes on device 0 per step, and whether the three steps
+    agree on (w, v).
+    """
     outputs = {name: run() for name, run in runs.items()}
     w_ref, v_ref = (np.asarray(a) for a in outputs["dp"])
-    agree = all(np.allclose(np.asarray(w), w_ref, rtol=STEP_RTOL, atol=STEP_ATOL)
-                and np.allclose(np.asarray(v), v_ref, rtol=STEP_RTOL, atol=STEP_ATOL) for w, v in outputs.values())
-    return {"state_bytes_device0": {name: device0_nbytes(v) for name, (_, v) in outputs.items()},
-            "agree": bool(agree)}
+    agree = all(
+        np.allclose(np.asarray(w), w_ref, rtol=STEP_RTOL, atol=STEP_ATOL)
+        and np.allclose(np.asarray(v), v_ref, rtol=STEP_RTOL, atol=STEP_ATOL)
+        for w, v in outputs.values()
+    )
+    return {
+        "state_bytes_device0": {name: device0_nbytes(v) for name, (_, v) in outputs.items()},
+        "agree": bool(agree),
+    }
 
 
 def compiled_collectives(mesh: Mesh) -> dict[str, list[str]]:
@@ -209,8 +270,12 @@ def compiled_collectives(mesh: Mesh) -> dict[str, list[str]]:
         return jax.ShapeDtypeStruct(shape, np.float32, sharding=NamedSharding(mesh, spec))
 
     grads = arg((p, n), P(axis, None))
-    programs = {"rs_ag_fused": (rs_ag_fused(mesh), (grads,)),
-                "dp": (dp_step(mesh), (grads, arg((n,), P()), arg((n,), P()))),
-                "zero1_fused": (zero1_step(mesh), (grads, arg((n,), P()), arg((n,), P(axis))))}
-    return {name: [e["op"] for e in hlo_collectives(fn.lower(*args).compile().as_text())]
-            for name, (fn, args) in programs.items()}
+    programs = {
+        "rs_ag_fused": (rs_ag_fused(mesh), (grads,)),
+        "dp": (dp_step(mesh), (grads, arg((n,), P()), arg((n,), P()))),
+        "zero1_fused": (zero1_step(mesh), (grads, arg((n,), P()), arg((n,), P(axis)))),
+    }
+    return {
+        name: [e["op"] for e in hlo_collectives(fn.lower(*args).compile().as_text())]
+        for name, (fn, args) in programs.items()
+    }

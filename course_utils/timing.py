@@ -1,8 +1,10 @@
-"""Timing completed calls of jitted functions: the one sampler the notebooks and ``course bench`` share.
+"""Timing completed calls of jitted functions: the one sampler the notebooks and
+``course bench`` share.
 
 On logical CPU devices all "devices" share one memory and one process: these timings measure
 dispatch, synchronization and memory copies, never a network.
 """
+
 from __future__ import annotations
 
 import gc
@@ -56,7 +58,7 @@ def sample_blocked(thunks: dict[str, Thunk], n_samples: int) -> dict[str, list[f
     gc.disable()
     try:
         for i in range(n_samples):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 samples[name].append(blocked_us(thunks[name]))
     finally:
         if was_enabled:
@@ -76,8 +78,10 @@ def time_completed_calls(fn, *args, n_samples: int = 50, n_warmup: int = 3) -> d
     calls in the same order, since each call's collectives need all of them.
 
     Args:
-        fn: the function to time. *args: its arguments (already placed on the mesh).
-        n_samples: timed calls. n_warmup: untimed calls first.
+        fn: the function to time.
+        *args: its arguments (already placed on the mesh).
+        n_samples: timed calls.
+        n_warmup: untimed calls first.
 
     Returns:
         ``samples_us`` (list), ``median_us``, ``iqr_us``, ``min_us`` and ``compile_us``

@@ -1,4 +1,7 @@
-"""The one validator of counts (devices, rows, samples, ports): a positive integer, or a clear error."""
+"""The one validator of counts (devices, rows, samples, ports): a positive integer,
+or a clear error.
+"""
+
 from __future__ import annotations
 
 import numbers
@@ -8,8 +11,10 @@ def positive_int(name: str, value: object, *, low: int = 1, hint: str = "") -> i
     """``value`` as an ``int`` if it is an integer ≥ ``low`` (``bool`` is not); else ``ValueError``.
 
     Args:
-        name: how the message names the value. value: what was given.
-        low: the smallest allowed value. hint: what to do, appended to the message.
+        name: how the message names the value.
+        value: what was given.
+        low: the smallest allowed value.
+        hint: what to do, appended to the message.
 
     Returns:
         ``int(value)``.

@@ -2,9 +2,10 @@
 
     python scripts/nbval_flakes.py [--runs 10]
 
-Every run is a fresh `pytest notebooks` (fresh kernels). The goal is 0 failures in 10 runs; a failing
-run's first differing cell is printed so the source of nondeterminism can be found.
+Every run is a fresh `pytest notebooks` (fresh kernels). The goal is 0 failures in 10 runs; a
+failing run's first differing cell is printed so the source of nondeterminism can be found.
 """
+
 import argparse
 import subprocess
 import sys
@@ -23,13 +24,25 @@ def main() -> int:
     failures = 0
     for run in range(1, args.runs + 1):
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "notebooks"],
-                              cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "notebooks"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         status = "ok" if done.returncode == 0 else "FAILED"
-        print(f"run {run:2d}/{args.runs}: {status} in {time.perf_counter() - start:.1f} s", flush=True)
+        print(
+            f"run {run:2d}/{args.runs}: {status} in {time.perf_counter() - start:.1f} s", flush=True
+        )
         if done.returncode:
             failures += 1
-            print("\n".join(line for line in done.stdout.splitlines() if "FAILED" in line or line.startswith("  -")))
+            print(
+                "\n".join(
+                    line
+                    for line in done.stdout.splitlines()
+                    if "FAILED" in line or line.startswith("  -")
+                )
+            )
     print(f"{failures} failures in {args.runs} runs of strict nbval")
     return 1 if failures else 0
 

@@ -1,4 +1,5 @@
 """Test setup: four logical CPU devices, configured before any test touches JAX."""
+
 import json
 import subprocess
 import sys
@@ -24,7 +25,7 @@ def no_network():
 
 @pytest.fixture
 def course(capsys, monkeypatch):
-    """Run the ``course`` command in this process (in ``cwd`` if given): ``(exit status, all output)``."""
+    """Run ``course`` in this process (in ``cwd`` if given): ``(exit status, all output)``."""
     from course_utils.tools.cli import main
 
     def run(*argv: str, cwd=None) -> tuple[int, str]:
@@ -46,9 +47,13 @@ def run_with_devices():
     """Run a Python snippet in a fresh process with n devices; return what it prints as JSON."""
 
     def run(n: int, body: str):
-        script = f"from course_utils import *\nimport json, numpy as np, jax\nuse_cpu_devices({n})\n"
+        script = (
+            f"from course_utils import *\nimport json, numpy as np, jax\nuse_cpu_devices({n})\n"
+        )
         script += textwrap.dedent(body)
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=180
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 

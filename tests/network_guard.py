@@ -4,6 +4,7 @@ Installed for the test process by tests/conftest.py, and for every notebook kern
 through an IPython startup file (see the root conftest.py). Loopback (127.0.0.0/8, ::1, localhost)
 and Unix sockets stay allowed: JupyterLab, the kernels and jax.distributed's coordinator use them.
 """
+
 import ipaddress
 import socket
 
@@ -27,7 +28,9 @@ def _guard(method):
     def connect(self, address):
         if self.family in (socket.AF_INET, socket.AF_INET6) and not is_local(address):
             attempts.append(address)
-            raise ConnectionRefusedError(f"tests never reach the network; refused a connection to {address!r}")
+            raise ConnectionRefusedError(
+                f"tests never reach the network; refused a connection to {address!r}"
+            )
         return method(self, address)
 
     return connect

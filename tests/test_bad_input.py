@@ -2,6 +2,7 @@
 
 The other test modules test each function's behaviour; this one is the catalogue of error messages.
 """
+
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,20 @@ import jax
 import numpy as np
 import pytest
 
-from course_utils import (all_gather_shards, all_reduce_gradient, block_collective, communication_budget, data_mesh,
-                          plot_figure, reduce_scatter_gradient, ring_bytes, sharded_momentum_step,
-                          time_completed_calls, toy_regression, use_cpu_devices)
+from course_utils import (
+    all_gather_shards,
+    all_reduce_gradient,
+    block_collective,
+    communication_budget,
+    data_mesh,
+    plot_figure,
+    reduce_scatter_gradient,
+    ring_bytes,
+    sharded_momentum_step,
+    time_completed_calls,
+    toy_regression,
+    use_cpu_devices,
+)
 from course_utils.checks import ExerciseFailed, check_joint_permutation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,35 +33,86 @@ X, Y, W = toy_regression()
 
 
 CALLS = {
-    "device count after JAX started": (lambda: use_cpu_devices(8), RuntimeError,
-                                       r"JAX already started with 4 CPU device\(s\), not the 8 requested; restart the "
-                                       r"kernel and call use_cpu_devices\(8\) before any other JAX call"),
+    "device count after JAX started": (
+        lambda: use_cpu_devices(8),
+        RuntimeError,
+        r"JAX already started with 4 CPU device\(s\), not the 8 requested; restart the "
+        r"kernel and call use_cpu_devices\(8\) before any other JAX call",
+    ),
     "zero devices": (lambda: use_cpu_devices(0), ValueError, "positive integer, got 0"),
     "fractional devices": (lambda: use_cpu_devices(2.5), ValueError, "positive integer, got 2.5"),
     "device count as text": (lambda: use_cpu_devices("4"), ValueError, "positive integer, got '4'"),
-    "rows that do not divide": (lambda: all_reduce_gradient(MESH)(*toy_regression(10, 8)), ValueError,
-                                r"10 rows do not divide over 4 devices \(x \(10, 8\), y \(10,\), w \(8,\)\); "
-                                r"use a row count that is a multiple of 4"),
-    "features that do not divide": (lambda: reduce_scatter_gradient(MESH)(*toy_regression(16, 6)), ValueError,
-                                    "6 features do not divide over 4 devices for reduce-scatter"),
-    "mismatched x and y": (lambda: all_reduce_gradient(MESH)(X, Y[:12], W), ValueError,
-                           r"shapes disagree: x \(16, 8\), y \(12,\), w \(8,\)"),
-    "mismatched x and w": (lambda: reduce_scatter_gradient(MESH)(X, Y, W[:4]), ValueError, "shapes disagree"),
-    "integer dtype": (lambda: all_reduce_gradient(MESH)(X.astype(np.int32), Y, W), ValueError,
-                      r"x has dtype int32; the course expects float32 arrays \(use .astype\(np.float32\)\)"),
-    "gather of an odd length": (lambda: all_gather_shards(MESH)(np.zeros(5, np.float32)), ValueError,
-                                r"1-D array whose length divides over 4 devices, got shape \(5,\)"),
-    "blocks not one per device": (lambda: block_collective(MESH, "all_gather")(np.zeros((2, 4), np.float32)),
-                                  ValueError, r"one row per device; got \(2, 4\)"),
-    "momentum shapes": (lambda: sharded_momentum_step(W, W[:4], W), ValueError, "w, v and g must have one shape"),
-    "ring bytes of a negative size": (lambda: ring_bytes(-8, 4), ValueError, "nbytes must be an integer >= 0"),
-    "budget that does not divide": (lambda: communication_budget(1000, (3,)), ValueError,
-                                    "1000 bytes do not divide over 3 ranks"),
-    "no panels": (lambda: plot_figure({"panels": []}), ValueError, "'panels' must be a non-empty list"),
-    "unknown panel kind": (lambda: plot_figure({"panels": [{"kind": "pie"}]}), ValueError, r"panels\[0\]\.kind"),
-    "timing with no samples": (lambda: time_completed_calls(lambda: None, n_samples=0), ValueError, "n_samples"),
-    "an unsolved exercise": (lambda: check_joint_permutation(None, None, X, Y, W, 4), ExerciseFailed,
-                             "g_all is None; assign your result to g_all"),
+    "rows that do not divide": (
+        lambda: all_reduce_gradient(MESH)(*toy_regression(10, 8)),
+        ValueError,
+        r"10 rows do not divide over 4 devices \(x \(10, 8\), y \(10,\), w \(8,\)\); "
+        r"use a row count that is a multiple of 4",
+    ),
+    "features that do not divide": (
+        lambda: reduce_scatter_gradient(MESH)(*toy_regression(16, 6)),
+        ValueError,
+        "6 features do not divide over 4 devices for reduce-scatter",
+    ),
+    "mismatched x and y": (
+        lambda: all_reduce_gradient(MESH)(X, Y[:12], W),
+        ValueError,
+        r"shapes disagree: x \(16, 8\), y \(12,\), w \(8,\)",
+    ),
+    "mismatched x and w": (
+        lambda: reduce_scatter_gradient(MESH)(X, Y, W[:4]),
+        ValueError,
+        "shapes disagree",
+    ),
+    "integer dtype": (
+        lambda: all_reduce_gradient(MESH)(X.astype(np.int32), Y, W),
+        ValueError,
+        r"x has dtype int32; the course expects float32 arrays \(use .astype\(np.float32\)\)",
+    ),
+    "gather of an odd length": (
+        lambda: all_gather_shards(MESH)(np.zeros(5, np.float32)),
+        ValueError,
+        r"1-D array whose length divides over 4 devices, got shape \(5,\)",
+    ),
+    "blocks not one per device": (
+        lambda: block_collective(MESH, "all_gather")(np.zeros((2, 4), np.float32)),
+        ValueError,
+        r"one row per device; got \(2, 4\)",
+    ),
+    "momentum shapes": (
+        lambda: sharded_momentum_step(W, W[:4], W),
+        ValueError,
+        "w, v and g must have one shape",
+    ),
+    "ring bytes of a negative size": (
+        lambda: ring_bytes(-8, 4),
+        ValueError,
+        "nbytes must be an integer >= 0",
+    ),
+    "budget that does not divide": (
+        lambda: communication_budget(1000, (3,)),
+        ValueError,
+        "1000 bytes do not divide over 3 ranks",
+    ),
+    "no panels": (
+        lambda: plot_figure({"panels": []}),
+        ValueError,
+        "'panels' must be a non-empty list",
+    ),
+    "unknown panel kind": (
+        lambda: plot_figure({"panels": [{"kind": "pie"}]}),
+        ValueError,
+        r"panels\[0\]\.kind",
+    ),
+    "timing with no samples": (
+        lambda: time_completed_calls(lambda: None, n_samples=0),
+        ValueError,
+        "n_samples",
+    ),
+    "an unsolved exercise": (
+        lambda: check_joint_permutation(None, None, X, Y, W, 4),
+        ExerciseFailed,
+        "g_all is None; assign your result to g_all",
+    ),
 }
 
 
@@ -63,19 +126,30 @@ def test_bad_call(name):
 def test_labels_permuted_alone():
     w2 = W + np.float32(0.17)
     wrong = all_reduce_gradient(MESH)(X, Y[::-1].copy(), w2)
-    with pytest.raises(ExerciseFailed, match="reorder the rows of x and the labels y with the same permutation"):
+    with pytest.raises(
+        ExerciseFailed, match="reorder the rows of x and the labels y with the same permutation"
+    ):
         check_joint_permutation(wrong, wrong, X, Y, w2, 4)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["run", "--devices", "two"], "argument --devices: must be a positive integer, got 'two'"),
-    (["launch", "--processes", "0", "--devices-per-process", "2"], "must be a positive integer, got '0'"),
-    (["launch", "--processes", "2", "--devices-per-process", "-1"], "must be a positive integer"),
-    (["bench", "--repeats", "0"], "repeats"),
-    (["check-submission", "missing.ipynb"], "missing.ipynb: no such file"),
-    (["student"], "the following arguments are required: --out"),
-    (["teleport"], "invalid choice: 'teleport'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "--devices", "two"], "argument --devices: must be a positive integer, got 'two'"),
+        (
+            ["launch", "--processes", "0", "--devices-per-process", "2"],
+            "must be a positive integer, got '0'",
+        ),
+        (
+            ["launch", "--processes", "2", "--devices-per-process", "-1"],
+            "must be a positive integer",
+        ),
+        (["bench", "--repeats", "0"], "repeats"),
+        (["check-submission", "missing.ipynb"], "missing.ipynb: no such file"),
+        (["student"], "the following arguments are required: --out"),
+        (["teleport"], "invalid choice: 'teleport'"),
+    ],
+)
 def test_bad_command_lines(course, argv, message):
     status, output = course(*argv, cwd=ROOT)
     assert status == 2 and message in output
@@ -88,22 +162,34 @@ def test_a_taken_port(course):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        status, output = course("launch", "--processes", "2", "--devices-per-process", "1", "--port", str(port))
+        status, output = course(
+            "launch", "--processes", "2", "--devices-per-process", "1", "--port", str(port)
+        )
     assert status == 1 and f"port {port} on 127.0.0.1 is already taken" in output
     assert len(output.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("garbage, message", [("one", "invalid int value: 'one'"), ("-1", "--fail-rank -1 names no"),
-                                              ("7", "--fail-rank 7 names no process"),
-                                              ("1.5", "invalid int value: '1.5'")])
+@pytest.mark.parametrize(
+    "garbage, message",
+    [
+        ("one", "invalid int value: 'one'"),
+        ("-1", "--fail-rank -1 names no"),
+        ("7", "--fail-rank 7 names no process"),
+        ("1.5", "invalid int value: '1.5'"),
+    ],
+)
 def test_garbage_fail_rank(course, garbage, message):
-    status, output = course("launch", "--processes", "2", "--devices-per-process", "1", "--fail-rank", garbage)
+    status, output = course(
+        "launch", "--processes", "2", "--devices-per-process", "1", "--fail-rank", garbage
+    )
     assert status == 2 and message in output
 
 
 def test_no_environment_variable_changes_what_launch_does(monkeypatch, course):
     monkeypatch.setenv("COURSE_LAUNCH_FAIL_RANK", "7")  # the old test hook: read by nothing now
-    status, output = course("launch", "--processes", "2", "--devices-per-process", "1", "--fail-rank", "9")
+    status, output = course(
+        "launch", "--processes", "2", "--devices-per-process", "1", "--fail-rank", "9"
+    )
     assert status == 2 and "--fail-rank 9 names no process" in output and "COURSE_" not in output
 
 

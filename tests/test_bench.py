@@ -1,7 +1,8 @@
-"""``course bench``: the model functions on synthetic data, the worker's pieces on 4 devices, one quick run.
+"""``course bench``: the models on synthetic data, the worker's pieces on 4 devices, one quick run.
 
 No test asserts a time: timings depend on the machine and its load.
 """
+
 import json
 import subprocess
 import sys
@@ -9,12 +10,24 @@ import sys
 import pytest
 
 from course_utils.bench_results import figure_data
-from course_utils.cost import (PAGE_FAULT_BYTES, algbw_gbps, busbw_gbps, fit_alpha_beta, model_time_us,
-                               traffic_bytes)
+from course_utils.cost import (
+    PAGE_FAULT_BYTES,
+    algbw_gbps,
+    busbw_gbps,
+    fit_alpha_beta,
+    model_time_us,
+    traffic_bytes,
+)
 from course_utils.figures import validate_figure_data
 from course_utils.sweep import VARIANTS, ZERO1_STEPS
-from course_utils.tools.bench_combine import (collective_rows, combine_repeats, fit_rows, rs_ag_against_psum,
-                                              zero1_goal, zero1_rows)
+from course_utils.tools.bench_combine import (
+    collective_rows,
+    combine_repeats,
+    fit_rows,
+    rs_ag_against_psum,
+    zero1_goal,
+    zero1_rows,
+)
 from course_utils.tools.bench_plan import make_plan
 from course_utils.tools.cli import main
 
@@ -24,19 +37,51 @@ def alpha_beta_us(alpha_us: float, gbps: float, nbytes: float) -> float:
 
 
 def summary(t_us: float) -> dict:
-    return {"median_us": t_us, "iqr_us": 0.1 * t_us, "min_us": 0.9 * t_us, "compile_us": 2e4, "n_samples": 50}
+    return {
+        "median_us": t_us,
+        "iqr_us": 0.1 * t_us,
+        "min_us": 0.9 * t_us,
+        "compile_us": 2e4,
+        "n_samples": 50,
+    }
 
 
 def synthetic_report(p: int, elements: list[int], scale: float = 1.0, repeat: int = 0) -> dict:
-    """A worker report whose variant v takes exactly (50·p + 10·i) + S/(p + i) µs, times ``scale``."""
-    collectives = [{"elements": n, "variants": {v: summary(scale * alpha_beta_us(50 * p + 10 * i, p + i, 4 * n))
-                                                for i, v in enumerate(VARIANTS)}} for n in elements]
-    zero1 = [{"params": n, "steps": {s: summary(scale * alpha_beta_us(100 * (i + 1), 2.0, 4 * n))
-                                      for i, s in enumerate(ZERO1_STEPS)},
-              "state_bytes_device0": {"dp": 4 * n, "zero1_fused": 4 * n // p, "zero1_calls": 4 * n // p},
-              "agree": True} for n in (2**10, 2**20)]
-    return {"devices": p, "repeat": repeat, "jax_version": "0", "collectives": collectives, "zero1": zero1,
-            "memcpy": [{"bytes": 2**26, "best_s": 0.01}]}
+    """A worker report: variant v takes exactly (50·p + 10·i) + S/(p + i) µs, times ``scale``."""
+    collectives = [
+        {
+            "elements": n,
+            "variants": {
+                v: summary(scale * alpha_beta_us(50 * p + 10 * i, p + i, 4 * n))
+                for i, v in enumerate(VARIANTS)
+            },
+        }
+        for n in elements
+    ]
+    zero1 = [
+        {
+            "params": n,
+            "steps": {
+                s: summary(scale * alpha_beta_us(100 * (i + 1), 2.0, 4 * n))
+                for i, s in enumerate(ZERO1_STEPS)
+            },
+            "state_bytes_device0": {
+                "dp": 4 * n,
+                "zero1_fused": 4 * n // p,
+                "zero1_calls": 4 * n // p,
+            },
+            "agree": True,
+        }
+        for n in (2**10, 2**20)
+    ]
+    return {
+        "devices": p,
+        "repeat": repeat,
+        "jax_version": "0",
+        "collectives": collectives,
+        "zero1": zero1,
+        "memcpy": [{"bytes": 2**26, "best_s": 0.01}],
+    }
 
 
 SIZES = [2**k for k in range(3, 25)]  # up to 64 MiB: the largest reach the page-fault regime
@@ -44,7 +89,9 @@ SIZES = [2**k for k in range(3, 25)]  # up to 64 MiB: the largest reach the page
 
 def test_fit_recovers_alpha_and_bandwidth_from_exact_points():
     for alpha, gbps in ((370.0, 5.5), (15.0, 0.8), (1e4, 40.0)):
-        fit = fit_alpha_beta([4 * n for n in SIZES], [alpha_beta_us(alpha, gbps, 4 * n) for n in SIZES])
+        fit = fit_alpha_beta(
+            [4 * n for n in SIZES], [alpha_beta_us(alpha, gbps, 4 * n) for n in SIZES]
+        )
         assert fit["alpha_us"] == pytest.approx(alpha, rel=1e-9)
         assert fit["bandwidth_gbps"] == pytest.approx(gbps, rel=1e-9)
         assert fit["max_rel_error"] < 1e-9 and fit["n_points"] == len(SIZES)
@@ -59,7 +106,9 @@ def test_fit_of_flat_times_has_no_bandwidth_and_bad_input_says_what_is_needed():
         fit_alpha_beta([8, 8], [1.0, 2.0])
 
 
-@pytest.mark.parametrize("p, all_reduce, one_pass", [(2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)])
+@pytest.mark.parametrize(
+    "p, all_reduce, one_pass", [(2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)]
+)
 def test_busbw_follows_nccl_tests(p, all_reduce, one_pass):
     algbw = algbw_gbps(2**30, 1e6)  # 1 GiB in one second
     assert algbw == pytest.approx(1.073741824)
@@ -73,7 +122,9 @@ def test_busbw_follows_nccl_tests(p, all_reduce, one_pass):
 def test_traffic_model_and_the_sum_for_reduce_scatter_then_all_gather():
     for p in (2, 4, 8):
         assert traffic_bytes("psum", 1, p) == 3 * p - 1
-        assert traffic_bytes("psum_scatter", 1, p) + traffic_bytes("all_gather", 1, p) == traffic_bytes("rs_ag_fused", 1, p)
+        assert traffic_bytes("psum_scatter", 1, p) + traffic_bytes(
+            "all_gather", 1, p
+        ) == traffic_bytes("rs_ag_fused", 1, p)
     with pytest.raises(ValueError, match="variant must be one of"):
         traffic_bytes("all_to_all", 1, 4)
 
@@ -86,12 +137,21 @@ def test_combine_repeats_takes_the_median_of_medians():
 
 
 def synthetic_results() -> dict:
-    reports = [synthetic_report(p, SIZES, scale, repeat) for repeat, scale in enumerate((1.0, 1.2, 0.9))
-               for p in (2, 4)]
+    reports = [
+        synthetic_report(p, SIZES, scale, repeat)
+        for repeat, scale in enumerate((1.0, 1.2, 0.9))
+        for p in (2, 4)
+    ]
     rows = collective_rows(reports, memcpy_traffic_gbps=10.0)
     zero1 = zero1_rows(reports)
-    return {"collectives": rows, "fits": fit_rows(rows), "rs_ag_vs_psum": rs_ag_against_psum(rows), "zero1": zero1,
-            "zero1_goal": zero1_goal(zero1), "plan": {"repeats": 3}}
+    return {
+        "collectives": rows,
+        "fits": fit_rows(rows),
+        "rs_ag_vs_psum": rs_ag_against_psum(rows),
+        "zero1": zero1,
+        "zero1_goal": zero1_goal(zero1),
+        "plan": {"repeats": 3},
+    }
 
 
 def test_rows_fits_and_page_faults_from_synthetic_reports():
@@ -104,33 +164,46 @@ def test_rows_fits_and_page_faults_from_synthetic_reports():
         assert f["bandwidth_gbps"] == pytest.approx(f["devices"] + i)
         assert f["max_spread"] == pytest.approx(0.3)
         largest = 4 * SIZES[-1]
-        faults_from = PAGE_FAULT_BYTES * (f["devices"] if f["variant"] == "psum_scatter" else 1)  # output S/p
+        faults_from = PAGE_FAULT_BYTES * (
+            f["devices"] if f["variant"] == "psum_scatter" else 1
+        )  # output S/p
         if faults_from <= largest:
-            assert f["page_fault_from_bytes"] == faults_from and f["top"]["bytes"] == faults_from // 2
+            assert (
+                f["page_fault_from_bytes"] == faults_from and f["top"]["bytes"] == faults_from // 2
+            )
         else:
             assert f["page_fault_from_bytes"] is None and f["top"]["bytes"] == largest
-    psum = next(r for r in rows if r["devices"] == 4 and r["variant"] == "psum" and r["bytes"] == 2**22)
+    psum = next(
+        r for r in rows if r["devices"] == 4 and r["variant"] == "psum" and r["bytes"] == 2**22
+    )
     assert psum["busbw_gbps"] == pytest.approx(1.5 * psum["algbw_gbps"])
     assert psum["memcpy_fraction"] == pytest.approx(11 * 2**22 / psum["median_us"] / 1e3 / 10.0)
     faulting = {(r["variant"], r["devices"]) for r in rows if r["page_fault"]}
-    assert ("psum", 4) in faulting and ("psum_scatter", 4) not in faulting  # psum_scatter outputs only S/p
+    assert ("psum", 4) in faulting and (
+        "psum_scatter",
+        4,
+    ) not in faulting  # psum_scatter outputs only S/p
     validate_figure_data(figure_data(results))
 
 
 def test_zero1_goal_reads_ratio_and_state_fraction():
     goal = synthetic_results()["zero1_goal"]
-    assert goal["state_fraction"] == 0.25 and goal["ratio"] == pytest.approx(alpha_beta_us(200, 2, 2**22)
-                                                                              / alpha_beta_us(100, 2, 2**22))
+    assert goal["state_fraction"] == 0.25 and goal["ratio"] == pytest.approx(
+        alpha_beta_us(200, 2, 2**22) / alpha_beta_us(100, 2, 2**22)
+    )
     assert goal["met"] is (goal["ratio"] <= 1.1)
     assert zero1_goal([]) is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"repeats": 0}, "--repeats must be a positive integer"),
-    ({"repeats": True}, "--repeats must be a positive integer"),
-    ({"max_log2": 30}, "--max-log2 must be an integer from 10 to 24"),
-    ({"quick": True, "max_log2": 23}, "drop --quick or --max-log2"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"repeats": 0}, "--repeats must be a positive integer"),
+        ({"repeats": True}, "--repeats must be a positive integer"),
+        ({"max_log2": 30}, "--max-log2 must be an integer from 10 to 24"),
+        ({"quick": True, "max_log2": 23}, "drop --quick or --max-log2"),
+    ],
+)
 def test_bad_plans_say_what_to_do(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_plan(**kwargs)
@@ -139,8 +212,15 @@ def test_bad_plans_say_what_to_do(kwargs, message):
 def test_full_plan_follows_the_protocol():
     plan = make_plan()
     assert plan.devices == (2, 4, 8) and plan.sizes[0] == 2**3 and plan.sizes[-1] == 2**22
-    assert plan.repeats >= 3 and plan.warmup >= 3 and plan.samples_fast >= 50 and plan.samples_slow >= 10
-    assert 2**20 in plan.zero1_sizes and plan.zero1_sizes[0] == 2**10 and plan.zero1_sizes[-1] == 2**22
+    assert (
+        plan.repeats >= 3
+        and plan.warmup >= 3
+        and plan.samples_fast >= 50
+        and plan.samples_slow >= 10
+    )
+    assert (
+        2**20 in plan.zero1_sizes and plan.zero1_sizes[0] == 2**10 and plan.zero1_sizes[-1] == 2**22
+    )
 
 
 def test_cli_errors_exit_2_with_a_message(capsys):
@@ -148,20 +228,31 @@ def test_cli_errors_exit_2_with_a_message(capsys):
     assert "--repeats must be a positive integer" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exited:
         main(["bench", "--no-such-option"])
-    assert exited.value.code == 2 and "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+    assert (
+        exited.value.code == 2
+        and "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+    )
 
 
 def test_worker_pieces_on_four_devices():
     from course_utils.devices import data_mesh
-    from course_utils.sweep import (collective_runs, compiled_collectives, time_interleaved, zero1_facts,
-                                    zero1_runs)
+    from course_utils.sweep import (
+        collective_runs,
+        compiled_collectives,
+        time_interleaved,
+        zero1_facts,
+        zero1_runs,
+    )
     from course_utils.tools.bench_worker import parse_args
 
     mesh = data_mesh()
     timed = time_interleaved(collective_runs(mesh, 64), n_fast=3, n_slow=2, n_warmup=1)
     assert list(timed) == list(VARIANTS) and all(t["n_samples"] == 3 for t in timed.values())
     facts = zero1_facts(zero1_runs(mesh, 1024))
-    assert facts == {"state_bytes_device0": {"dp": 4096, "zero1_fused": 1024, "zero1_calls": 1024}, "agree": True}
+    assert facts == {
+        "state_bytes_device0": {"dp": 4096, "zero1_fused": 1024, "zero1_calls": 1024},
+        "agree": True,
+    }
     ops = compiled_collectives(mesh)
     assert ops["rs_ag_fused"] == ["reduce-scatter", "all-gather"] and ops["dp"] == ["all-reduce"]
     with pytest.raises(SystemExit):
@@ -169,21 +260,64 @@ def test_worker_pieces_on_four_devices():
 
 
 def test_course_bench_quick_writes_json_and_png(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "bench", "--quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.tools.cli",
+            "bench",
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
     assert "ZeRO-1 goal" in done.stdout and "memcpy" in done.stdout
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
     results = json.loads((tmp_path / "bench.json").read_text())
-    assert {"machine", "plan", "size_definition", "protocol", "memcpy", "collectives", "fits", "rs_ag_vs_psum",
-            "zero1", "zero1_goal", "compiled_collectives"} <= set(results)
+    assert {
+        "machine",
+        "plan",
+        "size_definition",
+        "protocol",
+        "memcpy",
+        "collectives",
+        "fits",
+        "rs_ag_vs_psum",
+        "zero1",
+        "zero1_goal",
+        "compiled_collectives",
+    } <= set(results)
     assert {"cpu_count", "jax_version"} <= set(results["machine"])
-    assert len(results["collectives"]) == 2 * len(VARIANTS) * 4 and len(results["fits"]) == 2 * len(VARIANTS)
+    assert len(results["collectives"]) == 2 * len(VARIANTS) * 4 and len(results["fits"]) == 2 * len(
+        VARIANTS
+    )
     row = results["collectives"][0]
-    assert {"devices", "variant", "bytes", "median_us", "iqr_us", "min_us", "repeat_medians_us", "spread",
-            "algbw_gbps", "busbw_gbps", "memcpy_fraction", "page_fault", "compile_us"} <= set(row)
+    assert {
+        "devices",
+        "variant",
+        "bytes",
+        "median_us",
+        "iqr_us",
+        "min_us",
+        "repeat_medians_us",
+        "spread",
+        "algbw_gbps",
+        "busbw_gbps",
+        "memcpy_fraction",
+        "page_fault",
+        "compile_us",
+    } <= set(row)
     assert {"alpha_us", "bandwidth_gbps"} <= set(results["fits"][0])
-    assert [(r["devices"], r["params"]) for r in results["zero1"]] == [(2, 2**10), (2, 2**20), (4, 2**10), (4, 2**20)]
+    assert [(r["devices"], r["params"]) for r in results["zero1"]] == [
+        (2, 2**10),
+        (2, 2**20),
+        (4, 2**10),
+        (4, 2**20),
+    ]
     assert all(r["agree"] for r in results["zero1"])
     assert results["zero1_goal"]["state_fraction"] == 0.25
     validate_figure_data(figure_data(results))

@@ -1,7 +1,9 @@
-"""The saved full run (course_utils/saved/bench_full.json, read by 10_performance_lab) stays in sync with the code.
+"""The saved full run (course_utils/saved/bench_full.json, read by 10_performance_lab) stays in
+sync with the code.
 
 Regenerate it as ``course_utils.bench_results.saved_results`` says when these fail.
 """
+
 import json
 from dataclasses import asdict
 
@@ -17,12 +19,18 @@ SAVED = saved_results()
 
 
 def close(a, b, rel: float = 1e-9) -> bool:
-    """Equal structure, equal strings and integers, floats equal to ``rel`` (least squares differs in
-    the last bits between NumPy builds)."""
+    """Equal structure, strings and integers; floats equal to ``rel``.
+
+    Least squares differs in the last bits between NumPy builds.
+    """
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], rel) for k in a)
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], rel) for k in a)
+        )
     if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, rel) for x, y in zip(a, b))
+        return (
+            isinstance(b, list) and len(a) == len(b) and all(close(x, y, rel) for x, y in zip(a, b))
+        )
     if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
         return b == pytest.approx(a, rel=rel)
     return a == b

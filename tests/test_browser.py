@@ -1,10 +1,12 @@
-"""JupyterLab in headless Chromium: open every notebook, Run All, and check what a student would see.
+"""JupyterLab in headless Chromium: open every notebook, Run All, check what a student would see.
 
-JupyterLab runs on 127.0.0.1 with a random token over a copy of the notebooks (Run All must not touch
-the committed ones). Chromium is Debian's package (/usr/bin/chromium) driven by playwright; no browser
+JupyterLab runs on 127.0.0.1 with a random token over a copy of the notebooks (Run All must not
+touch the committed ones). Chromium is Debian's package (/usr/bin/chromium) driven by playwright; no
+browser
 is ever downloaded. Screenshots go to build/browser/. Skip locally with ``pytest -m "not browser"``;
 in CI (``CI`` set) a missing Chromium is a failure, not a skip.
 """
+
 import json
 import os
 import secrets
@@ -23,16 +25,27 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ROOT / "build" / "browser"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                 "--disable-background-networking", "--disable-component-update"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
 
-# every cell in the DOM (no windowing), so the test sees each prompt; no news fetched from the internet
-SETTINGS = {"@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
-            "@jupyterlab/apputils-extension/notification": {"fetchNews": "false"}}
+# every cell in the DOM (no windowing), so the test sees each prompt; no news fetched from the
+# internet
+SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false"},
+}
 # the run is done when the kernel is idle and every code cell's prompt shows its execution count
-DONE = r"""() => document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']") &&
-                 [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].every(p => /\[\d+\]/.test(p.textContent))"""
-STARTED = r"""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => /\[(\d+|\*)\]/.test(p.textContent))"""
+PROMPTS = "[...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+IDLE = """document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']")"""
+DONE = "() => " + IDLE + " && " + PROMPTS + r""".every(p => /\[\d+\]/.test(p.textContent))"""
+STARTED = "() => " + PROMPTS + r""".some(p => /\[(\d+|\*)\]/.test(p.textContent))"""
 
 pytestmark = pytest.mark.browser
 
@@ -41,10 +54,16 @@ pytestmark = pytest.mark.browser
 def lab(tmp_path_factory):
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
-            pytest.fail("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
-        pytest.skip("no /usr/bin/chromium; install Debian's chromium or run pytest -m 'not browser'")
+            pytest.fail(
+                "Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
+            )
+        pytest.skip(
+            "no /usr/bin/chromium; install Debian's chromium or run pytest -m 'not browser'"
+        )
     root = tmp_path_factory.mktemp("lab")
-    for path in NOTEBOOKS:  # outputs cleared, so a cell's prompt shows a number only once it ran here
+    for (
+        path
+    ) in NOTEBOOKS:  # outputs cleared, so a cell's prompt shows a number only once it ran here
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
             if cell.cell_type == "code":
@@ -56,13 +75,33 @@ def lab(tmp_path_factory):
         target = settings / f"{plugin}.jupyterlab-settings"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(values))
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".config"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"), "JUPYTERLAB_SETTINGS_DIR": str(settings)}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(root / ".config"),
+        "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"),
+        "JUPYTERLAB_SETTINGS_DIR": str(settings),
+    }
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
-         "--LabApp.news_url=", "--LabServerApp.extension_manager=readonly"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--ServerApp.port_retries=0",
+            "--LabApp.news_url=",
+            "--LabServerApp.extension_manager=readonly",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -84,9 +123,13 @@ def lab(tmp_path_factory):
 
 def _shut_down_kernels(base: str, token: str) -> None:
     """Stop every kernel the server runs, so notebooks opened earlier do not pile up."""
-    kernels = json.loads(urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10).read())
+    kernels = json.loads(
+        urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10).read()
+    )
     for kernel in kernels:
-        request = urllib.request.Request(f"{base}/api/kernels/{kernel['id']}?token={token}", method="DELETE")
+        request = urllib.request.Request(
+            f"{base}/api/kernels/{kernel['id']}?token={token}", method="DELETE"
+        )
         urllib.request.urlopen(request, timeout=10).read()
 
 
@@ -95,7 +138,9 @@ def browser(lab):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        chromium = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
         yield chromium
         chromium.close()
 
@@ -107,10 +152,15 @@ def test_run_all_in_jupyterlab(lab, browser, path):
     base, token, root = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page.goto(f"{base}/lab/workspaces/{path.stem}/tree/{path.name}?token={token}")  # one tab, its own workspace
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+        page.goto(
+            f"{base}/lab/workspaces/{path.stem}/tree/{path.name}?token={token}"
+        )  # one tab, its own workspace
+        page.wait_for_selector(
+            ".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000
+        )
         page.wait_for_selector(".jp-CodeCell .jp-InputPrompt", timeout=60_000)
-        for attempt in range(3):  # on the first page load the command may not reach the notebook yet
+        # on the first page load the command may not reach the notebook yet
+        for _ in range(3):
             page.click(".jp-CodeCell .jp-InputArea-editor")  # focus the notebook
             page.click(".lm-MenuBar-itemLabel:text-is('Run')")
             page.click("li.lm-Menu-item[data-command='runmenu:run-all']:not(.lm-mod-disabled)")

@@ -1,15 +1,31 @@
-"""Each self-check: passes the reference answer, and names what is wrong in typical wrong answers."""
+"""Each self-check passes the reference answer and names what is wrong in typical wrong answers."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from course_utils import (all_gather_shards, all_reduce_gradient, data_mesh, placements, reduce_scatter_gradient,
-                          reference_gradient, toy_regression)
-from course_utils.checks import (ExerciseFailed, check_budget_row, check_joint_permutation,
-                                 check_predicted_shard_shapes, check_reduce_scatter, check_ring_prediction,
-                                 check_shares, check_two_state_update)
+from course_utils import (
+    all_gather_shards,
+    all_reduce_gradient,
+    data_mesh,
+    placements,
+    reduce_scatter_gradient,
+    reference_gradient,
+    toy_regression,
+)
+from course_utils.checks import (
+    ExerciseFailed,
+    check_budget_row,
+    check_joint_permutation,
+    check_predicted_shard_shapes,
+    check_reduce_scatter,
+    check_ring_prediction,
+    check_shares,
+    check_two_state_update,
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +38,19 @@ def setup():
 
 
 def _shares(xh, yh, wh, divide_by):
-    return np.stack([2 * xb.T @ (xb @ wh - yb) / divide_by for xb, yb in zip(np.split(xh, 4), np.split(yh, 4))])
+    return np.stack(
+        [2 * xb.T @ (xb @ wh - yb) / divide_by for xb, yb in zip(np.split(xh, 4), np.split(yh, 4))]
+    )
 
 
 def test_shares(setup, capsys):
     _, _, (xh, yh, wh), _ = setup
     check_shares(_shares(xh, yh, wh, 16), xh, yh, wh, 4)
     assert capsys.readouterr().out.startswith("PASSED: per-device shares")
-    with pytest.raises(ExerciseFailed, match=r"32 of 32 entries wrong.*4× the expected value.*global row count \(16\)"):
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"32 of 32 entries wrong.*4× the expected value.*global row count \(16\)",
+    ):
         check_shares(_shares(xh, yh, wh, 4), xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match=r"shares has shape \(8,\), expected \(4, 8\)"):
         check_shares(_shares(xh, yh, wh, 16).sum(axis=0), xh, yh, wh, 4)
@@ -43,16 +64,24 @@ def test_reduce_scatter(setup, capsys):
     mesh, _, host, placed = setup
     check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *host, 4)
     assert "each device holds 2 of the 8" in capsys.readouterr().out
-    with pytest.raises(ExerciseFailed, match=r"right values but the wrong placement: it is replicated.*\(2,\) per device"):
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"right values but the wrong placement: it is replicated.*\(2,\) per device",
+    ):
         check_reduce_scatter(all_reduce_gradient(mesh)(*placed), *host, 4)
     with pytest.raises(ExerciseFailed, match="on the host, not a jax.Array"):
         check_reduce_scatter(reference_gradient(*host), *host, 4)
     rows_sharded = jax.device_put(np.asarray(reference_gradient(*host)), NamedSharding(mesh, P()))
     with pytest.raises(ExerciseFailed, match="replicated"):
         check_reduce_scatter(rows_sharded, *host, 4)
-    half = jax.device_put(reference_gradient(*host).astype(np.float32),
-                          NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")))
-    with pytest.raises(ExerciseFailed, match=r"wrong shard shape: devices hold \[\(4,\)\], expected \(2,\) per device"):
+    half = jax.device_put(
+        reference_gradient(*host).astype(np.float32),
+        NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")),
+    )
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"wrong shard shape: devices hold \[\(4,\)\], expected \(2,\) per device",
+    ):
         check_reduce_scatter(half, *host, 4)
 
 
@@ -60,7 +89,9 @@ def test_predicted_shard_shapes(setup):
     mesh, _, (xh, _, _), _ = setup
     placed = jax.device_put(xh, NamedSharding(mesh, P(None, "data")))
     check_predicted_shard_shapes([(16, 2)] * 4, placed)
-    with pytest.raises(ExerciseFailed, match=r"device 0: you predicted \(4, 8\), it holds \(16, 2\)"):
+    with pytest.raises(
+        ExerciseFailed, match=r"device 0: you predicted \(4, 8\), it holds \(16, 2\)"
+    ):
         check_predicted_shard_shapes([(4, 8)] * 4, placed)
     with pytest.raises(ExerciseFailed, match="a list of 4 tuples"):
         check_predicted_shard_shapes((16, 2), placed)
@@ -69,7 +100,9 @@ def test_predicted_shard_shapes(setup):
 def test_ring_prediction():
     check_ring_prediction({"reduce_scatter": 30.0, "all_gather": 30.0, "all_reduce": 60.0}, 32, 16)
     with pytest.raises(ExerciseFailed, match=r"all_reduce: you predicted 64, the model gives 60.0"):
-        check_ring_prediction({"reduce_scatter": 30.0, "all_gather": 30.0, "all_reduce": 64}, 32, 16)
+        check_ring_prediction(
+            {"reduce_scatter": 30.0, "all_gather": 30.0, "all_reduce": 64}, 32, 16
+        )
     with pytest.raises(ExerciseFailed, match="keys"):
         check_ring_prediction(60.0, 32, 16)
 
@@ -85,36 +118,71 @@ def test_two_state_update(setup):
     w_next = all_gather_shards(mesh)(w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-8))
     kwargs = dict(lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8)
     check_two_state_update(w_next, m_next, s_next, wh, m_host, s_host, g_host, 4, **kwargs)
-    with pytest.raises(ExerciseFailed, match=r"s_next: 7 of 8 entries wrong: \[0\] 0.00010283 instead of 9.99086e-05"):
-        check_two_state_update(w_next, m_next, 0.999 * s + 0.001 * g, wh, m_host, s_host, g_host, 4, **kwargs)
-    with pytest.raises(ExerciseFailed, match="m_next has the right values but the wrong placement: it is replicated"):
-        check_two_state_update(w_next, all_gather_shards(mesh)(m_next), s_next, wh, m_host, s_host, g_host, 4,
-                               **kwargs)
-    with pytest.raises(ExerciseFailed, match=r"w_next has the right values but the wrong placement.*replicated"):
-        check_two_state_update(w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-8), m_next, s_next, wh, m_host, s_host,
-                               g_host, 4, **kwargs)
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"s_next: 7 of 8 entries wrong: \[0\] 0.00010283 instead of 9.99086e-05",
+    ):
+        check_two_state_update(
+            w_next, m_next, 0.999 * s + 0.001 * g, wh, m_host, s_host, g_host, 4, **kwargs
+        )
+    with pytest.raises(
+        ExerciseFailed,
+        match="m_next has the right values but the wrong placement: it is replicated",
+    ):
+        check_two_state_update(
+            w_next, all_gather_shards(mesh)(m_next), s_next, wh, m_host, s_host, g_host, 4, **kwargs
+        )
+    with pytest.raises(
+        ExerciseFailed, match=r"w_next has the right values but the wrong placement.*replicated"
+    ):
+        check_two_state_update(
+            w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-8),
+            m_next,
+            s_next,
+            wh,
+            m_host,
+            s_host,
+            g_host,
+            4,
+            **kwargs,
+        )
 
 
 def test_joint_permutation(setup, capsys):
     mesh, (rows, replicated, features), (xh, yh, wh), _ = setup
     w2h = wh + np.float32(0.17)
-    all_reduce, scatter, gather = all_reduce_gradient(mesh), reduce_scatter_gradient(mesh), all_gather_shards(mesh)
+    all_reduce, scatter, gather = (
+        all_reduce_gradient(mesh),
+        reduce_scatter_gradient(mesh),
+        all_gather_shards(mesh),
+    )
     x2, y2 = xh[::-1].copy(), yh[::-1].copy()
     check_joint_permutation(all_reduce(x2, y2, w2h), gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4)
     assert "PASSED: joint row permutation" in capsys.readouterr().out
     labels_only = all_reduce(xh, y2, w2h)
     with pytest.raises(ExerciseFailed, match=r"g_all: 8 of 8 entries wrong.*permutation"):
         check_joint_permutation(labels_only, gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4)
-    with pytest.raises(ExerciseFailed, match=r"g_gathered has the right values but the wrong placement.*\(8,\)"):
+    with pytest.raises(
+        ExerciseFailed, match=r"g_gathered has the right values but the wrong placement.*\(8,\)"
+    ):
         check_joint_permutation(all_reduce(x2, y2, w2h), scatter(x2, y2, w2h), xh, yh, w2h, 4)
     with pytest.raises(ExerciseFailed, match="g_all: 8 of 8 entries wrong"):
-        check_joint_permutation(all_reduce(x2, y2, wh), gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4)
+        check_joint_permutation(
+            all_reduce(x2, y2, wh), gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4
+        )
 
 
 def test_budget_row():
-    good = {"ranks": 16, "all_reduce_bytes": 1966080, "scatter_gather_bytes": 1966080, "shard_storage_bytes": 65536}
+    good = {
+        "ranks": 16,
+        "all_reduce_bytes": 1966080,
+        "scatter_gather_bytes": 1966080,
+        "shard_storage_bytes": 65536,
+    }
     check_budget_row(good, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="shard_storage_bytes: you have 65536.0, expected the integer 65536"):
+    with pytest.raises(
+        ExerciseFailed, match="shard_storage_bytes: you have 65536.0, expected the integer 65536"
+    ):
         check_budget_row({**good, "shard_storage_bytes": 65536.0}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match="all_reduce_bytes: you have 2097152"):
         check_budget_row({**good, "all_reduce_bytes": 2**21}, 2**20, 16)

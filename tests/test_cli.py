@@ -11,7 +11,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _notebook(path: Path, *sources: str) -> Path:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
     nb.cells[0].metadata["tags"] = ["parameters"]
     nbformat.write(nb, path)
@@ -19,9 +23,13 @@ def _notebook(path: Path, *sources: str) -> Path:
 
 
 def test_set_parameters_rewrites_only_the_tagged_cell(tmp_path):
-    nb = nbformat.read(_notebook(tmp_path / "01_a.ipynb", "N_DEVICES = 4\nOTHER = 1", "N_DEVICES = 9"), 4)
+    nb = nbformat.read(
+        _notebook(tmp_path / "01_a.ipynb", "N_DEVICES = 4\nOTHER = 1", "N_DEVICES = 9"), 4
+    )
     set_parameters(nb, {"N_DEVICES": 8})
-    assert nb.cells[0].source == "N_DEVICES = 8\nOTHER = 1" and nb.cells[1].source == "N_DEVICES = 9"
+    assert (
+        nb.cells[0].source == "N_DEVICES = 8\nOTHER = 1" and nb.cells[1].source == "N_DEVICES = 9"
+    )
     with pytest.raises(ValueError, match="does not set MISSING"):
         set_parameters(nb, {"MISSING": 1})
     nb.cells[1].metadata["tags"] = ["parameters"]
@@ -30,32 +38,45 @@ def test_set_parameters_rewrites_only_the_tagged_cell(tmp_path):
 
 
 def test_run_one_reports_success_figures_and_errors_without_touching_the_original(tmp_path):
-    good = _notebook(tmp_path / "01_good.ipynb", "N_DEVICES = 4",
-                     "%matplotlib inline\nfrom matplotlib.figure import Figure\nfig = Figure()\nfig.subplots().plot([1, 2])\nfig")
+    good = _notebook(
+        tmp_path / "01_good.ipynb",
+        "N_DEVICES = 4",
+        "%matplotlib inline\nfrom matplotlib.figure import Figure\n"
+        "fig = Figure()\nfig.subplots().plot([1, 2])\nfig",
+    )
     before = good.read_text()
     result = run_one(good, tmp_path / "out")
-    assert result.ok and len(result.figures) == 1 and result.figures[0].read_bytes()[:4] == b"\x89PNG"
+    assert (
+        result.ok and len(result.figures) == 1 and result.figures[0].read_bytes()[:4] == b"\x89PNG"
+    )
     assert good.read_text() == before
-    bad = _notebook(tmp_path / "02_bad.ipynb", "N_DEVICES = 4", "raise ValueError('broken on purpose')")
+    bad = _notebook(
+        tmp_path / "02_bad.ipynb", "N_DEVICES = 4", "raise ValueError('broken on purpose')"
+    )
     result = run_one(bad, tmp_path / "out")
     assert result.error == "ValueError: broken on purpose"
 
 
 def test_course_run_in_place_saves_outputs(tmp_path):
     path = _notebook(tmp_path / "01_x.ipynb", "N_DEVICES = 4", "print(N_DEVICES * 2)")
-    assert main(["run", "--folder", str(tmp_path), "--out", str(tmp_path / "out"), "--in-place"]) == 0
+    assert (
+        main(["run", "--folder", str(tmp_path), "--out", str(tmp_path / "out"), "--in-place"]) == 0
+    )
     nb = nbformat.read(path, 4)
     assert nb.cells[1].outputs[0]["text"] == "8\n" and nb.cells[1].execution_count == 2
     assert "execution" not in nb.cells[1].metadata
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["run", "--in-place", "--devices", "8"], "--in-place stores the 4-device run only"),
-    (["run", "--jobs", "0"], "argument --jobs: must be a positive integer, got '0'"),
-    (["run", "missing.ipynb"], "no such notebook: missing.ipynb"),
-    (["run", "--folder", "no-such-folder"], "no step-numbered notebooks"),
-    (["run", "--devices", "0"], "argument --devices: must be a positive integer, got '0'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "--in-place", "--devices", "8"], "--in-place stores the 4-device run only"),
+        (["run", "--jobs", "0"], "argument --jobs: must be a positive integer, got '0'"),
+        (["run", "missing.ipynb"], "no such notebook: missing.ipynb"),
+        (["run", "--folder", "no-such-folder"], "no step-numbered notebooks"),
+        (["run", "--devices", "0"], "argument --devices: must be a positive integer, got '0'"),
+    ],
+)
 def test_bad_arguments_exit_2_with_a_message(course, argv, message):
     status, output = course(*argv, cwd=ROOT)
     assert status == 2 and message in output

@@ -24,11 +24,16 @@ def test_budget_approaches_twice_the_gradient():
     assert ratios == sorted(ratios) and 1.9 < ratios[-1] < 2
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: ring_bytes(-1, 4), "nbytes"), (lambda: ring_bytes(32, 0), "ranks"), (lambda: ring_bytes(3.5, 2), "nbytes"),
-    (lambda: communication_budget(10, ranks=(4,)), "10 bytes do not divide over 4 ranks"),
-    (lambda: communication_budget(ranks=(2, True)), "ranks"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: ring_bytes(-1, 4), "nbytes"),
+        (lambda: ring_bytes(32, 0), "ranks"),
+        (lambda: ring_bytes(3.5, 2), "nbytes"),
+        (lambda: communication_budget(10, ranks=(4,)), "10 bytes do not divide over 4 ranks"),
+        (lambda: communication_budget(ranks=(2, True)), "ranks"),
+    ],
+)
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()

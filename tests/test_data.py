@@ -17,7 +17,10 @@ def test_reference_gradient_matches_the_seed_formula_and_finite_differences():
     x, y, w = toy_regression(12, 4)
     g = reference_gradient(x, y, w)
     np.testing.assert_allclose(g, 2 * x.T @ (x @ w - y) / 12, rtol=1e-6)
-    loss = lambda v: np.mean((x.astype(np.float64) @ v - y) ** 2)
+
+    def loss(v):
+        return np.mean((x.astype(np.float64) @ v - y) ** 2)
+
     eps = 1e-4
     numeric = [(loss(w + eps * e) - loss(w - eps * e)) / (2 * eps) for e in np.eye(4)]
     np.testing.assert_allclose(g, numeric, atol=1e-5)
@@ -25,7 +28,9 @@ def test_reference_gradient_matches_the_seed_formula_and_finite_differences():
 
 def test_seed_gradient_values():
     g = reference_gradient(*toy_regression())
-    np.testing.assert_allclose(g[:4], [0.0029296838, 0.0021972628, 0.0014648410, 0.0007324191], rtol=1e-5)
+    np.testing.assert_allclose(
+        g[:4], [0.0029296838, 0.0021972628, 0.0014648410, 0.0007324191], rtol=1e-5
+    )
     assert abs(g[4]) < 1e-7
 
 
@@ -37,8 +42,12 @@ def test_bad_sizes(bad):
 
 @pytest.mark.parametrize(
     "shapes, match",
-    [(((16, 8), (15,), (8,)), "shapes disagree"), (((16, 8), (16,), (7,)), "shapes disagree"),
-     (((16,), (16,), (8,)), "2-D"), (((16, 8), (16, 1), (8,)), "1-D")],
+    [
+        (((16, 8), (15,), (8,)), "shapes disagree"),
+        (((16, 8), (16,), (7,)), "shapes disagree"),
+        (((16,), (16,), (8,)), "2-D"),
+        (((16, 8), (16, 1), (8,)), "1-D"),
+    ],
 )
 def test_shape_errors_name_the_shapes(shapes, match):
     arrays = [np.zeros(s, np.float32) for s in shapes]

@@ -4,9 +4,19 @@ import jax
 import numpy as np
 import pytest
 
-from course_utils import (COLLECTIVES, all_gather_shards, all_reduce_gradient, block_collective, data_mesh,
-                          placements, reduce_scatter_gradient, reference_gradient, shard_shapes,
-                          sharded_momentum_step, toy_regression)
+from course_utils import (
+    COLLECTIVES,
+    all_gather_shards,
+    all_reduce_gradient,
+    block_collective,
+    data_mesh,
+    placements,
+    reduce_scatter_gradient,
+    reference_gradient,
+    shard_shapes,
+    sharded_momentum_step,
+    toy_regression,
+)
 
 TOL = dict(atol=2e-6, rtol=2e-6)
 
@@ -20,7 +30,11 @@ def mesh():
 def placed(mesh):
     rows, replicated, features = placements(mesh)
     xh, yh, wh = toy_regression()
-    return (xh, yh, wh), (jax.device_put(xh, rows), jax.device_put(yh, features), jax.device_put(wh, replicated))
+    return (xh, yh, wh), (
+        jax.device_put(xh, rows),
+        jax.device_put(yh, features),
+        jax.device_put(wh, replicated),
+    )
 
 
 def test_all_three_paths_equal_the_reference_on_every_shard(mesh, placed):
@@ -35,8 +49,12 @@ def test_all_three_paths_equal_the_reference_on_every_shard(mesh, placed):
         for shard in g.addressable_shards:
             np.testing.assert_allclose(np.asarray(shard.data), reference, **TOL)
     for i, shard in enumerate(sorted(gs.addressable_shards, key=lambda s: s.device.id)):
-        np.testing.assert_allclose(np.asarray(shard.data), reference[2 * i:2 * i + 2], **TOL)
-    assert shard_shapes(ga) == [(8,)] * 4 and shard_shapes(gs) == [(2,)] * 4 and shard_shapes(gg) == [(8,)] * 4
+        np.testing.assert_allclose(np.asarray(shard.data), reference[2 * i : 2 * i + 2], **TOL)
+    assert (
+        shard_shapes(ga) == [(8,)] * 4
+        and shard_shapes(gs) == [(2,)] * 4
+        and shard_shapes(gg) == [(8,)] * 4
+    )
 
 
 def test_host_arrays_are_placed_by_the_kernel(mesh, placed):
@@ -48,7 +66,9 @@ def test_host_arrays_are_placed_by_the_kernel(mesh, placed):
 
 def test_normalization_uses_the_global_row_count(mesh):
     host = toy_regression(32, 4)
-    np.testing.assert_allclose(np.asarray(all_reduce_gradient(mesh)(*host)), reference_gradient(*host), **TOL)
+    np.testing.assert_allclose(
+        np.asarray(all_reduce_gradient(mesh)(*host)), reference_gradient(*host), **TOL
+    )
 
 
 def test_random_joint_row_permutations_leave_the_gradient_unchanged(mesh):
@@ -70,9 +90,11 @@ def _raised_outside_jax(err) -> bool:
 
 @pytest.mark.parametrize(
     "n_rows, n_features, builder, match",
-    [(15, 8, all_reduce_gradient, "15 rows do not divide over 4 devices"),
-     (18, 8, reduce_scatter_gradient, "18 rows do not divide over 4 devices"),
-     (16, 6, reduce_scatter_gradient, "6 features do not divide over 4 devices")],
+    [
+        (15, 8, all_reduce_gradient, "15 rows do not divide over 4 devices"),
+        (18, 8, reduce_scatter_gradient, "18 rows do not divide over 4 devices"),
+        (16, 6, reduce_scatter_gradient, "6 features do not divide over 4 devices"),
+    ],
 )
 def test_shapes_that_do_not_divide_fail_before_tracing(mesh, n_rows, n_features, builder, match):
     kernel = builder(mesh)
@@ -84,7 +106,9 @@ def test_shapes_that_do_not_divide_fail_before_tracing(mesh, n_rows, n_features,
 
 def test_six_features_are_fine_for_all_reduce(mesh):
     host = toy_regression(16, 6)
-    np.testing.assert_allclose(np.asarray(all_reduce_gradient(mesh)(*host)), reference_gradient(*host), **TOL)
+    np.testing.assert_allclose(
+        np.asarray(all_reduce_gradient(mesh)(*host)), reference_gradient(*host), **TOL
+    )
 
 
 def test_mismatched_shapes_and_argument_count(mesh):
@@ -94,13 +118,17 @@ def test_mismatched_shapes_and_argument_count(mesh):
     assert _raised_outside_jax(err)
     with pytest.raises(TypeError, match="expected 3 arrays"):
         all_reduce_gradient(mesh)(x, y)
-    with pytest.raises(ValueError, match=r"1-D array whose length divides over 4 devices, got shape \(6,\)"):
+    with pytest.raises(
+        ValueError, match=r"1-D array whose length divides over 4 devices, got shape \(6,\)"
+    ):
         all_gather_shards(mesh)(np.zeros(6, np.float32))
 
 
 def test_sharded_momentum_step_is_elementwise_and_keeps_sharding(mesh):
     features = placements(mesh).features
-    w, v, g = (np.linspace(a, b, 8, dtype=np.float32) for a, b in ((0.1, -0.2), (-0.02, 0.03), (1.0, 2.0)))
+    w, v, g = (
+        np.linspace(a, b, 8, dtype=np.float32) for a, b in ((0.1, -0.2), (-0.02, 0.03), (1.0, 2.0))
+    )
     w_new, v_new = sharded_momentum_step(*(jax.device_put(a, features) for a in (w, v, g)))
     np.testing.assert_allclose(np.asarray(v_new), 0.9 * v + g, **TOL)
     np.testing.assert_allclose(np.asarray(w_new), w - 0.1 * (0.9 * v + g), **TOL)
@@ -144,7 +172,11 @@ def test_block_collectives_match_their_numpy_semantics(mesh):
     np.testing.assert_array_equal(view["reduce_scatter"], total.reshape(p, m // p))
     np.testing.assert_array_equal(view["all_gather"], np.tile(blocks.reshape(-1), (p, 1)))
     shapes = {kind: shard_shapes(block_collective(mesh, kind)(blocks)) for kind in COLLECTIVES}
-    assert shapes == {"all_reduce": [(1, m)] * p, "reduce_scatter": [(1, m // p)] * p, "all_gather": [(1, p * m)] * p}
+    assert shapes == {
+        "all_reduce": [(1, m)] * p,
+        "reduce_scatter": [(1, m // p)] * p,
+        "all_gather": [(1, p * m)] * p,
+    }
 
 
 def test_block_collective_bad_input(mesh):

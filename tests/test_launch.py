@@ -1,4 +1,5 @@
 """``course launch``: real worker processes on loopback, and each way a launch can fail."""
+
 import os
 import signal
 import socket
@@ -47,7 +48,12 @@ def test_two_processes_of_two_devices_pass_every_check():
     out = done.stdout
     assert "2 processes × 2 CPU devices = 4 global devices" in out
     assert "coordinator 127.0.0.1:" in out and "gloo on 127.0.0.1" in out
-    for kernel in ("all_reduce_gradient", "reduce_scatter_gradient", "all_gather_shards", "sharded_momentum_step"):
+    for kernel in (
+        "all_reduce_gradient",
+        "reduce_scatter_gradient",
+        "all_gather_shards",
+        "sharded_momentum_step",
+    ):
         row = next(line for line in out.splitlines() if line.strip().startswith(kernel))
         assert row.split()[2] == "ok", out
     assert "all checks passed: 20 shards" in out and "wall time" in out
@@ -68,7 +74,9 @@ def test_a_taken_port_is_named_and_nothing_starts():
 def test_a_dying_process_stops_the_launch_quickly(course):
     port = free_port()
     start = time.monotonic()
-    status, output = course("launch", *TWO_BY_TWO, "--port", str(port), "--timeout", "60", "--fail-rank", "1")
+    status, output = course(
+        "launch", *TWO_BY_TWO, "--port", str(port), "--timeout", "60", "--fail-rank", "1"
+    )
     assert time.monotonic() - start < 60
     assert status == 1
     assert len(output.strip().splitlines()) == 1 and "Traceback" not in output, output
@@ -78,8 +86,12 @@ def test_a_dying_process_stops_the_launch_quickly(course):
 
 def test_interrupt_stops_the_workers_and_exits_130():
     port = free_port()
-    launch = subprocess.Popen([*COURSE, *TWO_BY_TWO, "--port", str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    launch = subprocess.Popen(
+        [*COURSE, *TWO_BY_TWO, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while len(workers_on(port)) < 2 and launch.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -90,12 +102,21 @@ def test_interrupt_stops_the_workers_and_exits_130():
     assert not workers_on(port)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--processes", "0", "--devices-per-process", "2"], "--processes: must be a positive integer"),
-    (["--processes", "2", "--devices-per-process", "x"], "--devices-per-process: must be a positive integer"),
-    (["--processes", "8", "--devices-per-process", "9"], "72 devices; use at most 64"),
-    ([*TWO_BY_TWO, "--port", "70000"], "port must be an integer in 1..65535"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (
+            ["--processes", "0", "--devices-per-process", "2"],
+            "--processes: must be a positive integer",
+        ),
+        (
+            ["--processes", "2", "--devices-per-process", "x"],
+            "--devices-per-process: must be a positive integer",
+        ),
+        (["--processes", "8", "--devices-per-process", "9"], "72 devices; use at most 64"),
+        ([*TWO_BY_TWO, "--port", "70000"], "port must be an integer in 1..65535"),
+    ],
+)
 def test_invalid_arguments_exit_2_with_a_message(course, args, words):
     status, output = course("launch", *args)
     assert status == 2
@@ -106,18 +127,40 @@ def test_invalid_arguments_exit_2_with_a_message(course, args, words):
 def test_a_bad_fail_rank_is_rejected_before_launching(course, value):
     status, output = course("launch", *TWO_BY_TWO, "--fail-rank", value)
     assert status == 2
-    assert f"--fail-rank {value} names no process" in output and len(output.strip().splitlines()) == 1
+    assert (
+        f"--fail-rank {value} names no process" in output and len(output.strip().splitlines()) == 1
+    )
 
 
 def test_a_worker_alone_gives_up_joining_with_one_line():
     port = free_port()
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "course_utils.tools.worker", "--process-id", "1", "--processes", "2",
-                           "--devices-per-process", "1", "--port", str(port), "--timeout", "2"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.tools.worker",
+            "--process-id",
+            "1",
+            "--processes",
+            "2",
+            "--devices-per-process",
+            "1",
+            "--port",
+            str(port),
+            "--timeout",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert time.monotonic() - start < 30
     assert done.returncode == 3
-    assert "did not all join" in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
+    assert (
+        "did not all join" in done.stderr.strip().splitlines()[-1]
+        and "Traceback" not in done.stderr
+    )
 
 
 def dummy_workers(tmp_path, *codes: str) -> list[Worker]:
@@ -135,7 +178,9 @@ def test_the_overall_deadline_stops_a_hanging_launch(tmp_path):
     workers = dummy_workers(tmp_path, "import time; time.sleep(60)", "import time; time.sleep(60)")
     start = time.monotonic()
     try:
-        with pytest.raises(LaunchError, match=r"did not finish within 1 s \(still running: process 0, 1\)"):
+        with pytest.raises(
+            LaunchError, match=r"did not finish within 1 s \(still running: process 0, 1\)"
+        ):
             wait_for_workers(workers, 1)
     finally:
         stop_workers(workers)
@@ -143,11 +188,16 @@ def test_the_overall_deadline_stops_a_hanging_launch(tmp_path):
 
 
 def test_a_crashed_worker_is_reported_by_its_last_meaningful_line(tmp_path):
-    glog = "F0000 client.h:80] Terminating process\\n*** Check failure stack trace: ***\\n    @ 0x7f PyObject_Call\\n"
+    glog = (
+        "F0000 client.h:80] Terminating process\\n*** Check failure stack trace: ***\\n"
+        "    @ 0x7f PyObject_Call\\n"
+    )
     crash = f"import os, sys; sys.stderr.write('{glog}'); sys.stderr.flush(); os.abort()"
     workers = dummy_workers(tmp_path, "import time; time.sleep(60)", crash)
     try:
-        with pytest.raises(LaunchError, match=r"process 1 failed \(killed by SIGABRT\): F0000 client.h:80\] Term"):
+        with pytest.raises(
+            LaunchError, match=r"process 1 failed \(killed by SIGABRT\): F0000 client.h:80\] Term"
+        ):
             wait_for_workers(workers, 30)
     finally:
         stop_workers(workers)

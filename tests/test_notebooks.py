@@ -1,4 +1,8 @@
-"""Notebook hygiene, and the series run with other device counts (strict nbval checks the stored run)."""
+"""Notebook hygiene, and the series run with other device counts.
+
+Strict nbval checks the stored run.
+"""
+
 import json
 import re
 import subprocess
@@ -13,9 +17,17 @@ SECRETS = re.compile(r"/(tmp|root|home|work|Users)/|ipykernel_\d+")
 
 def test_the_eight_steps_are_there():
     assert [p.stem for p in NOTEBOOKS] == [
-        "01_mesh_setup", "02_partial_gradients", "03_collectives", "04_placement_checks", "05_timing",
-        "06_sliced_update", "07_row_permutation_exercise", "08_communication_budget",
-        "09_beyond_one_process", "10_performance_lab"]
+        "01_mesh_setup",
+        "02_partial_gradients",
+        "03_collectives",
+        "04_placement_checks",
+        "05_timing",
+        "06_sliced_update",
+        "07_row_permutation_exercise",
+        "08_communication_budget",
+        "09_beyond_one_process",
+        "10_performance_lab",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -23,17 +35,30 @@ def test_hygiene(path):
     nb = json.loads(path.read_text())
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), "run top to bottom once"
-    assert nb["cells"][0]["cell_type"] == "markdown" and nb["cells"][0]["source"][0].startswith("# Step ")
-    assert code[0]["metadata"].get("tags") == ["parameters"] and "".join(code[0]["source"]) == "N_DEVICES = 4"
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), (
+        "run top to bottom once"
+    )
+    assert nb["cells"][0]["cell_type"] == "markdown" and nb["cells"][0]["source"][0].startswith(
+        "# Step "
+    )
+    assert (
+        code[0]["metadata"].get("tags") == ["parameters"]
+        and "".join(code[0]["source"]) == "N_DEVICES = 4"
+    )
     for cell in nb["cells"]:
         assert "execution" not in cell["metadata"], "per-cell timing metadata"
         for output in cell.get("outputs", []):
             assert output["output_type"] != "error"
-            assert not SECRETS.search(json.dumps(output)), f"machine path in an output of {path.name}"
+            assert not SECRETS.search(json.dumps(output)), (
+                f"machine path in an output of {path.name}"
+            )
     last = "".join(code[-1]["outputs"][0]["text"])
     assert last == f"PASS: {path.stem}\n"
-    assert any("Check yourself" in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert any(
+        "Check yourself" in "".join(c["source"])
+        for c in nb["cells"]
+        if c["cell_type"] == "markdown"
+    )
 
 
 def test_solution_cells_are_marked():
@@ -41,7 +66,9 @@ def test_solution_cells_are_marked():
         for cell in json.loads(path.read_text())["cells"]:
             source = "".join(cell["source"])
             tagged = "solution" in cell["metadata"].get("tags", [])
-            assert tagged == ("### BEGIN SOLUTION" in source), f"{path.name}: solution tag and markers disagree"
+            assert tagged == ("### BEGIN SOLUTION" in source), (
+                f"{path.name}: solution tag and markers disagree"
+            )
             if tagged:
                 assert source.count("### BEGIN SOLUTION") == source.count("### END SOLUTION") == 1
     exercise = json.loads(NOTEBOOKS[6].read_text())
@@ -53,7 +80,9 @@ def test_every_solution_is_followed_by_a_passing_self_check(path):
     cells = json.loads(path.read_text())["cells"]
     tags = [c["metadata"].get("tags", []) for c in cells]
     for i in [i for i, t in enumerate(tags) if "solution" in t]:
-        check = next(j for j in range(i + 1, len(cells)) if "check" in tags[j] or "solution" in tags[j])
+        check = next(
+            j for j in range(i + 1, len(cells)) if "check" in tags[j] or "solution" in tags[j]
+        )
         assert "check" in tags[check], f"{path.name}: solution cell {i} has no check cell after it"
         assert "check_" in "".join(cells[check]["source"])
         assert "".join(cells[check]["outputs"][0]["text"]).startswith("PASSED: ")
@@ -62,12 +91,27 @@ def test_every_solution_is_followed_by_a_passing_self_check(path):
 @pytest.mark.parametrize("n_devices", [2, 8])
 def test_the_series_runs_green_with_other_device_counts(tmp_path, n_devices):
     done = subprocess.run(
-        [sys.executable, "-m", "course_utils.tools.cli", "run", "--devices", str(n_devices), "--out", str(tmp_path),
-         "--folder", str(NOTEBOOKS[0].parent)],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "course_utils.tools.cli",
+            "run",
+            "--devices",
+            str(n_devices),
+            "--out",
+            str(tmp_path),
+            "--folder",
+            str(NOTEBOOKS[0].parent),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     assert f"{len(NOTEBOOKS)} passed, 0 failed" in done.stdout
     setup = json.dumps(json.loads((tmp_path / "01_mesh_setup.ipynb").read_text()))
     assert f"mesh shape: {{'data': {n_devices}}}" in setup
     checks = json.dumps(json.loads((tmp_path / "04_placement_checks.ipynb").read_text()))
-    assert f"reduce-scatter  {[(8 // n_devices,)] * n_devices}" in checks  # shapes derived from N_DEVICES
+    assert (
+        f"reduce-scatter  {[(8 // n_devices,)] * n_devices}" in checks
+    )  # shapes derived from N_DEVICES

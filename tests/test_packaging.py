@@ -19,19 +19,24 @@ def test_environment_yml_mirrors_pyproject():
 
 
 def test_import_configures_nothing():
-    code = ("import jax, matplotlib; before = dict(matplotlib.rcParams); import course_utils; "
-            "from jax._src import xla_bridge; assert not xla_bridge.backends_are_initialized(); "
-            "assert dict(matplotlib.rcParams) == before; assert jax.config.jax_num_cpu_devices in (None, -1)")
+    code = (
+        "import jax, matplotlib; before = dict(matplotlib.rcParams); import course_utils; "
+        "from jax._src import xla_bridge; assert not xla_bridge.backends_are_initialized(); "
+        "assert dict(matplotlib.rcParams) == before; "
+        "assert jax.config.jax_num_cpu_devices in (None, -1)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-1500:]
 
 
 def test_the_core_never_imports_the_tools():
     core = sorted(p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "__init__")
-    code = ("import importlib, sys\n"
-            f"for name in {core!r}:\n"
-            "    importlib.import_module('course_utils.' + name)\n"
-            "print(sorted(m for m in sys.modules if m.startswith('course_utils.tools')))")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {core!r}:\n"
+        "    importlib.import_module('course_utils.' + name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('course_utils.tools')))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-1500:]
     assert done.stdout.strip() == "[]"
@@ -41,21 +46,30 @@ def test_notebooks_import_only_the_core():
     import json
 
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
-                         if c["cell_type"] == "code")
+        code = "\n".join(
+            "".join(c["source"])
+            for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "code"
+        )
         assert "course_utils" in code and "course_utils.tools" not in code, path.name
         assert "jax._src" not in code, path.name
 
 
 def test_private_jax_lives_in_one_module():
-    users = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "course_utils").rglob("*.py")
-                   if "jax._src" in p.read_text())
+    users = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "course_utils").rglob("*.py")
+        if "jax._src" in p.read_text()
+    )
     assert users == ["course_utils/tools/jax_private.py"]
 
 
 def test_no_module_is_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "course_utils").rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 400}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "course_utils").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 400
+    }
     assert not long, long
 
 
@@ -86,11 +100,13 @@ def test_the_network_guard_refuses_other_hosts_and_allows_loopback(tmp_path):
 
 
 def test_notebook_kernels_start_with_the_guard():
-    from nbclient import NotebookClient
     import nbformat
+    from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import socket\nprint(socket.socket.connect.network_guard)")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("import socket\nprint(socket.socket.connect.network_guard)")
+    ]
     NotebookClient(nb, kernel_name="python3").execute()
     assert nb.cells[0].outputs[0]["text"] == "True\n"
 
@@ -98,8 +114,13 @@ def test_notebook_kernels_start_with_the_guard():
 def test_no_committed_file_holds_a_token_or_a_machine_path():
     import re
 
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     leak = re.compile(r"/(root|home|work|Users)/[A-Za-z]|token=[0-9a-f]{16,}")
-    found = [name for name in tracked
-             if (ROOT / name).is_file() and leak.search((ROOT / name).read_text(errors="ignore"))]
+    found = [
+        name
+        for name in tracked
+        if (ROOT / name).is_file() and leak.search((ROOT / name).read_text(errors="ignore"))
+    ]
     assert not found, f"machine paths or tokens in {found}"

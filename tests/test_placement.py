@@ -2,7 +2,14 @@ import jax
 import numpy as np
 import pytest
 
-from course_utils import data_mesh, placement_report, placements, shard_shapes, toy_regression, values_per_device
+from course_utils import (
+    data_mesh,
+    placement_report,
+    placements,
+    shard_shapes,
+    toy_regression,
+    values_per_device,
+)
 
 
 def test_shapes_and_report_for_each_placement():

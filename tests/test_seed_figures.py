@@ -1,10 +1,24 @@
-"""Every figure and assertion of ../shared/seed/distributed-03.py, reproduced through the public API."""
+"""Every figure and assertion of the unit's seed script (its specification), via the public API."""
+
 import jax
 import numpy as np
 
-from course_utils import (all_gather_shards, all_reduce_gradient, collectives_in, communication_budget, data_mesh,
-                          placement_figure_data, placements, reduce_scatter_gradient, reference_gradient, ring_bytes,
-                          shard_shapes, sharded_momentum_step, toy_regression, values_per_device)
+from course_utils import (
+    all_gather_shards,
+    all_reduce_gradient,
+    collectives_in,
+    communication_budget,
+    data_mesh,
+    placement_figure_data,
+    placements,
+    reduce_scatter_gradient,
+    reference_gradient,
+    ring_bytes,
+    shard_shapes,
+    sharded_momentum_step,
+    toy_regression,
+    values_per_device,
+)
 
 TOL = dict(atol=2e-6, rtol=2e-6)
 
@@ -14,14 +28,22 @@ def test_the_seed_end_to_end():
     rows, replicated, features = placements(mesh)
     xh, yh, wh = toy_regression()
     x, y, w = jax.device_put(xh, rows), jax.device_put(yh, features), jax.device_put(wh, replicated)
-    all_reduce, scatter, gather = all_reduce_gradient(mesh), reduce_scatter_gradient(mesh), all_gather_shards(mesh)
+    all_reduce, scatter, gather = (
+        all_reduce_gradient(mesh),
+        reduce_scatter_gradient(mesh),
+        all_gather_shards(mesh),
+    )
     ga, gs = all_reduce(x, y, w), scatter(x, y, w)
     gg = gather(gs)
     reference = reference_gradient(xh, yh, wh)
     np.testing.assert_allclose(reference, 2 * xh.T @ (xh @ wh - yh) / 16, rtol=1e-6)
     for result in (ga, gs, gg):
         np.testing.assert_allclose(np.asarray(result), reference, **TOL)
-    assert (shard_shapes(ga), shard_shapes(gs), shard_shapes(gg)) == ([(8,)] * 4, [(2,)] * 4, [(8,)] * 4)
+    assert (shard_shapes(ga), shard_shapes(gs), shard_shapes(gg)) == (
+        [(8,)] * 4,
+        [(2,)] * 4,
+        [(8,)] * 4,
+    )
     assert collectives_in(all_reduce, x, y, w)["stablehlo"][0]["op"] == "all_reduce"
     assert collectives_in(scatter, x, y, w)["stablehlo"][0]["op"] == "reduce_scatter"
 
@@ -32,7 +54,9 @@ def test_the_seed_end_to_end():
     assert data["panels"][1]["series"][0]["y"] == [48.0, 24.0, 48.0]
 
     v_host = np.linspace(-0.02, 0.03, 8, dtype=np.float32)
-    new_w, new_v = sharded_momentum_step(jax.device_put(wh, features), jax.device_put(v_host, features), gs)
+    new_w, new_v = sharded_momentum_step(
+        jax.device_put(wh, features), jax.device_put(v_host, features), gs
+    )
     updated = gather(new_w)
     expected_w = wh - 0.1 * (0.9 * v_host + reference)
     for shard in updated.addressable_shards:

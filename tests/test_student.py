@@ -1,4 +1,6 @@
-"""The student edition: solutions stripped (and nothing else changed), outputs cleared, bad markers refused."""
+"""The student edition: solutions stripped (nothing else changed), outputs cleared, bad markers
+refused."""
+
 from pathlib import Path
 
 import nbformat
@@ -7,7 +9,14 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from course_utils.tools.runner import find_notebooks
-from course_utils.tools.student import BEGIN, END, SolutionMarkerError, build, strip_solution, student_edition
+from course_utils.tools.student import (
+    BEGIN,
+    END,
+    SolutionMarkerError,
+    build,
+    strip_solution,
+    student_edition,
+)
 
 NOTEBOOKS = find_notebooks(Path(__file__).resolve().parents[1] / "notebooks")
 EXERCISES = [p for p in NOTEBOOKS if BEGIN in p.read_text()]
@@ -42,7 +51,11 @@ def test_no_solution_line_leaks_and_everything_else_is_kept(edition, path):
     text = "\n".join(c.source for c in student.cells)
     assert not [line for line in _solution_lines(original) if line in text]
     assert BEGIN not in text and END not in text
-    kept = [c for c in original.cells if not (c.cell_type == "markdown" and "solution" in c.metadata.get("tags", []))]
+    kept = [
+        c
+        for c in original.cells
+        if not (c.cell_type == "markdown" and "solution" in c.metadata.get("tags", []))
+    ]
     assert len(kept) == len(student.cells)
     for before, after in zip(kept, student.cells):
         assert after.metadata.get("tags") == before.metadata.get("tags")
@@ -60,13 +73,16 @@ def test_same_input_gives_byte_identical_output(edition, tmp_path):
         assert (tmp_path / path.name).read_bytes() == (edition / path.name).read_bytes()
 
 
-@pytest.mark.parametrize("source, tagged, match", [
-    (f"a = 1\n{BEGIN}\nb = 2", True, ".* is never closed"),
-    (f"{BEGIN}\n{BEGIN}\nb = 2\n{END}\n{END}", True, "line 2: nested"),
-    (f"b = 2\n{END}", True, "line 2: .* without"),
-    ("b = 2", True, "tagged 'solution' but has no"),
-    (f"{BEGIN}\nb = 2\n{END}", False, "has solution markers but is not tagged 'solution'"),
-])
+@pytest.mark.parametrize(
+    "source, tagged, match",
+    [
+        (f"a = 1\n{BEGIN}\nb = 2", True, ".* is never closed"),
+        (f"{BEGIN}\n{BEGIN}\nb = 2\n{END}\n{END}", True, "line 2: nested"),
+        (f"b = 2\n{END}", True, "line 2: .* without"),
+        ("b = 2", True, "tagged 'solution' but has no"),
+        (f"{BEGIN}\nb = 2\n{END}", False, "has solution markers but is not tagged 'solution'"),
+    ],
+)
 def test_bad_markers_name_notebook_and_cell_and_write_nothing(tmp_path, source, tagged, match):
     good = nbformat.read(NOTEBOOKS[0], as_version=4)
     bad = nbformat.v4.new_notebook()
@@ -85,9 +101,13 @@ def test_bad_markers_name_notebook_and_cell_and_write_nothing(tmp_path, source, 
 
 def test_indentation_and_markdown_solutions():
     assert strip_solution(f"def f():\n    {BEGIN}\n    return 1\n    {END}", "nb") == (
-        "def f():\n    # YOUR CODE HERE\n    raise NotImplementedError()")
+        "def f():\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    )
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("answer: 42"), nbformat.v4.new_markdown_cell("question")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("answer: 42"),
+        nbformat.v4.new_markdown_cell("question"),
+    ]
     nb.cells[0].metadata["tags"] = ["solution"]
     assert [c.source for c in student_edition(nb, "nb").cells] == ["question"]
     assert len(nb.cells) == 2

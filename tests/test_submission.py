@@ -1,4 +1,5 @@
-"""course check-submission: per-exercise reports for right, wrong, unsolved and broken submissions."""
+"""course check-submission: per-exercise reports for right, wrong, unsolved, broken submissions."""
+
 import hashlib
 import subprocess
 import sys
@@ -9,7 +10,13 @@ import pytest
 
 from course_utils.tools.runner import find_notebooks
 from course_utils.tools.student import build
-from course_utils.tools.submission import FAILED, NOT_ATTEMPTED, PASSED, SubmissionError, check_submission
+from course_utils.tools.submission import (
+    FAILED,
+    NOT_ATTEMPTED,
+    PASSED,
+    SubmissionError,
+    check_submission,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "notebooks"
@@ -35,8 +42,14 @@ def _answer(edition: Path, tmp_path: Path, name: str, code: str) -> Path:
 
 def _restore_solutions(edition: Path, tmp_path: Path, solution: Path) -> Path:
     theirs = nbformat.read(edition / solution.name, as_version=4)
-    ours = [c for c in nbformat.read(solution, as_version=4).cells if "solution" in c.metadata.get("tags", [])]
-    for cell, reference in zip([c for c in theirs.cells if "solution" in c.metadata.get("tags", [])], ours):
+    ours = [
+        c
+        for c in nbformat.read(solution, as_version=4).cells
+        if "solution" in c.metadata.get("tags", [])
+    ]
+    for cell, reference in zip(
+        [c for c in theirs.cells if "solution" in c.metadata.get("tags", [])], ours
+    ):
         cell.source = reference.source
     target = tmp_path / solution.name
     nbformat.write(theirs, target)
@@ -52,8 +65,13 @@ def test_reference_solutions_put_back_pass(edition, tmp_path, solution):
 def test_unsolved_is_not_attempted_and_exits_1(edition):
     path = edition / "07_row_permutation_exercise.ipynb"
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "check-submission", str(path)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "course_utils.tools.cli", "check-submission", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 1
     assert "check_joint_permutation" in done.stdout and NOT_ATTEMPTED in done.stdout
     assert "0 passed, 0 failed, 1 not attempted" in done.stdout
@@ -69,19 +87,35 @@ g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
 REPLICATED_KERNEL = """def my_kernel(x_block, y_block, w):
     return jax.lax.psum(local_contribution(x_block, y_block, w, n_rows), "data")
 
-g_mine = jax.jit(jax.shard_map(my_kernel, mesh=mesh, in_specs=(P("data", None), P("data"), P()), out_specs=P()))(x, y, w)"""
+specs = (P("data", None), P("data"), P())
+g_mine = jax.jit(jax.shard_map(my_kernel, mesh=mesh, in_specs=specs, out_specs=P()))(x, y, w)"""
 
 LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(yb)
                       for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
 
 
-@pytest.mark.parametrize("name, code, message", [
-    ("07_row_permutation_exercise.ipynb", PERMUTE_LABELS_ONLY, "g_all: 8 of 8 entries wrong"),
-    ("03_collectives.ipynb", REPLICATED_KERNEL, "right values but the wrong placement: it is replicated"),
-    ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
-    ("04_placement_checks.ipynb", "predicted = [(4, 8)] * N_DEVICES", "wrong shard shape on device 0"),
-    ("07_row_permutation_exercise.ipynb", "g_all = 1 / 0", "the solution cell raised ZeroDivisionError"),
-])
+@pytest.mark.parametrize(
+    "name, code, message",
+    [
+        ("07_row_permutation_exercise.ipynb", PERMUTE_LABELS_ONLY, "g_all: 8 of 8 entries wrong"),
+        (
+            "03_collectives.ipynb",
+            REPLICATED_KERNEL,
+            "right values but the wrong placement: it is replicated",
+        ),
+        ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
+        (
+            "04_placement_checks.ipynb",
+            "predicted = [(4, 8)] * N_DEVICES",
+            "wrong shard shape on device 0",
+        ),
+        (
+            "07_row_permutation_exercise.ipynb",
+            "g_all = 1 / 0",
+            "the solution cell raised ZeroDivisionError",
+        ),
+    ],
+)
 def test_wrong_solutions_fail_with_their_specific_message(edition, tmp_path, name, code, message):
     (result,) = check_submission(_answer(edition, tmp_path, name, code), SOLUTIONS)
     assert result.status == FAILED and message in result.message
@@ -93,8 +127,8 @@ def test_a_loop_is_stopped_by_the_timeout(edition, tmp_path):
     assert result.status == FAILED and "longer than 5 s" in result.message
 
 
-WRONG_BUDGET_ROW = """row_16 = {"ranks": 16, "all_reduce_bytes": GRADIENT_BYTES, "scatter_gather_bytes": GRADIENT_BYTES,
-          "shard_storage_bytes": GRADIENT_BYTES // 16}"""
+WRONG_BUDGET_ROW = """row_16 = {"ranks": 16, "all_reduce_bytes": GRADIENT_BYTES,
+          "scatter_gather_bytes": GRADIENT_BYTES, "shard_storage_bytes": GRADIENT_BYTES // 16}"""
 
 
 def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
@@ -108,20 +142,28 @@ def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
     assert result.status == FAILED and "PASSED" not in result.message
 
 
-@pytest.mark.parametrize("content, name, message", [
-    ("this is not json", "07_x.ipynb", "is not a Jupyter notebook"),
-    ('{"cells": 3}', "07_x.ipynb", "is not a Jupyter notebook"),
-    (None, "99_unknown.ipynb", "no solution notebook"),
-    ("no file", "missing.ipynb", "no such file"),
-])
+@pytest.mark.parametrize(
+    "content, name, message",
+    [
+        ("this is not json", "07_x.ipynb", "is not a Jupyter notebook"),
+        ('{"cells": 3}', "07_x.ipynb", "is not a Jupyter notebook"),
+        (None, "99_unknown.ipynb", "no solution notebook"),
+        ("no file", "missing.ipynb", "no such file"),
+    ],
+)
 def test_broken_submissions_get_one_line(tmp_path, content, name, message):
     path = tmp_path / name
     if content is None:
         nbformat.write(nbformat.v4.new_notebook(), path)
     elif content != "no file":
         path.write_text(content)
-    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "check-submission", str(path)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "course_utils.tools.cli", "check-submission", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
@@ -135,6 +177,17 @@ def test_a_deleted_solution_cell_is_reported(edition, tmp_path):
 
 
 def test_a_step_without_exercises_has_nothing_to_check():
-    done = subprocess.run([sys.executable, "-m", "course_utils.tools.cli", "check-submission",
-                           str(SOLUTIONS / "01_mesh_setup.ipynb")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "course_utils.tools.cli",
+            "check-submission",
+            str(SOLUTIONS / "01_mesh_setup.ipynb"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 0 and "this step has no exercises" in done.stdout

@@ -26,7 +26,9 @@ def test_jitted_functions_report_a_compile_time():
 def test_many_collective_calls_complete_without_deadlock():
     from course_utils import all_reduce_gradient, data_mesh, toy_regression
 
-    result = time_completed_calls(all_reduce_gradient(data_mesh()), *toy_regression(), n_samples=200, n_warmup=3)
+    result = time_completed_calls(
+        all_reduce_gradient(data_mesh()), *toy_regression(), n_samples=200, n_warmup=3
+    )
     assert len(result["samples_us"]) == 200
 
 

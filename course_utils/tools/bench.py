@@ -3,10 +3,12 @@
 It starts one worker process per device count and repeat (``bench_plan``), one at a time, shows
 their progress, combines the repeats (``bench_combine``: fits ``T = α + S/B``, nccl-tests
 bandwidths, the memory-traffic model) and writes ``bench.json`` and ``bench.png``
-(``bench_report``). What each worker measures, and how, is ``course_utils.sweep`` (its ``PROTOCOL``).
+(``bench_report``). What each worker measures, and how, is ``course_utils.sweep`` (its
+``PROTOCOL``).
 Everything is one process and one shared memory per device count: the times are dispatch,
 rendezvous and memory copies, never a network.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +20,12 @@ from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_
 from course_utils.sweep import LABELS
 from course_utils.tools.bench_combine import build_results
 from course_utils.tools.bench_plan import BenchError, make_plan, run_sweep, steps_per_worker
-from course_utils.tools.bench_report import (collectives_table, summary_lines, write_outputs,
-                                             zero1_table)
+from course_utils.tools.bench_report import (
+    collectives_table,
+    summary_lines,
+    write_outputs,
+    zero1_table,
+)
 
 
 def _progress_text(medians: dict) -> str:
@@ -28,7 +34,13 @@ def _progress_text(medians: dict) -> str:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     console = Console(width=max(Console().width, 150))
     try:
@@ -37,17 +49,30 @@ def _run_bench(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/] {exc}")
         return EXIT_USAGE
     if not plan.quick and plan.repeats < 3:
-        console.print(f"[yellow]note:[/] {plan.repeats} repeat(s): the protocol wants 3 or more for a spread")
+        console.print(
+            f"[yellow]note:[/] {plan.repeats} repeat(s): the protocol wants 3 or more for a spread"
+        )
     load_before, start = os.getloadavg(), time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("[dim]{task.fields[last]}"),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("[dim]{task.fields[last]}"),
+        console=console,
+        transient=True,
+    ) as progress:
         total = plan.repeats * len(plan.devices) * steps_per_worker(plan)
         task = progress.add_task("starting", total=total, last="")
 
         def on_progress(repeat: int, p: int, event: dict) -> None:
-            progress.update(task, advance=1, last=_progress_text(event["medians"]),
-                            description=f"repeat {repeat + 1}/{plan.repeats} · {p} devices · {event['label']}")
+            progress.update(
+                task,
+                advance=1,
+                last=_progress_text(event["medians"]),
+                description=f"repeat {repeat + 1}/{plan.repeats} · {p} devices · {event['label']}",
+            )
 
         try:
             reports = run_sweep(plan, on_progress)
@@ -55,7 +80,9 @@ def _run_bench(args: argparse.Namespace) -> int:
             console.print(f"[red]error:[/] {exc}")
             return EXIT_FAILED
         except KeyboardInterrupt:
-            console.print("[red]interrupted:[/] the running worker was stopped; nothing was written")
+            console.print(
+                "[red]interrupted:[/] the running worker was stopped; nothing was written"
+            )
             return EXIT_INTERRUPTED
     results = build_results(plan, reports, load_before, time.perf_counter() - start)
     out_dir = Path(args.out)
@@ -71,15 +98,33 @@ def _run_bench(args: argparse.Namespace) -> int:
 def add_bench_parser(sub) -> None:
     """Register ``course bench``."""
     bench = sub.add_parser(
-        "bench", help="time psum, psum_scatter, all_gather and ZeRO-1 steps; fit T = α + S/B",
-        description="Measure collectives on 2, 4 and 8 logical CPU devices (each count in its own process) "
-                    "against the α-β model, nccl-tests bandwidths and memcpy; write bench.json and bench.png.",
-        epilog="The full run takes several minutes; use --quick to check that everything works.")
-    bench.add_argument("--quick", action="store_true",
-                       help="4 sizes, 2 and 4 devices, few samples, 1 repeat (well under a minute)")
-    bench.add_argument("--out", default="build/bench", help="folder for bench.json and bench.png (default: build/bench)")
-    bench.add_argument("--repeats", type=int, default=None,
-                       help="whole sweeps, each in fresh processes (default: 3; --quick: 1)")
-    bench.add_argument("--max-log2", type=int, default=22,
-                       help="largest size 2^K elements in the full sweep (default 22 = 16 MiB; 23+ page-faults)")
+        "bench",
+        help="time psum, psum_scatter, all_gather and ZeRO-1 steps; fit T = α + S/B",
+        description="Measure collectives on 2, 4 and 8 logical CPU devices "
+        "(each count in its own process) against the α-β model, nccl-tests bandwidths and memcpy; "
+        "write bench.json and bench.png.",
+        epilog="The full run takes several minutes; use --quick to check that everything works.",
+    )
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="4 sizes, 2 and 4 devices, few samples, 1 repeat (well under a minute)",
+    )
+    bench.add_argument(
+        "--out",
+        default="build/bench",
+        help="folder for bench.json and bench.png (default: build/bench)",
+    )
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="whole sweeps, each in fresh processes (default: 3; --quick: 1)",
+    )
+    bench.add_argument(
+        "--max-log2",
+        type=int,
+        default=22,
+        help="largest size 2^K elements in the full sweep (default 22 = 16 MiB; 23+ page-faults)",
+    )
     bench.set_defaults(handler=_run_bench)

@@ -1,8 +1,10 @@
-"""``course bench``, step 1: what to measure (the plan) and running one worker process per device count.
+"""``course bench``, step 1: what to measure (the plan) and running one worker process per
+device count.
 
 A JAX process's device count is fixed, so each device count and repeat runs in a fresh
 ``python -m course_utils.tools.bench_worker``; the parent never starts a JAX backend.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,22 +56,57 @@ def make_plan(quick: bool = False, repeats: int | None = None, max_log2: int = 2
         positive_int("--repeats", repeats, hint="the protocol wants 3 or more")
     if quick:
         if max_log2 != 22:
-            raise ValueError("--max-log2 sets the full sweep's largest size; drop --quick or --max-log2")
-        return Plan(True, (2, 4), tuple(2**k for k in (3, 10, 16, 20)), (2**10, 2**20),
-                    samples_fast=10, samples_slow=5, warmup=3, repeats=repeats or 1, worker_timeout_s=180)
+            raise ValueError(
+                "--max-log2 sets the full sweep's largest size; drop --quick or --max-log2"
+            )
+        return Plan(
+            True,
+            (2, 4),
+            tuple(2**k for k in (3, 10, 16, 20)),
+            (2**10, 2**20),
+            samples_fast=10,
+            samples_slow=5,
+            warmup=3,
+            repeats=repeats or 1,
+            worker_timeout_s=180,
+        )
     if isinstance(max_log2, bool) or not isinstance(max_log2, int) or not 10 <= max_log2 <= 24:
-        raise ValueError(f"--max-log2 must be an integer from 10 to 24 (23 reaches the page-fault regime), "
-                         f"got {max_log2!r}")
-    return Plan(False, (2, 4, 8), tuple(2**k for k in range(3, max_log2 + 1)), tuple(2**k for k in range(10, 23, 2)),
-                samples_fast=50, samples_slow=15, warmup=3, repeats=repeats or 3, worker_timeout_s=1800)
+        raise ValueError(
+            f"--max-log2 must be an integer from 10 to 24 (23 reaches the page-fault regime), "
+            f"got {max_log2!r}"
+        )
+    return Plan(
+        False,
+        (2, 4, 8),
+        tuple(2**k for k in range(3, max_log2 + 1)),
+        tuple(2**k for k in range(10, 23, 2)),
+        samples_fast=50,
+        samples_slow=15,
+        warmup=3,
+        repeats=repeats or 3,
+        worker_timeout_s=1800,
+    )
 
 
 def worker_command(plan: Plan, devices: int) -> list[str]:
     """The command line of one worker."""
-    return [sys.executable, "-m", "course_utils.tools.bench_worker", "--devices", str(devices),
-            "--sizes", ",".join(map(str, plan.sizes)), "--zero1-sizes", ",".join(map(str, plan.zero1_sizes)),
-            "--samples-fast", str(plan.samples_fast), "--samples-slow", str(plan.samples_slow),
-            "--warmup", str(plan.warmup)]
+    return [
+        sys.executable,
+        "-m",
+        "course_utils.tools.bench_worker",
+        "--devices",
+        str(devices),
+        "--sizes",
+        ",".join(map(str, plan.sizes)),
+        "--zero1-sizes",
+        ",".join(map(str, plan.zero1_sizes)),
+        "--samples-fast",
+        str(plan.samples_fast),
+        "--samples-slow",
+        str(plan.samples_slow),
+        "--warmup",
+        str(plan.warmup),
+    ]
 
 
 def steps_per_worker(plan: Plan) -> int:
@@ -87,7 +124,8 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
     """Run one worker, pass each progress event to ``on_progress``, return its result event.
 
     Raises:
-        BenchError: the worker exited non-zero, sent no result, or ran past ``timeout_s`` (it is killed).
+        BenchError: the worker exited non-zero, sent no result, or ran past ``timeout_s``
+            (it is killed).
     """
     with tempfile.TemporaryFile(mode="w+") as stderr:
         popen = spawn(command, subprocess.PIPE, stderr)
@@ -104,23 +142,32 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
                         result = event
             returncode = popen.wait(timeout=max(1.0, deadline - time.monotonic()))
         except (queue.Empty, subprocess.TimeoutExpired):
-            raise BenchError(f"a worker ran past {timeout_s:.0f} s and was stopped: {' '.join(command[1:5])}; "
-                             "the machine may be busy: try again later or with --quick") from None
+            raise BenchError(
+                f"a worker ran past {timeout_s:.0f} s and was stopped: {' '.join(command[1:5])}; "
+                "the machine may be busy: try again later or with --quick"
+            ) from None
         finally:
             stop([popen])
         if returncode != 0 or result is None:
             stderr.seek(0)
             tail = stderr.read().strip()[-1500:]
-            raise BenchError(f"worker {' '.join(command[1:5])} failed with exit status {returncode}:\n{tail}")
+            raise BenchError(
+                f"worker {' '.join(command[1:5])} failed with exit status {returncode}:\n{tail}"
+            )
     return result
 
 
 def run_sweep(plan: Plan, on_progress: Callable[[int, int, dict], None]) -> list[dict]:
-    """All workers, repeat by repeat, each device count in turn; each report gains its ``repeat``."""
+    """All workers, repeat by repeat, each device count in turn; each report gains its
+    ``repeat``.
+    """
     reports = []
     for repeat in range(plan.repeats):
         for p in plan.devices:
-            report = run_worker(worker_command(plan, p), plan.worker_timeout_s,
-                                lambda event, r=repeat, p=p: on_progress(r, p, event))
+            report = run_worker(
+                worker_command(plan, p),
+                plan.worker_timeout_s,
+                lambda event, r=repeat, p=p: on_progress(r, p, event),
+            )
             reports.append({**report, "repeat": repeat})
     return reports

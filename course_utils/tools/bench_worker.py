@@ -6,6 +6,7 @@ per device count and repeat. What it measures, and how, is ``course_utils.sweep`
 ``PROTOCOL``). It prints JSON lines on stdout: ``{"event": "progress", ...}`` after each step and
 one ``{"event": "result", ...}`` at the end. A failure exits non-zero with the reason on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,15 @@ import time
 import jax
 
 from course_utils.devices import data_mesh, use_cpu_devices
-from course_utils.sweep import (SLOW_CALL_US, collective_runs, compiled_collectives, memcpy_bandwidth,
-                                time_interleaved, zero1_facts, zero1_runs)
+from course_utils.sweep import (
+    SLOW_CALL_US,
+    collective_runs,
+    compiled_collectives,
+    memcpy_bandwidth,
+    time_interleaved,
+    zero1_facts,
+    zero1_runs,
+)
 
 
 def emit(event: str, **fields) -> None:
@@ -29,7 +37,9 @@ def _sizes(text: str) -> list[int]:
     try:
         return [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,1024; got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers such as 8,1024; got {text!r}"
+        ) from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,11 +47,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m course_utils.tools.bench_worker",
         description="Time collectives and ZeRO-1 steps on N logical CPU devices; print JSON lines.",
-        epilog="`course bench` starts this once per device count and repeat; run it by hand only to debug.")
-    parser.add_argument("--devices", type=int, required=True, help="logical CPU devices p (2, 4, 8, ...)")
-    parser.add_argument("--sizes", type=_sizes, required=True, help="float32 element counts, each divisible by p")
-    parser.add_argument("--zero1-sizes", type=_sizes, default=[], help="parameter counts for the ZeRO-1 steps")
-    parser.add_argument("--samples-fast", type=int, default=50, help=f"samples when calls take < {SLOW_CALL_US:g} µs")
+        epilog="`course bench` starts this once per device count and repeat; "
+        "run it by hand only to debug.",
+    )
+    parser.add_argument(
+        "--devices", type=int, required=True, help="logical CPU devices p (2, 4, 8, ...)"
+    )
+    parser.add_argument(
+        "--sizes", type=_sizes, required=True, help="float32 element counts, each divisible by p"
+    )
+    parser.add_argument(
+        "--zero1-sizes", type=_sizes, default=[], help="parameter counts for the ZeRO-1 steps"
+    )
+    parser.add_argument(
+        "--samples-fast",
+        type=int,
+        default=50,
+        help=f"samples when calls take < {SLOW_CALL_US:g} µs",
+    )
     parser.add_argument("--samples-slow", type=int, default=15, help="samples for slower calls")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds after the first call")
     args = parser.parse_args(argv)
@@ -50,7 +73,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     bad = [n for n in args.sizes + args.zero1_sizes if n < args.devices or n % args.devices]
     if bad:
-        parser.error(f"sizes {bad} do not divide over {args.devices} devices; use multiples of {args.devices}")
+        parser.error(
+            f"sizes {bad} do not divide over {args.devices} devices; "
+            f"use multiples of {args.devices}"
+        )
     return args
 
 
@@ -65,21 +91,41 @@ def main(argv: list[str] | None = None) -> int:
     emit("progress", done=done, total=total, label="memcpy", medians={})
     collectives = []
     for elements in args.sizes:
-        timed = time_interleaved(collective_runs(mesh, elements), args.samples_fast, args.samples_slow, args.warmup)
+        timed = time_interleaved(
+            collective_runs(mesh, elements), args.samples_fast, args.samples_slow, args.warmup
+        )
         collectives.append({"elements": elements, "variants": timed})
         done += 1
-        emit("progress", done=done, total=total, label=f"{elements} elements",
-             medians={name: t["median_us"] for name, t in timed.items()})
+        emit(
+            "progress",
+            done=done,
+            total=total,
+            label=f"{elements} elements",
+            medians={name: t["median_us"] for name, t in timed.items()},
+        )
     zero1 = []
     for params in args.zero1_sizes:
         runs = zero1_runs(mesh, params)
         timed = time_interleaved(runs, args.samples_fast, args.samples_slow, args.warmup)
         zero1.append({"params": params, "steps": timed, **zero1_facts(runs)})
         done += 1
-        emit("progress", done=done, total=total, label=f"ZeRO-1 {params} params",
-             medians={name: t["median_us"] for name, t in timed.items()})
-    emit("result", devices=args.devices, jax_version=jax.__version__, memcpy=memcpy, collectives=collectives,
-         zero1=zero1, compiled_collectives=compiled_collectives(mesh), seconds=time.perf_counter() - start)
+        emit(
+            "progress",
+            done=done,
+            total=total,
+            label=f"ZeRO-1 {params} params",
+            medians={name: t["median_us"] for name, t in timed.items()},
+        )
+    emit(
+        "result",
+        devices=args.devices,
+        jax_version=jax.__version__,
+        memcpy=memcpy,
+        collectives=collectives,
+        zero1=zero1,
+        compiled_collectives=compiled_collectives(mesh),
+        seconds=time.perf_counter() - start,
+    )
     return 0
 
 

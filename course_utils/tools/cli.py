@@ -1,4 +1,5 @@
 """The ``course`` command: a registry of subcommands, each registered by the module that runs it."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,8 @@ import sys
 
 from course_utils.validate import positive_int
 
-# Each entry registers one subcommand on the subparsers object; modules import lazily inside handlers.
+# Each entry registers one subcommand on the subparsers object; modules import lazily inside
+# handlers.
 COMMANDS = [
     "course_utils.tools.runner:add_run_parser",
     "course_utils.tools.launch:add_launch_parser",
@@ -36,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``course`` command with ``argv`` (default: the command line); return its exit status."""
+    """Run the ``course`` command with ``argv`` (default: the command line); return its exit
+    status.
+    """
     args = build_parser().parse_args(argv)
     return args.handler(args)
 

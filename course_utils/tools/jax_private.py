@@ -9,6 +9,7 @@ Tested on jax 0.9.0 and 0.10.2. On other versions the names may be gone: ``bind_
 raises ``RuntimeError`` with what to do. (Hosts that are network namespaces, each with its own
 ``/etc/hosts``, need none of this: the host name already resolves to the right address.)
 """
+
 from __future__ import annotations
 
 TESTED_JAX = ("0.9.0", "0.10.2")
@@ -29,11 +30,13 @@ def bind_gloo_to(host: str) -> None:
 
         def make_client():
             collectives = _jax.make_gloo_tcp_collectives(
-                distributed_client=distributed.global_state.client, hostname=host)
+                distributed_client=distributed.global_state.client, hostname=host
+            )
             return xla_bridge.make_cpu_client(collectives=collectives)
 
         register_backend_factory("cpu", make_client, priority=0, fail_quietly=False)
     except (ImportError, AttributeError, TypeError) as exc:
         raise RuntimeError(
             f"cannot bind gloo to {host} on jax {jax.__version__} (tested on "
-            f"{' and '.join(TESTED_JAX)}): {exc}; install a tested jax version") from None
+            f"{' and '.join(TESTED_JAX)}): {exc}; install a tested jax version"
+        ) from None

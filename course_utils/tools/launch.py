@@ -1,10 +1,11 @@
 """``course launch``: the course kernels on N local processes with JAX's own multi-process runtime.
 
-The parent side. It checks the arguments and the port, starts N ``python -m course_utils.tools.worker``
-processes (coordinator and gloo on 127.0.0.1), waits for them under one deadline, stops the others
-as soon as one fails, and merges the workers' JSON reports into one summary. The parent never
-starts a JAX backend; JAX runs only in the workers.
+The parent side. It checks the arguments and the port, starts N
+``python -m course_utils.tools.worker`` processes (coordinator and gloo on 127.0.0.1), waits for
+them under one deadline, stops the others as soon as one fails, and merges the workers' JSON
+reports into one summary. The parent never starts a JAX backend; JAX runs only in the workers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,18 +43,31 @@ class Worker:
     stderr: Path
 
 
-def check_counts(processes: int, devices_per_process: int, timeout: int,
-                 fail_rank: int | None = None) -> None:
-    """Raise ``ValueError`` unless N, D, the timeout and ``fail_rank`` fit (N·D ≤ ``MAX_DEVICES``)."""
-    for name, value in (("processes", processes), ("devices_per_process", devices_per_process),
-                        ("timeout", timeout)):
+def check_counts(
+    processes: int, devices_per_process: int, timeout: int, fail_rank: int | None = None
+) -> None:
+    """Raise ``ValueError`` unless N, D, the timeout and ``fail_rank`` fit
+    (N·D ≤ ``MAX_DEVICES``).
+    """
+    for name, value in (
+        ("processes", processes),
+        ("devices_per_process", devices_per_process),
+        ("timeout", timeout),
+    ):
         positive_int(name, value)
     if processes * devices_per_process > MAX_DEVICES:
-        raise ValueError(f"{processes} processes × {devices_per_process} devices = "
-                         f"{processes * devices_per_process} devices; use at most {MAX_DEVICES} in all")
-    if fail_rank is not None and (isinstance(fail_rank, bool) or not isinstance(fail_rank, int)
-                                  or not 0 <= fail_rank < processes):
-        raise ValueError(f"--fail-rank {fail_rank!r} names no process; use one of 0..{processes - 1}")
+        raise ValueError(
+            f"{processes} processes × {devices_per_process} devices = "
+            f"{processes * devices_per_process} devices; use at most {MAX_DEVICES} in all"
+        )
+    if fail_rank is not None and (
+        isinstance(fail_rank, bool)
+        or not isinstance(fail_rank, int)
+        or not 0 <= fail_rank < processes
+    ):
+        raise ValueError(
+            f"--fail-rank {fail_rank!r} names no process; use one of 0..{processes - 1}"
+        )
 
 
 def free_port() -> int:
@@ -71,18 +85,38 @@ def check_port(port: int) -> None:
         try:
             s.bind((HOST, port))
         except OSError as exc:
-            raise LaunchError(f"port {port} on {HOST} is already taken ({exc.strerror}); "
-                              f"pick another with --port or omit --port to use a free one") from None
+            raise LaunchError(
+                f"port {port} on {HOST} is already taken ({exc.strerror}); "
+                f"pick another with --port or omit --port to use a free one"
+            ) from None
 
 
-def start_workers(folder: Path, processes: int, devices_per_process: int, port: int,
-                  timeout: int, fail_rank: int | None = None) -> list[Worker]:
+def start_workers(
+    folder: Path,
+    processes: int,
+    devices_per_process: int,
+    port: int,
+    timeout: int,
+    fail_rank: int | None = None,
+) -> list[Worker]:
     """Start the N worker processes; their stdout and stderr go to files in ``folder``."""
     workers = []
     for i in range(processes):
-        command = [sys.executable, "-m", "course_utils.tools.worker", "--process-id", str(i),
-                   "--processes", str(processes), "--devices-per-process", str(devices_per_process),
-                   "--port", str(port), "--timeout", str(timeout)]
+        command = [
+            sys.executable,
+            "-m",
+            "course_utils.tools.worker",
+            "--process-id",
+            str(i),
+            "--processes",
+            str(processes),
+            "--devices-per-process",
+            str(devices_per_process),
+            "--port",
+            str(port),
+            "--timeout",
+            str(timeout),
+        ]
         if i == fail_rank:
             command.append("--fail-before-check")
         out, err = folder / f"worker{i}.out", folder / f"worker{i}.err"
@@ -97,7 +131,9 @@ def stop_workers(workers: list[Worker]) -> None:
 
 
 def _last_line(path: Path) -> str:
-    """The last stderr line that is not part of a C++ stack trace (``@ 0x…``, ``*** Check failure…``)."""
+    """The last stderr line that is not part of a C++ stack trace
+    (``@ 0x…``, ``*** Check failure…``).
+    """
     lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
     lines = [line for line in lines if line and not line.startswith(("@ ", "*** "))]
     return lines[-1] if lines else "(nothing on stderr)"
@@ -110,26 +146,38 @@ def _status(returncode: int) -> str:
 
 
 def wait_for_workers(workers: list[Worker], seconds: float) -> None:
-    """Wait until every worker exits 0; raise ``LaunchError`` at the first failure or at the deadline."""
+    """Wait until every worker exits 0; raise ``LaunchError`` at the first failure or at the
+    deadline.
+    """
     by_popen = {id(w.popen): w for w in workers}
     try:
         for popen in first_exit([w.popen for w in workers], seconds):
             w = by_popen[id(popen)]
             if popen.returncode != 0:
-                raise LaunchError(f"process {w.process_id} failed ({_status(popen.returncode)}): "
-                                  f"{_last_line(w.stderr)}; the other processes were stopped")
+                raise LaunchError(
+                    f"process {w.process_id} failed ({_status(popen.returncode)}): "
+                    f"{_last_line(w.stderr)}; the other processes were stopped"
+                )
     except TimeoutError:
         late = ", ".join(str(v.process_id) for v in workers if v.popen.poll() is None)
-        raise LaunchError(f"the launch did not finish within {seconds:.0f} s (still running: "
-                          f"process {late}); raise --timeout or run fewer processes") from None
+        raise LaunchError(
+            f"the launch did not finish within {seconds:.0f} s (still running: "
+            f"process {late}); raise --timeout or run fewer processes"
+        ) from None
 
 
 def read_report(worker: Worker) -> dict:
     """The JSON line a finished worker printed last on stdout."""
-    lines = [line for line in worker.stdout.read_text(errors="replace").splitlines() if line.startswith("{")]
+    lines = [
+        line
+        for line in worker.stdout.read_text(errors="replace").splitlines()
+        if line.startswith("{")
+    ]
     if not lines:
-        raise LaunchError(f"process {worker.process_id} exited 0 without a report; "
-                          f"run it by hand: {' '.join(worker.popen.args)}")
+        raise LaunchError(
+            f"process {worker.process_id} exited 0 without a report; "
+            f"run it by hand: {' '.join(worker.popen.args)}"
+        )
     return json.loads(lines[-1])
 
 
@@ -138,27 +186,46 @@ def merge_reports(reports: list[dict], devices_per_process: int, port: int, wall
     expected = len(reports) * devices_per_process
     for r in reports:
         if r["local_devices"] != devices_per_process or r["global_devices"] != expected:
-            raise LaunchError(f"process {r['process_id']} saw {r['local_devices']} local and {r['global_devices']} "
-                              f"global devices instead of {devices_per_process} and {expected}; "
-                              f"unset JAX_* and XLA_FLAGS variables that set devices and launch again")
+            raise LaunchError(
+                f"process {r['process_id']} saw {r['local_devices']} local "
+                f"and {r['global_devices']} global devices "
+                f"instead of {devices_per_process} and {expected}; "
+                f"unset JAX_* and XLA_FLAGS variables that set devices and launch again"
+            )
     first = reports[0]
     kernels = {}
     for name, k in first["kernels"].items():
         per_process = [r["kernels"][name] for r in reports]
-        kernels[name] = {"max_error": max(p["max_error"] for p in per_process),
-                         "passed": all(p["passed"] for p in per_process),
-                         "shards_checked": sum(p["shards_checked"] for p in per_process),
-                         **{key: k[key] for key in ("median_us", "iqr_us", "min_us")}}
-    return {"processes": len(reports), "devices_per_process": devices_per_process,
-            "global_devices": first["global_devices"],
-            "local_devices": [r["local_devices"] for r in reports], "coordinator": f"{HOST}:{port}",
-            "n_rows": first["n_rows"], "n_features": first["n_features"], "kernels": kernels,
-            "passed": all(k["passed"] for k in kernels.values()), "wall_s": wall_s}
+        kernels[name] = {
+            "max_error": max(p["max_error"] for p in per_process),
+            "passed": all(p["passed"] for p in per_process),
+            "shards_checked": sum(p["shards_checked"] for p in per_process),
+            **{key: k[key] for key in ("median_us", "iqr_us", "min_us")},
+        }
+    return {
+        "processes": len(reports),
+        "devices_per_process": devices_per_process,
+        "global_devices": first["global_devices"],
+        "local_devices": [r["local_devices"] for r in reports],
+        "coordinator": f"{HOST}:{port}",
+        "n_rows": first["n_rows"],
+        "n_features": first["n_features"],
+        "kernels": kernels,
+        "passed": all(k["passed"] for k in kernels.values()),
+        "wall_s": wall_s,
+    }
 
 
-def launch(processes: int = 2, devices_per_process: int = 2, port: int | None = None, timeout: int = 60,
-           *, fail_rank: int | None = None) -> dict:
-    """Run the course kernels on ``processes`` local processes of ``devices_per_process`` CPU devices each.
+def launch(
+    processes: int = 2,
+    devices_per_process: int = 2,
+    port: int | None = None,
+    timeout: int = 60,
+    *,
+    fail_rank: int | None = None,
+) -> dict:
+    """Run the course kernels on ``processes`` local processes of ``devices_per_process`` CPU
+    devices each.
 
     Args:
         processes: N, the number of processes.
@@ -186,7 +253,9 @@ def launch(processes: int = 2, devices_per_process: int = 2, port: int | None = 
         port = free_port()
     check_port(port)
     with tempfile.TemporaryDirectory(prefix="course-launch-") as folder:
-        workers = start_workers(Path(folder), processes, devices_per_process, port, timeout, fail_rank)
+        workers = start_workers(
+            Path(folder), processes, devices_per_process, port, timeout, fail_rank
+        )
         try:
             wait_for_workers(workers, timeout + RUN_SECONDS)
         finally:
@@ -198,25 +267,37 @@ def launch(processes: int = 2, devices_per_process: int = 2, port: int | None = 
 def format_summary(summary: dict) -> str:
     """The summary as a few lines of text (what ``course launch`` prints)."""
     n, d, total = summary["processes"], summary["devices_per_process"], summary["global_devices"]
-    lines = [f"course launch: {n} processes × {d} CPU devices = {total} global devices; "
-             f"coordinator {summary['coordinator']}, gloo on {HOST}",
-             f"  x ({summary['n_rows']}, {summary['n_features']}) split by rows over all {total} devices; "
-             f"each process filled only its own shards",
-             f"  {'kernel':<25}{'max error':>10}{'check':>7}{'median µs':>11}{'IQR µs':>9}"]
+    lines = [
+        f"course launch: {n} processes × {d} CPU devices = {total} global devices; "
+        f"coordinator {summary['coordinator']}, gloo on {HOST}",
+        f"  x ({summary['n_rows']}, {summary['n_features']}) split by rows "
+        f"over all {total} devices; each process filled only its own shards",
+        f"  {'kernel':<25}{'max error':>10}{'check':>7}{'median µs':>11}{'IQR µs':>9}",
+    ]
     for name, k in summary["kernels"].items():
         check = "ok" if k["passed"] else "FAILED"
-        lines.append(f"  {name:<25}{k['max_error']:>10.1e}{check:>7}{k['median_us']:>11.1f}{k['iqr_us']:>9.1f}")
+        lines.append(
+            f"  {name:<25}{k['max_error']:>10.1e}{check:>7}"
+            f"{k['median_us']:>11.1f}{k['iqr_us']:>9.1f}"
+        )
     shards = sum(k["shards_checked"] for k in summary["kernels"].values())
     verdict = "all checks passed" if summary["passed"] else "SOME CHECKS FAILED"
-    lines.append(f"  {verdict}: {shards} shards compared with NumPy (atol = rtol = 2e-6); times are process 0's "
-                 f"medians; wall time {summary['wall_s']:.1f} s")
+    lines.append(
+        f"  {verdict}: {shards} shards compared with NumPy (atol = rtol = 2e-6); "
+        f"times are process 0's medians; wall time {summary['wall_s']:.1f} s"
+    )
     return "\n".join(lines)
 
 
 def _run_launch(args: argparse.Namespace) -> int:
     try:
-        summary = launch(args.processes, args.devices_per_process, args.port, args.timeout,
-                         fail_rank=args.fail_rank)
+        summary = launch(
+            args.processes,
+            args.devices_per_process,
+            args.port,
+            args.timeout,
+            fail_rank=args.fail_rank,
+        )
     except ValueError as exc:
         print(f"course launch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -232,17 +313,41 @@ def _run_launch(args: argparse.Namespace) -> int:
 
 def add_launch_parser(sub) -> None:
     """Register ``course launch``."""
-    launch_ = sub.add_parser("launch", help="run the kernels on N local processes (jax.distributed, gloo)")
-    launch_.add_argument("--processes", type=positive_int_arg, required=True, help="N, local processes to start")
-    launch_.add_argument("--devices-per-process", type=positive_int_arg, required=True,
-                         help=f"D, logical CPU devices per process (N·D ≤ {MAX_DEVICES})")
-    launch_.add_argument("--port", type=positive_int_arg, default=None,
-                         help=f"coordinator port on {HOST} (default: a free one)")
-    launch_.add_argument("--timeout", type=positive_int_arg, default=60,
-                         help=f"seconds to wait for all processes to join (default: 60); "
-                              f"the launch stops after timeout + {RUN_SECONDS} s")
-    launch_.add_argument("--fail-rank", type=int, default=None, metavar="R",
-                         help="make process R fail before its check, to see how a launch stops")
-    launch_.add_argument("--json", action="store_true",
-                         help="print the summary as one JSON object (what notebook 09 reads)")
+    launch_ = sub.add_parser(
+        "launch", help="run the kernels on N local processes (jax.distributed, gloo)"
+    )
+    launch_.add_argument(
+        "--processes", type=positive_int_arg, required=True, help="N, local processes to start"
+    )
+    launch_.add_argument(
+        "--devices-per-process",
+        type=positive_int_arg,
+        required=True,
+        help=f"D, logical CPU devices per process (N·D ≤ {MAX_DEVICES})",
+    )
+    launch_.add_argument(
+        "--port",
+        type=positive_int_arg,
+        default=None,
+        help=f"coordinator port on {HOST} (default: a free one)",
+    )
+    launch_.add_argument(
+        "--timeout",
+        type=positive_int_arg,
+        default=60,
+        help=f"seconds to wait for all processes to join (default: 60); "
+        f"the launch stops after timeout + {RUN_SECONDS} s",
+    )
+    launch_.add_argument(
+        "--fail-rank",
+        type=int,
+        default=None,
+        metavar="R",
+        help="make process R fail before its check, to see how a launch stops",
+    )
+    launch_.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON object (what notebook 09 reads)",
+    )
     launch_.set_defaults(handler=_run_launch)

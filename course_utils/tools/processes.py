@@ -3,6 +3,7 @@
 ``course launch`` and ``course bench`` both start workers (``python -m course_utils.tools.…``) that
 run JAX, so the parent never starts a JAX backend; both use these helpers.
 """
+
 from __future__ import annotations
 
 import queue
@@ -16,8 +17,13 @@ STOP_SECONDS = 5  # a terminated worker gets this long before it is killed
 
 def spawn(command: Sequence[str], stdout: IO | int, stderr: IO | int) -> subprocess.Popen:
     """Start ``command`` with no stdin; ``stdout``/``stderr`` are files or ``subprocess.PIPE``."""
-    return subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            text=stdout == subprocess.PIPE)
+    return subprocess.Popen(
+        list(command),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        text=stdout == subprocess.PIPE,
+    )
 
 
 def stop(popens: Sequence[subprocess.Popen], grace_s: float = STOP_SECONDS) -> None:

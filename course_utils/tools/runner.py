@@ -1,4 +1,5 @@
 """``course run``: execute the notebook series headless, each notebook in a fresh kernel."""
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,9 @@ def find_notebooks(folder: Path) -> list[Path]:
 
 
 def set_parameters(nb, parameters: dict) -> None:
-    """Rewrite the cell tagged ``parameters`` to assign ``parameters`` (e.g. ``{'N_DEVICES': 8}``)."""
+    """Rewrite the cell tagged ``parameters`` to assign ``parameters``
+    (e.g. ``{'N_DEVICES': 8}``).
+    """
     cells = [c for c in nb.cells if PARAMETERS_TAG in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise ValueError(f"expected one cell tagged {PARAMETERS_TAG!r}, found {len(cells)}")
@@ -48,7 +51,9 @@ def set_parameters(nb, parameters: dict) -> None:
     for name, value in parameters.items():
         if not any(line.split("=")[0].strip() == name for line in lines):
             raise ValueError(f"the parameters cell does not set {name}")
-        lines = [f"{name} = {value!r}" if line.split("=")[0].strip() == name else line for line in lines]
+        lines = [
+            f"{name} = {value!r}" if line.split("=")[0].strip() == name else line for line in lines
+        ]
     cells[0].source = "\n".join(lines)
 
 
@@ -61,13 +66,21 @@ def run_in_fresh_kernel(nb, cwd: Path, timeout: int, **options) -> None:
     """
     from nbclient import NotebookClient
 
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(cwd)}}, **options)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(cwd)}},
+        **options,
+    )
     client.execute(stderr=subprocess.DEVNULL)
 
 
 def execute(path: Path, *, parameters: dict | None = None, timeout: int = 600):
-    """Run ``path`` top to bottom in a fresh ``python3`` kernel; return ``(notebook, error text)``."""
+    """Run ``path`` top to bottom in a fresh ``python3`` kernel; return
+    ``(notebook, error text)``.
+    """
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
@@ -102,9 +115,17 @@ def save_figures(nb, stem: str, folder: Path) -> list[Path]:
     return written
 
 
-def run_one(path: Path, out_dir: Path, *, parameters: dict | None = None, in_place: bool = False,
-            timeout: int = 600) -> NotebookResult:
-    """Execute one notebook; save the executed copy (to ``out_dir`` or, if asked, over the original)."""
+def run_one(
+    path: Path,
+    out_dir: Path,
+    *,
+    parameters: dict | None = None,
+    in_place: bool = False,
+    timeout: int = 600,
+) -> NotebookResult:
+    """Execute one notebook; save the executed copy (to ``out_dir`` or,
+    if asked, over the original).
+    """
     start = time.perf_counter()
     nb, error = execute(path, parameters=parameters, timeout=timeout)
     seconds = time.perf_counter() - start
@@ -137,19 +158,36 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     results = {}
     start = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("running notebooks", total=len(paths))
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            # largest (longest-running, figure-heavy) notebooks first, so the last job to finish is a short one
-            futures = {pool.submit(run_one, p, out_dir, parameters=parameters, in_place=args.in_place,
-                                   timeout=args.timeout): p
-                       for p in sorted(paths, key=lambda p: p.stat().st_size, reverse=True)}
+            # largest (longest-running, figure-heavy) notebooks first, so the last job to finish
+            # is a short one
+            futures = {
+                pool.submit(
+                    run_one,
+                    p,
+                    out_dir,
+                    parameters=parameters,
+                    in_place=args.in_place,
+                    timeout=args.timeout,
+                ): p
+                for p in sorted(paths, key=lambda p: p.stat().st_size, reverse=True)
+            }
             for future in as_completed(futures):
                 try:
                     result = future.result()
                 except Exception as exc:  # an unreadable notebook or a kernel that would not start
-                    result = NotebookResult(futures[future], 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0])
+                    result = NotebookResult(
+                        futures[future], 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0]
+                    )
                 results[result.path] = result
                 progress.update(task, advance=1, description=f"done {result.path.name}")
     wall = time.perf_counter() - start
@@ -164,19 +202,35 @@ def _run(args: argparse.Namespace) -> int:
     console.print(table)
     failed = sum(not r.ok for r in results.values())
     where = "saved in place" if args.in_place else f"executed copies in {out_dir}/"
-    console.print(f"{len(paths) - failed} passed, {failed} failed in {wall:.1f} s; {where}, figures in {out_dir}/figures/")
+    console.print(
+        f"{len(paths) - failed} passed, {failed} failed in {wall:.1f} s; "
+        f"{where}, figures in {out_dir}/figures/"
+    )
     return EXIT_FAILED if failed else EXIT_OK
 
 
 def add_run_parser(sub) -> None:
     """Register ``course run``."""
     run = sub.add_parser("run", help="execute the notebook series headless, each in a fresh kernel")
-    run.add_argument("notebooks", nargs="*", help="notebooks to run (default: every NN_*.ipynb in --folder)")
-    run.add_argument("--folder", default="notebooks", help="where the series lives (default: notebooks)")
+    run.add_argument(
+        "notebooks", nargs="*", help="notebooks to run (default: every NN_*.ipynb in --folder)"
+    )
+    run.add_argument(
+        "--folder", default="notebooks", help="where the series lives (default: notebooks)"
+    )
     run.add_argument("--out", default="build/run", help="executed copies and PNG figures go here")
-    run.add_argument("--jobs", type=positive_int_arg, default=2, help="notebooks run at once (default: 2)")
-    run.add_argument("--devices", type=positive_int_arg, default=None, help="override N_DEVICES (e.g. 2 or 8)")
-    run.add_argument("--timeout", type=positive_int_arg, default=600, help="seconds per cell (default: 600)")
-    run.add_argument("--in-place", action="store_true",
-                     help="save the executed notebooks over the committed ones (to refresh their outputs)")
+    run.add_argument(
+        "--jobs", type=positive_int_arg, default=2, help="notebooks run at once (default: 2)"
+    )
+    run.add_argument(
+        "--devices", type=positive_int_arg, default=None, help="override N_DEVICES (e.g. 2 or 8)"
+    )
+    run.add_argument(
+        "--timeout", type=positive_int_arg, default=600, help="seconds per cell (default: 600)"
+    )
+    run.add_argument(
+        "--in-place",
+        action="store_true",
+        help="save the executed notebooks over the committed ones (to refresh their outputs)",
+    )
     run.set_defaults(handler=_run)

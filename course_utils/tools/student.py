@@ -3,8 +3,10 @@
 In every code cell, each region from ``### BEGIN SOLUTION`` to ``### END SOLUTION`` becomes
 ``# YOUR CODE HERE`` + ``raise NotImplementedError()`` (at the marker's indentation); markdown cells
 tagged ``solution`` are removed; all outputs and execution counts are cleared. Nothing else changes,
-and the same input gives byte-identical output. Every notebook is checked before anything is written.
+and the same input gives byte-identical output. Every notebook is checked before anything is
+written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +29,8 @@ def strip_solution(source: str, where: str) -> str:
     """Replace each marked solution region of one cell's source by the placeholder.
 
     Examples:
-        >>> print(strip_solution("a = 1\\n    ### BEGIN SOLUTION\\n    b = 2\\n    ### END SOLUTION\\nc = 3", "x"))
+        >>> source = "a = 1\\n    ### BEGIN SOLUTION\\n    b = 2\\n    ### END SOLUTION\\nc = 3"
+        >>> print(strip_solution(source, "x"))
         a = 1
             # YOUR CODE HERE
             raise NotImplementedError()
@@ -65,9 +68,13 @@ def student_edition(nb, name: str):
         if cell.cell_type == "code":
             has_markers = BEGIN in cell.source or END in cell.source
             if tagged and not has_markers:
-                raise SolutionMarkerError(f"{where}: tagged {SOLUTION_TAG!r} but has no {BEGIN} / {END} markers")
+                raise SolutionMarkerError(
+                    f"{where}: tagged {SOLUTION_TAG!r} but has no {BEGIN} / {END} markers"
+                )
             if has_markers and not tagged:
-                raise SolutionMarkerError(f"{where}: has solution markers but is not tagged {SOLUTION_TAG!r}")
+                raise SolutionMarkerError(
+                    f"{where}: has solution markers but is not tagged {SOLUTION_TAG!r}"
+                )
             cell.source = strip_solution(cell.source, where)
             cell.outputs = []
             cell.execution_count = None
@@ -78,15 +85,21 @@ def student_edition(nb, name: str):
 
 
 def build(notebooks: list[Path], out: Path) -> list[Path]:
-    """Write the student edition of ``notebooks`` into ``out``; check all of them before writing any."""
-    editions = [(path, student_edition(nbformat.read(path, as_version=4), path.name)) for path in notebooks]
+    """Write the student edition of ``notebooks`` into ``out``; check all of them
+    before writing any.
+    """
+    editions = [
+        (path, student_edition(nbformat.read(path, as_version=4), path.name)) for path in notebooks
+    ]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path, nb in editions:
         target = out / path.name
         if target.resolve() == path.resolve():
-            raise SolutionMarkerError(f"{path}: the student edition would overwrite the solution notebook; "
-                                      f"choose another --out")
+            raise SolutionMarkerError(
+                f"{path}: the student edition would overwrite the solution notebook; "
+                f"choose another --out"
+            )
         nbformat.write(nb, target)
         written.append(target)
     return written
@@ -101,13 +114,20 @@ def _run_student(args: argparse.Namespace) -> int:
     except (SolutionMarkerError, FileNotFoundError) as exc:
         print(f"course student: error: {exc}; nothing was written", file=sys.stderr)
         return 2
-    print(f"student edition of {len(written)} notebooks written to {args.out}/ (solutions stripped, outputs cleared)")
+    print(
+        f"student edition of {len(written)} notebooks written to {args.out}/ "
+        "(solutions stripped, outputs cleared)"
+    )
     return 0
 
 
 def add_student_parser(sub) -> None:
     """Register ``course student``."""
-    student = sub.add_parser("student", help="write the student edition (solutions stripped, outputs cleared)")
+    student = sub.add_parser(
+        "student", help="write the student edition (solutions stripped, outputs cleared)"
+    )
     student.add_argument("--out", required=True, help="folder for the student notebooks")
-    student.add_argument("--folder", default="notebooks", help="the solution notebooks (default: notebooks)")
+    student.add_argument(
+        "--folder", default="notebooks", help="the solution notebooks (default: notebooks)"
+    )
     student.set_defaults(handler=_run_student)

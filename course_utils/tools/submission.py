@@ -5,6 +5,7 @@ notebook, in order, and that copy runs in a fresh kernel with a per-cell timeout
 run are the instructor's, not whatever the submission's check cells say. Neither the submission nor
 the instructor's notebook is modified.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,17 +60,23 @@ def solution_notebook_for(path: Path, solutions: Path) -> Path:
     step = re.match(r"(\d\d)_", path.name)
     matches = sorted(solutions.glob(f"{step.group(1)}_*.ipynb")) if step else []
     if len(matches) != 1:
-        raise SubmissionError(f"{path.name}: no solution notebook in {solutions}/ has its step number; "
-                              f"keep the file name's NN_ prefix (e.g. 07_row_permutation_exercise.ipynb)")
+        raise SubmissionError(
+            f"{path.name}: no solution notebook in {solutions}/ has its step number; "
+            f"keep the file name's NN_ prefix (e.g. 07_row_permutation_exercise.ipynb)"
+        )
     return matches[0]
 
 
 def merge(submission, solution, name: str):
-    """A copy of ``solution`` whose solution cells hold the submission's solution cells, in order."""
+    """A copy of ``solution`` whose solution cells hold the submission's solution cells,
+    in order.
+    """
     theirs, ours = _tagged(submission, SOLUTION_TAG), _tagged(solution, SOLUTION_TAG)
     if len(theirs) != len(ours):
-        raise SubmissionError(f"{name} has {len(theirs)} cells tagged {SOLUTION_TAG!r}, the exercise has "
-                              f"{len(ours)}; keep each exercise's solution cell (do not delete or split it)")
+        raise SubmissionError(
+            f"{name} has {len(theirs)} cells tagged {SOLUTION_TAG!r}, the exercise has "
+            f"{len(ours)}; keep each exercise's solution cell (do not delete or split it)"
+        )
     merged = copy.deepcopy(solution)
     for mine, student in zip(ours, theirs):
         merged.cells[mine].source = submission.cells[student].source
@@ -85,7 +92,9 @@ def _error(cell) -> tuple[str, str] | None:
 
 
 def _stdout(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    return "".join(
+        o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
+    )
 
 
 def grade(executed, timeout: int) -> list[ExerciseResult]:
@@ -99,11 +108,23 @@ def grade(executed, timeout: int) -> list[ExerciseResult]:
         before = [i for i in solutions if i < index]
         attempt = _error(executed.cells[before[-1]]) if before else None
         if attempt and attempt[0] == "NotImplementedError":
-            results.append(ExerciseResult(check, NOT_ATTEMPTED, "the solution cell still raises NotImplementedError"))
+            results.append(
+                ExerciseResult(
+                    check, NOT_ATTEMPTED, "the solution cell still raises NotImplementedError"
+                )
+            )
         elif attempt and attempt[0] in ("KeyboardInterrupt", "CellTimeoutError"):
-            results.append(ExerciseResult(check, FAILED, f"the solution cell ran longer than {timeout} s and was stopped"))
+            results.append(
+                ExerciseResult(
+                    check, FAILED, f"the solution cell ran longer than {timeout} s and was stopped"
+                )
+            )
         elif attempt:
-            results.append(ExerciseResult(check, FAILED, f"the solution cell raised {attempt[0]}: {attempt[1]}"))
+            results.append(
+                ExerciseResult(
+                    check, FAILED, f"the solution cell raised {attempt[0]}: {attempt[1]}"
+                )
+            )
         elif (failure := _error(cell)) is not None:
             ename, evalue = failure
             message = evalue if ename == "ExerciseFailed" else f"{ename}: {evalue}"
@@ -111,15 +132,22 @@ def grade(executed, timeout: int) -> list[ExerciseResult]:
         else:
             passed = [line for line in _stdout(cell).splitlines() if line.startswith("PASSED")]
             status = PASSED if passed else FAILED
-            results.append(ExerciseResult(check, status, passed[0] if passed else "the check printed no PASSED line"))
+            results.append(
+                ExerciseResult(
+                    check, status, passed[0] if passed else "the check printed no PASSED line"
+                )
+            )
     return results
 
 
-def check_submission(path: Path, solutions: Path = Path("notebooks"), timeout: int = 120) -> list[ExerciseResult]:
+def check_submission(
+    path: Path, solutions: Path = Path("notebooks"), timeout: int = 120
+) -> list[ExerciseResult]:
     """Run ``path`` (the student's notebook) against the matching solution notebook's checks.
 
     Args:
-        path: the returned notebook. solutions: the folder of solution notebooks.
+        path: the returned notebook.
+        solutions: the folder of solution notebooks.
         timeout: seconds any one cell may run.
 
     Returns:
@@ -135,9 +163,13 @@ def check_submission(path: Path, solutions: Path = Path("notebooks"), timeout: i
     merged = merge(submission, nbformat.read(solution_path, as_version=4), path.name)
     with tempfile.TemporaryDirectory(prefix="course-check-") as folder:
         try:
-            run_in_fresh_kernel(merged, Path(folder), timeout, allow_errors=True, interrupt_on_timeout=True)
+            run_in_fresh_kernel(
+                merged, Path(folder), timeout, allow_errors=True, interrupt_on_timeout=True
+            )
         except DeadKernelError:
-            raise SubmissionError(f"{path.name}: the kernel died while running it (did the code exit Python?)") from None
+            raise SubmissionError(
+                f"{path.name}: the kernel died while running it (did the code exit Python?)"
+            ) from None
     return grade(merged, timeout)
 
 
@@ -148,20 +180,30 @@ def _run_check(args: argparse.Namespace) -> int:
         print(f"course check-submission: {exc}", file=sys.stderr)
         return 2
     if not results:
-        print(f"{args.notebook}: this step has no exercises (no cell tagged {CHECK_TAG!r}); nothing to check")
+        print(
+            f"{args.notebook}: this step has no exercises (no cell tagged {CHECK_TAG!r}); "
+            "nothing to check"
+        )
         return 0
     print(f"{args.notebook}:")
     for r in results:
         print(f"  {r.check:32s} {r.status:14s} {r.message}")
-    counts = {status: sum(r.status == status for r in results) for status in (PASSED, FAILED, NOT_ATTEMPTED)}
+    counts = {
+        status: sum(r.status == status for r in results)
+        for status in (PASSED, FAILED, NOT_ATTEMPTED)
+    }
     print(", ".join(f"{n} {status}" for status, n in counts.items()))
     return 0 if counts[PASSED] == len(results) else 1
 
 
 def add_check_parser(sub) -> None:
     """Register ``course check-submission``."""
-    check = sub.add_parser("check-submission", help="run a returned notebook and report each exercise")
+    check = sub.add_parser(
+        "check-submission", help="run a returned notebook and report each exercise"
+    )
     check.add_argument("notebook", help="the student's notebook (NN_name.ipynb)")
-    check.add_argument("--solutions", default="notebooks", help="the solution notebooks (default: notebooks)")
+    check.add_argument(
+        "--solutions", default="notebooks", help="the solution notebooks (default: notebooks)"
+    )
     check.add_argument("--timeout", type=int, default=120, help="seconds per cell (default: 120)")
     check.set_defaults(handler=_run_check)
