@@ -30,3 +30,13 @@ def pytest_collectstart(collector):
     # every run
     if collector.fspath and collector.fspath.ext == ".ipynb":
         collector.skip_compare += ("stderr",)
+
+
+def pytest_collection_modifyitems(config, items):
+    # with pytest-xdist (--dist loadgroup) the cells of one notebook share a kernel, so they must
+    # run on one worker; every other test goes wherever a worker is free
+    import pytest
+
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.xdist_group(item.path.name))

@@ -1,7 +1,7 @@
 """Print the README's test command's time against one strict nbval pass of the series.
 
 Goal (issue 10): the whole suite (`pytest`, as the README runs it) takes at most 6x one strict
-nbval pass of the notebooks (`pytest notebooks`). Both are measured in this one run, each as the
+nbval pass of the notebooks (`pytest -n 0 notebooks`: one process, one notebook after another). Both are measured in this one run, each as the
 wall-clock time of a fresh command, on an otherwise idle machine.
 
     python benchmarks/test_suite_speed.py [--skip-browser]
@@ -35,7 +35,7 @@ def main() -> None:
     suite = [sys.executable, "-m", "pytest", "-q"] + (
         ["-m", "not browser"] if args.skip_browser else []
     )
-    nbval = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "notebooks"]
+    nbval = [sys.executable, "-m", "pytest", "-q", "-n", "0", "notebooks"]
     seconds = {"strict nbval (pytest notebooks)": wall(nbval), "test suite (pytest)": wall(suite)}
     ratio = seconds["test suite (pytest)"] / seconds["strict nbval (pytest notebooks)"]
     for name, s in seconds.items():

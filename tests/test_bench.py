@@ -234,6 +234,23 @@ def test_cli_errors_exit_2_with_a_message(capsys):
     )
 
 
+def test_slow_calls_get_fewer_samples():
+    import time
+
+    from course_utils.sweep import SLOW_CALL_US, time_interleaved
+
+    def slow():
+        time.sleep(2 * SLOW_CALL_US / 1e6)
+
+    assert (
+        time_interleaved({"fast": lambda: 0}, n_fast=4, n_slow=2, n_warmup=1)["fast"]["n_samples"]
+        == 4
+    )
+    assert (
+        time_interleaved({"slow": slow}, n_fast=4, n_slow=2, n_warmup=1)["slow"]["n_samples"] == 2
+    )
+
+
 def test_worker_pieces_on_four_devices():
     from course_utils.devices import data_mesh
     from course_utils.sweep import (
@@ -246,7 +263,7 @@ def test_worker_pieces_on_four_devices():
     from course_utils.tools.bench_worker import parse_args
 
     mesh = data_mesh()
-    timed = time_interleaved(collective_runs(mesh, 64), n_fast=3, n_slow=2, n_warmup=1)
+    timed = time_interleaved(collective_runs(mesh, 64), n_fast=3, n_slow=3, n_warmup=1)
     assert list(timed) == list(VARIANTS) and all(t["n_samples"] == 3 for t in timed.values())
     facts = zero1_facts(zero1_runs(mesh, 1024))
     assert facts == {

@@ -59,15 +59,14 @@ def test_two_processes_of_two_devices_pass_every_check():
     assert "all checks passed: 20 shards" in out and "wall time" in out
 
 
-def test_a_taken_port_is_named_and_nothing_starts():
+def test_a_taken_port_is_named_and_nothing_starts(course):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = course_launch(*TWO_BY_TWO, "--port", str(port), timeout=60)
-    assert done.returncode == 1
-    message = one_line_error(done)
-    assert f"port {port}" in message and "omit --port" in message
+        status, output = course("launch", *TWO_BY_TWO, "--port", str(port))
+    assert status == 1 and len(output.strip().splitlines()) == 1
+    assert f"port {port}" in output and "omit --port" in output
     assert not workers_on(port)
 
 
