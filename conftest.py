@@ -5,6 +5,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 GUARD = Path(__file__).resolve().parent / "tests" / "network_guard.py"
 
 
@@ -32,11 +34,10 @@ def pytest_collectstart(collector):
         collector.skip_compare += ("stderr",)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     # with pytest-xdist (--dist loadgroup) the cells of one notebook share a kernel, so they must
-    # run on one worker; every other test goes wherever a worker is free
-    import pytest
-
+    # run on one worker, in order; every other test goes wherever a worker is free
     for item in items:
         if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))

@@ -1,8 +1,9 @@
 """Print the README's test command's time against one strict nbval pass of the series.
 
 Goal (issue 10): the whole suite (`pytest`, as the README runs it) takes at most 6x one strict
-nbval pass of the notebooks (`pytest -n 0 notebooks`: one process, one notebook after another). Both are measured in this one run, each as the
-wall-clock time of a fresh command, on an otherwise idle machine.
+nbval pass of the notebooks (`pytest -n 0 notebooks`: one process, one notebook after another).
+Both are measured in this one run, each as the wall-clock time of a fresh command, on an
+otherwise idle machine.
 
     python benchmarks/test_suite_speed.py [--skip-browser]
 """

@@ -106,6 +106,9 @@ def all_reduce_gradient(mesh: Mesh) -> Kernel:
 def reduce_scatter_gradient(mesh: Mesh) -> Kernel:
     """The MSE gradient with ``psum_scatter`` (tiled): each device keeps 1/p of it.
 
+    Only the last line of the kernel differs from ``all_reduce_gradient``'s: ``psum_scatter``
+    in place of ``psum``, and the output is split by features (``P(axis)``).
+
     Args:
         mesh: a one-axis mesh.
 
@@ -113,11 +116,11 @@ def reduce_scatter_gradient(mesh: Mesh) -> Kernel:
         A kernel of ``(x, y, w)`` returning the gradient, shape ``(n_features,)``, sharded over
         the mesh axis: device i holds features ``i·f/p … (i+1)·f/p``.
     """
-    axis, p = axis_of(mesh), mesh.size
+    axis = axis_of(mesh)
 
     def kernel(x_block, y_block, w):
-        # x_block: f32[rows/p, features], y_block: f32[rows/p], w: f32[features]
-        partial = local_contribution(x_block, y_block, w, x_block.shape[0] * p)  # f32[features]
+        n_rows = x_block.shape[0] * mesh.size  # the global row count
+        partial = local_contribution(x_block, y_block, w, n_rows)  # f32[features]
         return jax.lax.psum_scatter(partial, axis, tiled=True)  # f32[features/p]
 
     return _regression_kernel(mesh, kernel, P(axis), split_features=True)
@@ -127,10 +130,10 @@ def all_gather_shards(mesh: Mesh) -> Kernel:
     """Sharded → replicated with ``all_gather`` (tiled): every device ends with the whole vector.
 
     Args:
-        mesh: a one-axis mesh.
+        mesh: a one-axis mesh; the vector comes split over its axis.
 
     Returns:
-        A kernel of one 1-D array (sharded over the axis) returning it replicated.
+        A kernel of one 1-D array returning it replicated.
     """
     axis, p = axis_of(mesh), mesh.size
 

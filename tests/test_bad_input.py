@@ -205,3 +205,18 @@ def test_the_device_count_in_a_fresh_process_after_jax_started():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "JAX already started with 1 CPU device(s), not the 4 requested" in done.stderr
     assert jax.device_count() == 4
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["run"], "--folder"),
+        (["student", "--out", "student"], "--folder"),
+        (["check-submission", str(ROOT / "notebooks" / "07_row_permutation_exercise.ipynb")],
+         "--solutions"),
+    ],
+)
+def test_commands_outside_the_course_folder_say_where_to_run(course, tmp_path, argv, flag):
+    status, output = course(*argv, cwd=tmp_path)
+    assert status == 2 and "root folder" in output and flag in output
+    assert len(output.strip().splitlines()) == 1 and "Traceback" not in output

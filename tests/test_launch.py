@@ -210,3 +210,13 @@ def test_the_shard_check_catches_one_wrong_value():
     wrong[7] += 1e-4
     error, passed, shards = shard_error(g, wrong)
     assert not passed and shards == 4 and error == pytest.approx(1e-4, rel=1e-2)
+
+
+def test_private_jax_missing_is_one_clear_error(monkeypatch):
+    import jax.extend.backend
+
+    from course_utils.tools.jax_private import TESTED_JAX, bind_gloo_to
+
+    monkeypatch.delattr(jax.extend.backend, "register_backend_factory")
+    with pytest.raises(RuntimeError, match=f"tested on {TESTED_JAX[0]}.*install a tested jax"):
+        bind_gloo_to("127.0.0.1")

@@ -26,6 +26,7 @@ from course_utils.tools.bench_report import (
     write_outputs,
     zero1_table,
 )
+from course_utils.tools.cli import progress_bar
 
 
 def _progress_text(medians: dict) -> str:
@@ -34,35 +35,19 @@ def _progress_text(medians: dict) -> str:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     console = Console(width=max(Console().width, 150))
     try:
         plan = make_plan(args.quick, args.repeats, args.max_log2)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         return EXIT_USAGE
     if not plan.quick and plan.repeats < 3:
         console.print(
             f"[yellow]note:[/] {plan.repeats} repeat(s): the protocol wants 3 or more for a spread"
         )
     load_before, start = os.getloadavg(), time.perf_counter()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        TextColumn("[dim]{task.fields[last]}"),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(console, with_eta=True) as progress:
         total = plan.repeats * len(plan.devices) * steps_per_worker(plan)
         task = progress.add_task("starting", total=total, last="")
 
@@ -77,7 +62,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         try:
             reports = run_sweep(plan, on_progress)
         except BenchError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {exc}", soft_wrap=True)
             return EXIT_FAILED
         except KeyboardInterrupt:
             console.print(

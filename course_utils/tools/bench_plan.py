@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from course_utils.tools.processes import spawn, stop
@@ -40,6 +40,14 @@ class Plan:
     worker_timeout_s: float
 
 
+FULL = Plan(quick=False, devices=(2, 4, 8), sizes=tuple(2**k for k in range(3, 23)),
+            zero1_sizes=tuple(2**k for k in range(10, 23, 2)), samples_fast=50, samples_slow=15,
+            warmup=3, repeats=3, worker_timeout_s=1800)
+QUICK = replace(FULL, quick=True, devices=(2, 4), sizes=(2**3, 2**10, 2**16, 2**20),
+                zero1_sizes=(2**10, 2**20), samples_fast=10, samples_slow=5, repeats=1,
+                worker_timeout_s=180)
+
+
 def make_plan(quick: bool = False, repeats: int | None = None, max_log2: int = 22) -> Plan:
     """The full sweep (2^3…2^max_log2 elements on 2, 4, 8 devices, 3 repeats) or the quick one.
 
@@ -59,33 +67,14 @@ def make_plan(quick: bool = False, repeats: int | None = None, max_log2: int = 2
             raise ValueError(
                 "--max-log2 sets the full sweep's largest size; drop --quick or --max-log2"
             )
-        return Plan(
-            True,
-            (2, 4),
-            tuple(2**k for k in (3, 10, 16, 20)),
-            (2**10, 2**20),
-            samples_fast=10,
-            samples_slow=5,
-            warmup=3,
-            repeats=repeats or 1,
-            worker_timeout_s=180,
-        )
+        return replace(QUICK, repeats=repeats or QUICK.repeats)
     if isinstance(max_log2, bool) or not isinstance(max_log2, int) or not 10 <= max_log2 <= 24:
         raise ValueError(
             f"--max-log2 must be an integer from 10 to 24 (23 reaches the page-fault regime), "
             f"got {max_log2!r}"
         )
-    return Plan(
-        False,
-        (2, 4, 8),
-        tuple(2**k for k in range(3, max_log2 + 1)),
-        tuple(2**k for k in range(10, 23, 2)),
-        samples_fast=50,
-        samples_slow=15,
-        warmup=3,
-        repeats=repeats or 3,
-        worker_timeout_s=1800,
-    )
+    sizes = tuple(2**k for k in range(3, max_log2 + 1))
+    return replace(FULL, sizes=sizes, repeats=repeats or FULL.repeats)
 
 
 def worker_command(plan: Plan, devices: int) -> list[str]:

@@ -81,41 +81,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure, emitting one progress event a step, then the result; return the exit status."""
     args = parse_args(argv)
     start = time.perf_counter()
     use_cpu_devices(args.devices)
     mesh = data_mesh()
-    total, done = 1 + len(args.sizes) + len(args.zero1_sizes), 0
+    total = 1 + len(args.sizes) + len(args.zero1_sizes)
+    step = iter(range(1, total + 1))
     memcpy = memcpy_bandwidth()
-    done += 1
-    emit("progress", done=done, total=total, label="memcpy", medians={})
-    collectives = []
-    for elements in args.sizes:
-        timed = time_interleaved(
-            collective_runs(mesh, elements), args.samples_fast, args.samples_slow, args.warmup
-        )
-        collectives.append({"elements": elements, "variants": timed})
-        done += 1
-        emit(
-            "progress",
-            done=done,
-            total=total,
-            label=f"{elements} elements",
-            medians={name: t["median_us"] for name, t in timed.items()},
-        )
+    emit("progress", done=next(step), total=total, label="memcpy", medians={})
+
+    def measured(label: str, runs: dict) -> dict:
+        timed = time_interleaved(runs, args.samples_fast, args.samples_slow, args.warmup)
+        medians = {name: t["median_us"] for name, t in timed.items()}
+        emit("progress", done=next(step), total=total, label=label, medians=medians)
+        return timed
+
+    collectives = [
+        {"elements": n, "variants": measured(f"{n} elements", collective_runs(mesh, n))}
+        for n in args.sizes
+    ]
     zero1 = []
     for params in args.zero1_sizes:
         runs = zero1_runs(mesh, params)
-        timed = time_interleaved(runs, args.samples_fast, args.samples_slow, args.warmup)
+        timed = measured(f"ZeRO-1 {params} params", runs)
         zero1.append({"params": params, "steps": timed, **zero1_facts(runs)})
-        done += 1
-        emit(
-            "progress",
-            done=done,
-            total=total,
-            label=f"ZeRO-1 {params} params",
-            medians={name: t["median_us"] for name, t in timed.items()},
-        )
     emit(
         "result",
         devices=args.devices,

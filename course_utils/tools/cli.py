@@ -27,6 +27,23 @@ def positive_int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
 
 
+def progress_bar(console, *, with_eta: bool = False):
+    """A transient rich progress bar: description, bar, done/total, elapsed (and ETA, last note)."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn("{task.description}"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn()]
+    if with_eta:
+        columns += [TimeRemainingColumn(), TextColumn("[dim]{task.fields[last]}")]
+    return Progress(*columns, console=console, transient=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``course`` parser with every registered subcommand."""
     parser = argparse.ArgumentParser(prog="course", description="The distributed-03 course unit.")

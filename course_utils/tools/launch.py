@@ -313,41 +313,16 @@ def _run_launch(args: argparse.Namespace) -> int:
 
 def add_launch_parser(sub) -> None:
     """Register ``course launch``."""
-    launch_ = sub.add_parser(
-        "launch", help="run the kernels on N local processes (jax.distributed, gloo)"
-    )
-    launch_.add_argument(
-        "--processes", type=positive_int_arg, required=True, help="N, local processes to start"
-    )
-    launch_.add_argument(
-        "--devices-per-process",
-        type=positive_int_arg,
-        required=True,
-        help=f"D, logical CPU devices per process (N·D ≤ {MAX_DEVICES})",
-    )
-    launch_.add_argument(
-        "--port",
-        type=positive_int_arg,
-        default=None,
-        help=f"coordinator port on {HOST} (default: a free one)",
-    )
-    launch_.add_argument(
-        "--timeout",
-        type=positive_int_arg,
-        default=60,
-        help=f"seconds to wait for all processes to join (default: 60); "
-        f"the launch stops after timeout + {RUN_SECONDS} s",
-    )
-    launch_.add_argument(
-        "--fail-rank",
-        type=int,
-        default=None,
-        metavar="R",
-        help="make process R fail before its check, to see how a launch stops",
-    )
-    launch_.add_argument(
-        "--json",
-        action="store_true",
-        help="print the summary as one JSON object (what notebook 09 reads)",
-    )
+    launch_ = sub.add_parser("launch", help="run the kernels on N local processes (gloo)")
+    count = {"type": positive_int_arg}
+    launch_.add_argument("--processes", **count, required=True, help="N, processes to start")
+    launch_.add_argument("--devices-per-process", **count, required=True,
+                         help=f"D, logical CPU devices per process (N·D ≤ {MAX_DEVICES})")
+    launch_.add_argument("--port", **count, help=f"coordinator port on {HOST} (default: free)")
+    launch_.add_argument("--timeout", **count, default=60,
+                         help="seconds to wait for all processes to join (default: 60); the launch "
+                              f"stops after timeout + {RUN_SECONDS} s")
+    launch_.add_argument("--fail-rank", type=int, metavar="R",
+                         help="make process R fail before its check, to see how a launch stops")
+    launch_.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     launch_.set_defaults(handler=_run_launch)

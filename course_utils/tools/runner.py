@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 
 from course_utils.constants import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from course_utils.tools.cli import positive_int_arg
+from course_utils.tools.cli import positive_int_arg, progress_bar
 
 PARAMETERS_TAG = "parameters"
 
@@ -36,7 +36,10 @@ def find_notebooks(folder: Path) -> list[Path]:
     """The step-numbered notebooks (``NN_name.ipynb``) in ``folder``, in step order."""
     found = sorted(p for p in Path(folder).glob("[0-9][0-9]_*.ipynb"))
     if not found:
-        raise FileNotFoundError(f"no step-numbered notebooks (NN_name.ipynb) in {folder}")
+        raise FileNotFoundError(
+            f"no step-numbered notebooks (NN_name.ipynb) in {folder}; run this from the course's "
+            "root folder or pass --folder with the notebooks' folder"
+        )
     return found
 
 
@@ -138,7 +141,6 @@ def run_one(
 
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     console = Console()
@@ -148,24 +150,17 @@ def _run(args: argparse.Namespace) -> int:
     try:
         paths = [Path(p) for p in args.notebooks] or find_notebooks(Path(args.folder))
     except FileNotFoundError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         return EXIT_USAGE
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        console.print(f"[red]error:[/] no such notebook: {', '.join(missing)}")
+        console.print(f"[red]error:[/] no such notebook: {', '.join(missing)}", soft_wrap=True)
         return EXIT_USAGE
     parameters = {"N_DEVICES": args.devices} if args.devices is not None else None
     out_dir = Path(args.out)
     results = {}
     start = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("running notebooks", total=len(paths))
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             # largest (longest-running, figure-heavy) notebooks first, so the last job to finish
@@ -212,25 +207,14 @@ def _run(args: argparse.Namespace) -> int:
 def add_run_parser(sub) -> None:
     """Register ``course run``."""
     run = sub.add_parser("run", help="execute the notebook series headless, each in a fresh kernel")
-    run.add_argument(
-        "notebooks", nargs="*", help="notebooks to run (default: every NN_*.ipynb in --folder)"
-    )
-    run.add_argument(
-        "--folder", default="notebooks", help="where the series lives (default: notebooks)"
-    )
+    run.add_argument("notebooks", nargs="*",
+                     help="notebooks to run (default: every NN_*.ipynb in --folder)")
+    run.add_argument("--folder", default="notebooks", help="the series (default: notebooks)")
     run.add_argument("--out", default="build/run", help="executed copies and PNG figures go here")
-    run.add_argument(
-        "--jobs", type=positive_int_arg, default=2, help="notebooks run at once (default: 2)"
-    )
-    run.add_argument(
-        "--devices", type=positive_int_arg, default=None, help="override N_DEVICES (e.g. 2 or 8)"
-    )
-    run.add_argument(
-        "--timeout", type=positive_int_arg, default=600, help="seconds per cell (default: 600)"
-    )
-    run.add_argument(
-        "--in-place",
-        action="store_true",
-        help="save the executed notebooks over the committed ones (to refresh their outputs)",
-    )
+    run.add_argument("--jobs", type=positive_int_arg, default=2, help="at once (default: 2)")
+    run.add_argument("--devices", type=positive_int_arg, help="override N_DEVICES (e.g. 2 or 8)")
+    run.add_argument("--timeout", type=positive_int_arg, default=600,
+                     help="seconds per cell (default: 600)")
+    run.add_argument("--in-place", action="store_true", help="save the executed notebooks over the "
+                     "committed ones (to refresh their outputs)")
     run.set_defaults(handler=_run)

@@ -57,6 +57,11 @@ def read_submission(path: Path):
 
 def solution_notebook_for(path: Path, solutions: Path) -> Path:
     """The solution notebook with the submission's step number (``07_…`` → ``07_*.ipynb``)."""
+    if not solutions.is_dir():
+        raise SubmissionError(
+            f"no solution notebooks: {solutions}/ is not a folder; run this from the course's "
+            "root folder or pass --solutions with the solution notebooks' folder"
+        )
     step = re.match(r"(\d\d)_", path.name)
     matches = sorted(solutions.glob(f"{step.group(1)}_*.ipynb")) if step else []
     if len(matches) != 1:
