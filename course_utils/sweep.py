@@ -6,11 +6,9 @@ Sizes: S = 4·elements bytes is the size of the one logical float32 vector a col
 holds a whole S-byte partial (input ``(p, elements)`` split by rows, p·S in all); for ``all_gather``
 every device holds S/p and ends with all S (input ``(p, elements/p)``).
 
-Protocol at each size: every variant's first call (trace, compile, one run) is timed apart; then
-warm-up rounds; then the samples, variants interleaved round-robin (the order rotates each round),
-gc off, every call blocked (a two-call variant is blocked after its second call: at most 2
-collective calls in flight; XLA:CPU deadlocks near 64). Everything here is one process and one
-shared memory: the times are dispatch, rendezvous and memory copies, never a network.
+How it is measured is ``PROTOCOL`` below, the one statement of it (``bench.json`` stores it).
+Everything here is one process and one shared memory: the times are dispatch, rendezvous and
+memory copies, never a network.
 """
 
 from __future__ import annotations

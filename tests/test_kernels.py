@@ -17,8 +17,9 @@ from course_utils import (
     sharded_momentum_step,
     toy_regression,
 )
+from course_utils.constants import ATOL, RTOL
 
-TOL = dict(atol=2e-6, rtol=2e-6)
+TOL = dict(atol=ATOL, rtol=RTOL)
 
 
 @pytest.fixture(scope="module")

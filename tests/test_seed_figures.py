@@ -19,8 +19,9 @@ from course_utils import (
     toy_regression,
     values_per_device,
 )
+from course_utils.constants import ATOL, RTOL
 
-TOL = dict(atol=2e-6, rtol=2e-6)
+TOL = dict(atol=ATOL, rtol=RTOL)
 
 
 def test_the_seed_end_to_end():

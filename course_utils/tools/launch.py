@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from course_utils.constants import ATOL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from course_utils.tools.cli import positive_int_arg
 from course_utils.tools.processes import first_exit, spawn, stop
 from course_utils.validate import positive_int
@@ -283,7 +283,7 @@ def format_summary(summary: dict) -> str:
     shards = sum(k["shards_checked"] for k in summary["kernels"].values())
     verdict = "all checks passed" if summary["passed"] else "SOME CHECKS FAILED"
     lines.append(
-        f"  {verdict}: {shards} shards compared with NumPy (atol = rtol = 2e-6); "
+        f"  {verdict}: {shards} shards compared with NumPy (atol = rtol = {ATOL:g}); "
         f"times are process 0's medians; wall time {summary['wall_s']:.1f} s"
     )
     return "\n".join(lines)
