@@ -8,7 +8,9 @@ wrong shape or dtype. Expected values are always computed from the inputs passed
 from __future__ import annotations
 
 import math
+import numbers
 
+import jax
 import numpy as np
 
 from course_utils.constants import ATOL
@@ -17,7 +19,33 @@ from course_utils.data import reference_gradient
 
 
 class ExerciseFailed(AssertionError):
-    """An exercise's answer is wrong; the message says how."""
+    """An exercise's answer is wrong; the message says how.
+
+    In a notebook, IPython shows only the message (``_render_traceback_``): a traceback through
+    this module would lead a student to the reference computation instead of their own code.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ExerciseFailed: {self}"]
+
+
+def _number(value) -> float | None:
+    """``value`` as a float if it is a real number (Python or NumPy, not bool), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+        return None
+    return float(value)
+
+
+def _off_by(got: float, expected: float) -> str:
+    """How a number is off, without giving the answer away."""
+    if expected == 0:
+        return "it should be 0"
+    ratio = got / expected
+    if math.isclose(ratio, round(ratio)) and round(ratio) > 1:
+        return f"it is {round(ratio)}× too large"
+    if ratio > 0 and math.isclose(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
+        return f"it is {round(1 / ratio)}× too small"
+    return f"it is off by a factor {ratio:.3g}"
 
 
 def _passed(exercise: str, detail: str = "") -> None:
@@ -41,6 +69,8 @@ def _values(
     """Compare shape, dtype and values; name the wrong entries and by how much."""
     if got is None:
         _fail(exercise, f"{name} is None; assign your result to {name}")
+    if isinstance(got, (list, tuple)):
+        _fail(exercise, f"{name} is a {type(got).__name__}; stack it into one array (np.stack)")
     got_array = np.asarray(got)
     if got_array.shape != expected.shape:
         _fail(exercise, f"{name} has shape {got_array.shape}, expected {expected.shape}")
@@ -123,13 +153,12 @@ def check_shares(shares, x, y, w, n_devices: int) -> None:
     n_rows = x.shape[0]
     blocks = np.split(np.arange(n_rows), n_devices)
     expected = np.stack([2 * x[b].T @ (x[b] @ w - y[b]) / n_rows for b in blocks])
-    _values(
-        exercise,
-        "shares",
-        shares,
-        expected,
-        hint=f"divide every share by the global row count ({n_rows}), not by the rows per device",
-    )
+    hint, got = "", np.asarray(shares) if isinstance(shares, np.ndarray | jax.Array) else None
+    ratio = _common_ratio(got.ravel(), expected.ravel()) if got is not None and (
+        got.shape == expected.shape) else None
+    if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3):
+        hint = f"divide every share by the global row count ({n_rows}), not by the rows per device"
+    _values(exercise, "shares", shares, expected, hint=hint)
     np.testing.assert_allclose(expected.sum(axis=0), reference_gradient(x, y, w), atol=ATOL)
     _passed(exercise, f"{n_devices} shares that add up to the reference gradient")
 
@@ -152,18 +181,17 @@ def check_predicted_shard_shapes(predicted, array) -> None:
     """Exercise 04: predicted per-device block shapes against the placed array's real ones."""
     exercise = "shard shapes of a PartitionSpec"
     actual = sorted(((s.device.id, tuple(s.data.shape)) for s in array.addressable_shards))
+    wanted = f"predict one shape per device: a list of {len(actual)} tuples such as (rows, cols)"
     if not isinstance(predicted, (list, tuple)) or len(predicted) != len(actual):
-        _fail(
-            exercise,
-            f"predict one shape per device: a list of {len(actual)} tuples, got {predicted!r}",
-        )
+        _fail(exercise, f"{wanted}, got {predicted!r}")
     for (device, shape), guess in zip(actual, predicted):
-        if tuple(guess) != shape:
-            _fail(
-                exercise,
-                f"wrong shard shape on device {device}: you predicted {tuple(guess)}, "
-                f"it holds {shape}",
-            )
+        sizes = [_number(g) for g in guess] if isinstance(guess, (list, tuple)) else None
+        if sizes is None or len(sizes) != len(shape) or None in sizes:
+            _fail(exercise, f"{wanted}; device {device}'s entry is {guess!r}")
+        off = [f"dimension {k}: {_off_by(g, n)}" for k, (g, n) in enumerate(zip(sizes, shape))
+               if g != n]
+        if off:
+            _fail(exercise, f"wrong shard shape on device {device}: {'; '.join(off)}")
     _passed(exercise, f"{len(actual)} blocks of {actual[0][1]}")
 
 
@@ -174,14 +202,16 @@ def check_ring_prediction(predicted: dict, nbytes: int, ranks: int) -> None:
     if not isinstance(predicted, dict) or set(predicted) != set(expected):
         _fail(exercise, f"predict a dict with the keys {sorted(expected)}, got {predicted!r}")
     for key, value in expected.items():
-        if not isinstance(predicted[key], (int, float)) or not math.isclose(
-            predicted[key], value, abs_tol=1e-9
-        ):
-            _fail(
-                exercise,
-                f"{key}: you predicted {predicted[key]!r}, the model gives {value} "
-                f"({'2' if key == 'all_reduce' else ''}(p-1)/p * N with p = {ranks}, N = {nbytes})",
-            )
+        got = _number(predicted[key])
+        if got is None:
+            _fail(exercise, f"{key}: give a number of bytes, got {predicted[key]!r}")
+        if not math.isclose(got, value, abs_tol=1e-9):
+            hint = _off_by(got, value)
+            if math.isclose(got, nbytes) or math.isclose(got, 2 * nbytes):
+                hint += "; the factor (p-1)/p is missing"
+            elif key != "all_reduce" and math.isclose(got, 2 * value):
+                hint += "; only all-reduce does both passes"
+            _fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
     _passed(exercise, f"all-reduce {expected['all_reduce']} bytes per rank")
 
 
@@ -250,6 +280,9 @@ def check_budget_row(row: dict, nbytes: int, ranks: int) -> None:
     if not isinstance(row, dict) or set(row) != set(expected):
         _fail(exercise, f"give a dict with the keys {sorted(expected)}, got {row!r}")
     for key, value in expected.items():
-        if row[key] != value or not isinstance(row[key], int):
-            _fail(exercise, f"{key}: you have {row[key]!r}, expected the integer {value}")
+        got = row[key]
+        if isinstance(got, (bool, np.bool_)) or not isinstance(got, (numbers.Integral, np.integer)):
+            _fail(exercise, f"{key}: give a whole number of bytes (an int), got {got!r}")
+        if got != value:
+            _fail(exercise, f"{key}: {_off_by(int(got), value)} (p = {ranks}, N = {nbytes} bytes)")
     _passed(exercise, f"all-reduce {expected['all_reduce_bytes']} bytes per rank")

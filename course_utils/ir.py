@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 STABLEHLO_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute")
 HLO_OPS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "collective-permute")
 
@@ -75,6 +77,59 @@ def stablehlo_collectives(text: str) -> list[dict]:
     return found
 
 
+_EXPLICIT_GROUPS = re.compile(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def replica_groups(text: str) -> list[list[int]]:
+    """The device ids of each group in an HLO op's ``replica_groups``, whatever form XLA prints.
+
+    XLA prints the same groups three ways, depending on the version: an explicit list
+    ``{{0,1},{2,3}}``; the compact iota form ``[2,2]<=[4]`` (ids 0…3 reshaped to 2 groups of 2,
+    optionally transposed first: ``[2,2]<=[2,2]T(1,0)``); and, from JAX 0.12, mesh axes
+    ``mesh['node'=2,'local'=2] {'local'}`` (a group per position on the other axes, the ids
+    varying along the named axes, devices numbered in mesh order). An op without groups
+    (all devices in one group, or none printed) gives ``[]``.
+
+    Args:
+        text: the HLO text of one op, or a line holding ``replica_groups=…``.
+
+    Returns:
+        One list of device ids per group.
+
+    Examples:
+        >>> replica_groups("replica_groups={{0,1},{2,3}}")
+        [[0, 1], [2, 3]]
+        >>> replica_groups("replica_groups=[2,2]<=[2,2]T(1,0)")
+        [[0, 2], [1, 3]]
+        >>> replica_groups("replica_groups=mesh['node'=2,'local'=2] {'node'}")
+        [[0, 2], [1, 3]]
+    """
+    if match := _EXPLICIT_GROUPS.search(text):
+        return [_ints(g) for g in re.findall(r"\{([\d,]*)\}", match.group(1))]
+    if match := _IOTA_GROUPS.search(text):
+        shape, dims = _ints(match.group(1)), _ints(match.group(2))
+        ids = np.arange(math.prod(dims)).reshape(dims)
+        if match.group(3):
+            ids = ids.transpose(_ints(match.group(3)))
+        return ids.reshape(shape).tolist()
+    if match := _MESH_GROUPS.search(text):
+        axes = re.findall(r"'([^']+)'\s*=\s*(\d+)", match.group(1))
+        grouped = re.findall(r"'([^']+)'", match.group(2))
+        names, sizes = [a for a, _ in axes], [int(n) for _, n in axes]
+        ids = np.arange(math.prod(sizes)).reshape(sizes)
+        order = [i for i, a in enumerate(names) if a not in grouped]
+        order += [names.index(a) for a in grouped]
+        group_size = math.prod(sizes[names.index(a)] for a in grouped)
+        return ids.transpose(order).reshape(-1, group_size).tolist()
+    return []
+
+
 def hlo_collectives(text: str) -> list[dict]:
     """Collectives in compiled HLO text, with result shape, dtype, bytes and replica groups.
 
@@ -83,13 +138,12 @@ def hlo_collectives(text: str) -> list[dict]:
         ...         'replica_groups={{0,1,2,3}}, dimensions={0}')
         >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
         [{'op': 'reduce-scatter', 'shape': (2,), 'dtype': 'f32', 'bytes': 8,
-          'replica_groups': '{{0,1,2,3}}'}]
+          'replica_groups': [[0, 1, 2, 3]]}]
     """
     found = []
     for dtype, dims, op, rest in _HLO_OP.findall(text):
         entry = _entry(op, tuple(int(d) for d in dims.split(",") if d), dtype)
-        groups = re.search(r"replica_groups=(\{\{[\d,{}]*\}\}|\[[^\]]*\]<=\[[^\]]*\])", rest)
-        entry["replica_groups"] = groups.group(1) if groups else ""
+        entry["replica_groups"] = replica_groups(rest)
         found.append(entry)
     return found
 

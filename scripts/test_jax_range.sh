@@ -1,20 +1,45 @@
 #!/usr/bin/env bash
-# Run the tests (unit tests, doctests, strict nbval; not the browser test) on both ends of the
-# supported JAX range stated in pyproject.toml, each in a fresh virtual environment.
-#   bash scripts/test_jax_range.sh [LOWEST] [HIGHEST]      (default: 0.9.0 0.10.2)
+# Run the tests (unit tests, doctests, strict nbval, the series on 2 and 8 devices; not the browser
+# tests) at both ends of the supported range, each in a fresh virtual environment:
+#   Python 3.11 with the oldest supported JAX, and Python 3.12 with the newest.
+#   bash scripts/test_jax_range.sh [OLDEST] [NEWEST]      (default: 0.9.0 0.12.0.1)
+# Prints one PASSED/FAILED line per end and exits non-zero if either failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=$(command -v python3.11 || command -v python3)
+
+find_python() {  # find_python 3.12 → a working python3.12, from pyenv's versions or PATH
+    for candidate in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$1".*/bin/python 2>/dev/null) \
+                     "$(command -v "python$1" 2>/dev/null)"; do
+        if [ -n "$candidate" ] && "$candidate" --version >/dev/null 2>&1; then
+            echo "$candidate"
+            return
+        fi
+    done
+}
+
 status=0
-for version in "${1:-0.9.0}" "${2:-0.10.2}"; do
-    venv="build/venv-jax-$version"
+summary=()
+for end in "3.11 ${1:-0.9.0}" "3.12 ${2:-0.12.0.1}"; do
+    read -r py version <<<"$end"
+    python=$(find_python "$py")
+    if [ -z "$python" ]; then
+        summary+=("Python $py with jax $version: FAILED (no python$py found; install it)")
+        status=1
+        continue
+    fi
+    venv="build/venv-py$py-jax-$version"
     rm -rf "$venv"
-    "$PYTHON" -m venv "$venv"
+    "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     "$venv/bin/pip" install --quiet -e ".[dev]" "jax==$version" "jaxlib==$version"
-    echo "== jax $("$venv/bin/python" -c 'import jax; print(jax.__version__)')"
-    if ! "$venv/bin/python" -m pytest -q -m "not browser"; then
+    echo "== Python $py, jax $("$venv/bin/python" -c 'import jax; print(jax.__version__)')"
+    # the notebooks start `course` from the kernel's own environment: put it first on PATH
+    if PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -m "not browser"; then
+        summary+=("Python $py with jax $version: PASSED")
+    else
+        summary+=("Python $py with jax $version: FAILED")
         status=1
     fi
 done
+printf '%s\n' "${summary[@]}"
 exit $status

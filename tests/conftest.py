@@ -43,6 +43,15 @@ def course(capsys, monkeypatch):
 
 
 @pytest.fixture
+def without_nbgrader(monkeypatch):
+    """Make ``import nbgrader`` (and any of its submodules) fail in this process, as if it were
+    not installed; the modules already imported come back after the test."""
+    for name in [n for n in sys.modules if n == "nbgrader" or n.startswith("nbgrader.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "nbgrader", None)
+
+
+@pytest.fixture
 def run_with_devices():
     """Run a Python snippet in a fresh process with n devices; return what it prints as JSON."""
 

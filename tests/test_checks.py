@@ -58,6 +58,17 @@ def test_shares(setup, capsys):
         check_shares(np.zeros((4, 8), np.int64), xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match="shares is None"):
         check_shares(None, xh, yh, wh, 4)
+    with pytest.raises(ExerciseFailed, match=r"shares is a list; stack it into one array"):
+        check_shares(list(_shares(xh, yh, wh, 16)), xh, yh, wh, 4)
+    twice = 2 * _shares(xh, yh, wh, 16)  # off by 2, not by p: the row-count hint would mislead
+    with pytest.raises(ExerciseFailed, match=r"2× the expected value") as failed:
+        check_shares(twice, xh, yh, wh, 4)
+    assert "row count" not in str(failed.value)
+
+
+def test_a_failed_check_shows_its_message_without_a_traceback():
+    error = ExerciseFailed("ring bytes: all_reduce is 2× too large")
+    assert error._render_traceback_() == ["ExerciseFailed: ring bytes: all_reduce is 2× too large"]
 
 
 def test_reduce_scatter(setup, capsys):
@@ -89,20 +100,35 @@ def test_predicted_shard_shapes(setup):
     mesh, _, (xh, _, _), _ = setup
     placed = jax.device_put(xh, NamedSharding(mesh, P(None, "data")))
     check_predicted_shard_shapes([(16, 2)] * 4, placed)
+    check_predicted_shard_shapes([[np.int64(16), 2]] * 4, placed)  # lists and NumPy ints too
     with pytest.raises(
-        ExerciseFailed, match=r"device 0: you predicted \(4, 8\), it holds \(16, 2\)"
-    ):
+        ExerciseFailed,
+        match=r"device 0: dimension 0: it is 4× too small; dimension 1: it is 4× too large",
+    ) as failed:
         check_predicted_shard_shapes([(4, 8)] * 4, placed)
+    assert "(16, 2)" not in str(failed.value)  # the answer is not given away
     with pytest.raises(ExerciseFailed, match="a list of 4 tuples"):
         check_predicted_shard_shapes((16, 2), placed)
+    with pytest.raises(ExerciseFailed, match=r"a list of 4 tuples.*device 0's entry is 4"):
+        check_predicted_shard_shapes([4, 4, 4, 4], placed)
 
 
 def test_ring_prediction():
     check_ring_prediction({"reduce_scatter": 30.0, "all_gather": 30.0, "all_reduce": 60.0}, 32, 16)
-    with pytest.raises(ExerciseFailed, match=r"all_reduce: you predicted 64, the model gives 60.0"):
+    check_ring_prediction(
+        {"reduce_scatter": np.int64(30), "all_gather": 30, "all_reduce": np.float32(60)}, 32, 16
+    )
+    with pytest.raises(ExerciseFailed, match=r"all_reduce: it is off by a factor 1.07") as failed:
         check_ring_prediction(
             {"reduce_scatter": 30.0, "all_gather": 30.0, "all_reduce": 64}, 32, 16
         )
+    assert "60" not in str(failed.value)
+    with pytest.raises(ExerciseFailed, match=r"reduce_scatter: .*the factor \(p-1\)/p is missing"):
+        check_ring_prediction({"reduce_scatter": 32, "all_gather": 30, "all_reduce": 60}, 32, 16)
+    with pytest.raises(ExerciseFailed, match=r"all_gather: it is 2× too large; only all-reduce"):
+        check_ring_prediction({"reduce_scatter": 30, "all_gather": 60, "all_reduce": 60}, 32, 16)
+    with pytest.raises(ExerciseFailed, match=r"all_gather: give a number of bytes, got '30'"):
+        check_ring_prediction({"reduce_scatter": 30, "all_gather": "30", "all_reduce": 60}, 32, 16)
     with pytest.raises(ExerciseFailed, match="keys"):
         check_ring_prediction(60.0, 32, 16)
 
@@ -180,9 +206,10 @@ def test_budget_row():
         "shard_storage_bytes": 65536,
     }
     check_budget_row(good, 2**20, 16)
+    check_budget_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
     with pytest.raises(
-        ExerciseFailed, match="shard_storage_bytes: you have 65536.0, expected the integer 65536"
+        ExerciseFailed, match=r"shard_storage_bytes: give a whole number of bytes \(an int\)"
     ):
         check_budget_row({**good, "shard_storage_bytes": 65536.0}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="all_reduce_bytes: you have 2097152"):
+    with pytest.raises(ExerciseFailed, match="all_reduce_bytes: it is off by a factor 1.07"):
         check_budget_row({**good, "all_reduce_bytes": 2**21}, 2**20, 16)

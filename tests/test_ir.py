@@ -1,5 +1,8 @@
 import jax
+import numpy as np
 import pytest
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from course_utils import (
     all_gather_shards,
@@ -10,7 +13,7 @@ from course_utils import (
     reduce_scatter_gradient,
     toy_regression,
 )
-from course_utils.ir import hlo_collectives, stablehlo_collectives
+from course_utils.ir import hlo_collectives, replica_groups, stablehlo_collectives
 
 
 def test_each_kernel_contains_its_collective_with_per_device_bytes():
@@ -21,7 +24,7 @@ def test_each_kernel_contains_its_collective_with_per_device_bytes():
         ("all_reduce", (8,), 32)
     ]
     assert [(c["op"], c["shape"], c["bytes"]) for c in found["hlo"]] == [("all-reduce", (8,), 32)]
-    assert found["hlo"][0]["replica_groups"] == "{{0,1,2,3}}"
+    assert found["hlo"][0]["replica_groups"] == [[0, 1, 2, 3]]
     found = collectives_in(reduce_scatter_gradient(mesh), x, y, w)
     assert [(c["op"], c["shape"], c["dtype"], c["bytes"]) for c in found["hlo"]] == [
         ("reduce-scatter", (2,), "f32", 8)
@@ -53,7 +56,7 @@ def test_parsers_read_scalars_and_other_dtypes():
             "shape": (4, 6),
             "dtype": "bf16",
             "bytes": 48,
-            "replica_groups": "[2,2]<=[4]",
+            "replica_groups": [[0, 1], [2, 3]],
         }
     ]
 
@@ -61,3 +64,39 @@ def test_parsers_read_scalars_and_other_dtypes():
 def test_a_plain_function_is_refused():
     with pytest.raises(TypeError, match="jitted function"):
         collectives_in(lambda a: a, 1.0)
+
+
+@pytest.mark.parametrize(
+    "text, groups",
+    [
+        ("replica_groups={{0,1,2,3}}", [[0, 1, 2, 3]]),
+        ("replica_groups={{0,2},{1,3}}, dimensions={0}", [[0, 2], [1, 3]]),
+        ("replica_groups=[1,4]<=[4]", [[0, 1, 2, 3]]),
+        ("replica_groups=[4,2]<=[2,4]T(1,0)", [[0, 4], [1, 5], [2, 6], [3, 7]]),
+        ("replica_groups=mesh['data'=4] {'data'}, use_global_device_ids=true", [[0, 1, 2, 3]]),
+        ("replica_groups=mesh['node'=2,'local'=4] {'local'}", [[0, 1, 2, 3], [4, 5, 6, 7]]),
+        ("replica_groups=mesh['node'=2,'local'=4] {'node'}", [[0, 4], [1, 5], [2, 6], [3, 7]]),
+        ("channel_id=1, to_apply=%add", []),
+    ],
+)
+def test_replica_groups_read_every_printed_form(text, groups):
+    assert replica_groups(text) == groups
+
+
+def test_replica_groups_of_a_two_axis_mesh_name_the_devices_that_talk():
+    devices = np.asarray(jax.devices()).reshape(2, 2)
+    mesh = Mesh(devices, ("node", "local"))
+    blocks = np.arange(8, dtype=np.float32)
+    ids = [[int(d.id) for d in row] for row in devices]
+    for axis, expected in (("local", ids), ("node", [list(c) for c in zip(*ids)])):
+        fn = jax.jit(
+            jax.shard_map(
+                lambda b, axis=axis: jax.lax.psum(b, axis),
+                mesh=mesh,
+                in_specs=P(("node", "local")),
+                out_specs=P(("node", "local")),
+                check_vma=False,
+            )
+        )
+        (op,) = collectives_in(fn, blocks)["hlo"]
+        assert op["replica_groups"] == expected

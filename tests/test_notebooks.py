@@ -71,6 +71,8 @@ def test_solution_cells_are_marked():
             )
             if tagged:
                 assert source.count("### BEGIN SOLUTION") == source.count("### END SOLUTION") == 1
+                # nbgrader only strips code solutions; a markdown answer would be released
+                assert cell["cell_type"] == "code", f"{path.name}: a markdown solution cell"
     exercise = json.loads(NOTEBOOKS[6].read_text())
     assert any("solution" in c["metadata"].get("tags", []) for c in exercise["cells"])
 
@@ -86,6 +88,38 @@ def test_every_solution_is_followed_by_a_passing_self_check(path):
         assert "check" in tags[check], f"{path.name}: solution cell {i} has no check cell after it"
         assert "check_" in "".join(cells[check]["source"])
         assert "".join(cells[check]["outputs"][0]["text"]).startswith("PASSED: ")
+
+
+SOLUTION_CELL = {"solution": True, "grade": False, "locked": False, "schema_version": 3}
+CHECK_CELL = {"solution": False, "grade": True, "locked": True, "schema_version": 3}
+
+
+def test_solution_and_check_cells_carry_consistent_nbgrader_metadata():
+    # nbgrader generate_assignment refuses solution markers outside a solution cell; autograde
+    # scores the check cells (points) and restores their source from the release (locked)
+    grade_ids, points = [], {}
+    for path in NOTEBOOKS:
+        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+            tags = cell["metadata"].get("tags", [])
+            meta = cell["metadata"].get("nbgrader")
+            where = f"{path.name}, cell {index}"
+            kind = "solution" if "solution" in tags else "check" if "check" in tags else None
+            if kind is None:
+                assert meta is None, f"{where}: nbgrader metadata on a cell tagged neither"
+                continue
+            assert "solution" not in tags or "check" not in tags, where
+            assert meta is not None, f"{where}: tagged {kind!r} without nbgrader metadata"
+            expected = SOLUTION_CELL if kind == "solution" else CHECK_CELL
+            assert {k: meta.get(k) for k in expected} == expected, where
+            extra = {"grade_id", "points"} if kind == "check" else {"grade_id"}
+            assert set(meta) == set(expected) | extra, f"{where}: other nbgrader keys"
+            if kind == "check":
+                assert isinstance(meta["points"], int) and meta["points"] > 0, where
+                points[path.stem[:2]] = points.get(path.stem[:2], 0) + meta["points"]
+            assert re.fullmatch(rf"{path.stem[:2]}-{kind}(-\d+)?", meta["grade_id"]), where
+            grade_ids.append(meta["grade_id"])
+    assert len(grade_ids) == len(set(grade_ids)), "grade_ids are not unique"
+    assert points == {step: 1 for step in ["02", "03", "04", "05", "06", "07", "08"]}
 
 
 @pytest.mark.parametrize("n_devices", [2, 8])

@@ -1,5 +1,5 @@
-"""The student edition: solutions stripped (nothing else changed), outputs cleared, bad markers
-refused."""
+"""The student edition (nbgrader's preprocessors): solutions stripped (nothing else changed),
+outputs cleared, bad markers refused, and one line when nbgrader is missing."""
 
 from pathlib import Path
 
@@ -12,14 +12,32 @@ from course_utils.tools.runner import find_notebooks
 from course_utils.tools.student import (
     BEGIN,
     END,
+    NEEDS_NBGRADER,
     SolutionMarkerError,
     build,
-    strip_solution,
     student_edition,
 )
 
-NOTEBOOKS = find_notebooks(Path(__file__).resolve().parents[1] / "notebooks")
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = find_notebooks(ROOT / "notebooks")
 EXERCISES = [p for p in NOTEBOOKS if BEGIN in p.read_text()]
+SOLUTION_METADATA = {
+    "grade": False,
+    "grade_id": "x-solution",
+    "locked": False,
+    "schema_version": 3,
+    "solution": True,
+}
+
+
+def _code_cell(source: str, tagged: bool, nbgrader: bool):
+    """A code cell, tagged ``solution`` and/or with nbgrader solution metadata."""
+    cell = nbformat.v4.new_code_cell(source)
+    if tagged:
+        cell.metadata["tags"] = ["solution"]
+    if nbgrader:
+        cell.metadata["nbgrader"] = dict(SOLUTION_METADATA)
+    return cell
 
 
 def _solution_lines(nb) -> set[str]:
@@ -59,6 +77,8 @@ def test_no_solution_line_leaks_and_everything_else_is_kept(edition, path):
     assert len(kept) == len(student.cells)
     for before, after in zip(kept, student.cells):
         assert after.metadata.get("tags") == before.metadata.get("tags")
+        # kept as it is, so nbgrader can also collect and autograde the student edition
+        assert after.metadata.get("nbgrader") == before.metadata.get("nbgrader")
         if BEGIN not in before.source:
             assert after.source == before.source
         else:
@@ -74,21 +94,31 @@ def test_same_input_gives_byte_identical_output(edition, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "source, tagged, match",
+    "cell, match",
     [
-        (f"a = 1\n{BEGIN}\nb = 2", True, ".* is never closed"),
-        (f"{BEGIN}\n{BEGIN}\nb = 2\n{END}\n{END}", True, "line 2: nested"),
-        (f"b = 2\n{END}", True, "line 2: .* without"),
-        ("b = 2", True, "tagged 'solution' but has no"),
-        (f"{BEGIN}\nb = 2\n{END}", False, "has solution markers but is not tagged 'solution'"),
+        (_code_cell(f"a = 1\n{BEGIN}\nb = 2", True, True), ".* is never closed"),
+        (_code_cell(f"{BEGIN}\n{BEGIN}\nb = 2\n{END}\n{END}", True, True), "line 2: nested"),
+        (_code_cell(f"b = 2\n{END}", True, True), "line 2: .* without"),
+        (_code_cell("b = 2", True, True), "tagged 'solution' but has no"),
+        (
+            _code_cell(f"{BEGIN}\nb = 2\n{END}", False, False),
+            "has solution markers but is not tagged 'solution'",
+        ),
+        (
+            _code_cell(f"{BEGIN}\nb = 2\n{END}", True, False),
+            "tagged 'solution' but not an nbgrader solution cell; give it the metadata",
+        ),
+        (_code_cell("b = 2", False, True), "an nbgrader solution cell but not tagged 'solution'"),
+        (
+            nbformat.v4.new_markdown_cell(f"{BEGIN}\nthe answer\n{END}"),
+            "a markdown cell with solution markers; tag it 'solution'",
+        ),
     ],
 )
-def test_bad_markers_name_notebook_and_cell_and_write_nothing(tmp_path, source, tagged, match):
+def test_bad_markers_name_notebook_and_cell_and_write_nothing(tmp_path, cell, match):
     good = nbformat.read(NOTEBOOKS[0], as_version=4)
     bad = nbformat.v4.new_notebook()
-    bad.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell(source)]
-    if tagged:
-        bad.cells[1].metadata["tags"] = ["solution"]
+    bad.cells = [nbformat.v4.new_markdown_cell("# title"), cell]
     folder = tmp_path / "in"
     folder.mkdir()
     nbformat.write(good, folder / "01_good.ipynb")
@@ -100,22 +130,55 @@ def test_bad_markers_name_notebook_and_cell_and_write_nothing(tmp_path, source, 
 
 
 def test_indentation_and_markdown_solutions():
-    assert strip_solution(f"def f():\n    {BEGIN}\n    return 1\n    {END}", "nb") == (
-        "def f():\n    # YOUR CODE HERE\n    raise NotImplementedError()"
-    )
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_markdown_cell("answer: 42"),
         nbformat.v4.new_markdown_cell("question"),
+        _code_cell(f"def f():\n    {BEGIN}\n    return 1\n    {END}\n\nf()", True, True),
     ]
     nb.cells[0].metadata["tags"] = ["solution"]
-    assert [c.source for c in student_edition(nb, "nb").cells] == ["question"]
-    assert len(nb.cells) == 2
+    nb.cells[2].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "1"})]
+    nb.cells[2].execution_count = 1
+    edition = student_edition(nb, "nb")
+    assert [c.source for c in edition.cells] == [
+        "question",
+        "def f():\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\nf()",
+    ]
+    assert edition.cells[1].outputs == [] and edition.cells[1].execution_count is None
+    assert len(nb.cells) == 3 and BEGIN in nb.cells[2].source and nb.cells[2].outputs
+
+
+def test_hidden_tests_leave_check_cells_and_are_refused_elsewhere(tmp_path):
+    hidden = "check(x)\n### BEGIN HIDDEN TESTS\nassert x == 42\n### END HIDDEN TESTS"
+    check = nbformat.v4.new_code_cell(hidden)
+    check.metadata["nbgrader"] = {
+        "grade": True,
+        "grade_id": "x-check",
+        "locked": True,
+        "points": 1,
+        "schema_version": 3,
+        "solution": False,
+    }
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [check]
+    assert [c.source for c in student_edition(nb, "nb").cells] == ["check(x)"]
+    del nb.cells[0].metadata["nbgrader"]
+    with pytest.raises(SolutionMarkerError, match="nb: nbgrader's ClearHiddenTests: Hidden test"):
+        student_edition(nb, "nb")
 
 
 def test_course_student_refuses_to_overwrite_the_solutions():
+    before = [p.read_bytes() for p in NOTEBOOKS]
     with pytest.raises(SolutionMarkerError, match="overwrite"):
-        build(NOTEBOOKS[:1], NOTEBOOKS[0].parent)
+        build(NOTEBOOKS, NOTEBOOKS[0].parent)
+    assert [p.read_bytes() for p in NOTEBOOKS] == before
+
+
+def test_course_student_without_nbgrader_says_how_to_install(course, without_nbgrader, tmp_path):
+    status, output = course("student", "--out", str(tmp_path / "student"), cwd=ROOT)
+    assert status == 2 and output.strip() == NEEDS_NBGRADER
+    assert NEEDS_NBGRADER == 'course student needs nbgrader: pip install -e ".[instructor]"'
+    assert not (tmp_path / "student").exists()
 
 
 @pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)

@@ -1,6 +1,8 @@
 """course check-submission: per-exercise reports for right, wrong, unsolved, broken submissions."""
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -73,7 +75,8 @@ def test_reference_solutions_put_back_pass(edition, tmp_path, name):
     assert results and all(r.status == PASSED for r in results), results
 
 
-def test_unsolved_is_not_attempted_and_exits_1(course, edition):
+def test_unsolved_is_not_attempted_and_exits_1(course, edition, without_nbgrader):
+    # check-submission does not need nbgrader (the instructor extra): here it cannot import it
     path = edition / "07_row_permutation_exercise.ipynb"
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     status, output = course("check-submission", str(path), cwd=ROOT)
@@ -81,6 +84,13 @@ def test_unsolved_is_not_attempted_and_exits_1(course, edition):
     assert "check_joint_permutation" in output and NOT_ATTEMPTED in output
     assert "0 passed, 0 failed, 1 not attempted" in output
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_check_submission_imports_no_nbgrader():
+    code = "import sys, course_utils.tools.submission; print(sorted(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'nbgrader'" not in done.stdout
 
 
 PERMUTE_LABELS_ONLY = """x2 = jax.device_put(xh, rows)

@@ -1,10 +1,19 @@
-"""``course student``: the student edition of the series, with nbgrader's solution convention.
+"""``course student``: the student edition of the series, made by nbgrader's own preprocessors.
 
-In every code cell, each region from ``### BEGIN SOLUTION`` to ``### END SOLUTION`` becomes
-``# YOUR CODE HERE`` + ``raise NotImplementedError()`` (at the marker's indentation); markdown cells
-tagged ``solution`` are removed; all outputs and execution counts are cleared. Nothing else changes,
-and the same input gives byte-identical output. Every notebook is checked before anything is
-written.
+nbgrader's ``ClearSolutions`` replaces each region from ``### BEGIN SOLUTION`` to
+``### END SOLUTION`` by ``# YOUR CODE HERE`` + ``raise NotImplementedError()`` (at the marker's
+indentation), ``ClearHiddenTests`` removes any ``### BEGIN HIDDEN TESTS`` region of a check cell,
+and ``ClearOutput`` clears all outputs and execution counts. Markdown cells tagged ``solution`` are
+removed (nbgrader has no such step). Nothing else changes: the cells keep their tags and their
+nbgrader metadata, so a student notebook can also be collected and autograded by nbgrader. The same
+input gives byte-identical output.
+
+Every notebook is checked before anything is written, here rather than by nbgrader, whose errors
+name neither the notebook nor the cell: the tag ``solution``, the solution markers and the nbgrader
+metadata ``"solution": true`` must agree on every code cell, and the markers must pair up.
+
+nbgrader is imported only by this command (it is the ``instructor`` extra); ``course
+check-submission`` and the rest of the course tools do not need it.
 """
 
 from __future__ import annotations
@@ -18,96 +27,170 @@ import nbformat
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 SOLUTION_TAG = "solution"
-PLACEHOLDER = ("# YOUR CODE HERE", "raise NotImplementedError()")
+NEEDS_NBGRADER = 'course student needs nbgrader: pip install -e ".[instructor]"'
+# nbgrader's delimiters: a line that contains one of these is a marker (as nbgrader reads it)
+BEGIN_DELIMITER, END_DELIMITER = BEGIN.removeprefix("### "), END.removeprefix("### ")
+# ClearOutput removes these cell metadata fields as well (per-cell timing from JupyterLab)
+OUTPUT_METADATA = {"collapsed", "scrolled", "execution"}
 
 
 class SolutionMarkerError(ValueError):
     """Solution markers that cannot be stripped safely; the message names the notebook and cell."""
 
 
-def strip_solution(source: str, where: str) -> str:
-    """Replace each marked solution region of one cell's source by the placeholder.
+def check_markers(source: str, where: str) -> None:
+    """Check that the solution markers of one cell's source pair up.
 
-    Examples:
-        >>> source = "a = 1\\n    ### BEGIN SOLUTION\\n    b = 2\\n    ### END SOLUTION\\nc = 3"
-        >>> print(strip_solution(source, "x"))
-        a = 1
-            # YOUR CODE HERE
-            raise NotImplementedError()
-        c = 3
+    Args:
+        source: the cell's source.
+        where: the notebook and cell, for the error message.
+
+    Raises:
+        SolutionMarkerError: a nested ``### BEGIN SOLUTION``, an ``### END SOLUTION`` without
+            one, or a region that is never closed.
     """
-    out, inside = [], False
+    inside = False
     for number, line in enumerate(source.splitlines(), start=1):
-        marker = line.strip()
-        if marker == BEGIN:
+        if BEGIN_DELIMITER in line:
             if inside:
                 raise SolutionMarkerError(f"{where}: line {number}: nested {BEGIN}")
             inside = True
-            indent = line[: len(line) - len(line.lstrip())]
-            out.extend(indent + text for text in PLACEHOLDER)
-        elif marker == END:
+        elif END_DELIMITER in line:
             if not inside:
                 raise SolutionMarkerError(f"{where}: line {number}: {END} without {BEGIN}")
             inside = False
-        elif not inside:
-            out.append(line)
     if inside:
         raise SolutionMarkerError(f"{where}: {BEGIN} is never closed by {END}")
-    return "\n".join(out)
+
+
+def check_cell(cell, where: str) -> None:
+    """Check that a code cell's tag, solution markers and nbgrader metadata agree.
+
+    Args:
+        cell: one code cell.
+        where: the notebook and cell, for the error message.
+
+    Raises:
+        SolutionMarkerError: the three disagree, or the markers do not pair up.
+    """
+    tagged = SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+    has_markers = BEGIN_DELIMITER in cell.source or END_DELIMITER in cell.source
+    nbgrader_solution = bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    if tagged and not has_markers:
+        raise SolutionMarkerError(
+            f"{where}: tagged {SOLUTION_TAG!r} but has no {BEGIN} / {END} markers"
+        )
+    if has_markers and not tagged:
+        raise SolutionMarkerError(
+            f"{where}: has solution markers but is not tagged {SOLUTION_TAG!r}"
+        )
+    if nbgrader_solution and not tagged:
+        raise SolutionMarkerError(
+            f"{where}: an nbgrader solution cell but not tagged {SOLUTION_TAG!r}"
+        )
+    check_markers(cell.source, where)
+    if tagged and not nbgrader_solution:
+        raise SolutionMarkerError(
+            f"{where}: tagged {SOLUTION_TAG!r} but not an nbgrader solution cell; give it the "
+            'metadata "nbgrader": {"solution": true, "grade": false, "locked": false, '
+            '"grade_id": "<unique id>", "schema_version": 3}'
+        )
+
+
+def _preprocessors() -> list:
+    """nbgrader's preprocessors for the student edition, in the order ``generate_assignment``
+    runs them (its ``LockCells``, checksums and database steps are for its own release only)."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearOutput, ClearSolutions
+
+    return [
+        ClearSolutions(
+            begin_solution_delimeter=BEGIN_DELIMITER, end_solution_delimeter=END_DELIMITER
+        ),
+        ClearOutput(remove_metadata_fields=OUTPUT_METADATA),
+        ClearHiddenTests(),
+    ]
 
 
 def student_edition(nb, name: str):
-    """The student edition of one notebook (a new object; ``nb`` is not changed)."""
+    """The student edition of one notebook (a new object; ``nb`` is not changed).
+
+    Args:
+        nb: the solution notebook.
+        name: the notebook's name, for error messages.
+
+    Returns:
+        The notebook with solutions stripped and outputs cleared.
+
+    Raises:
+        SolutionMarkerError: a cell's tag, markers and nbgrader metadata disagree (the message
+            names the notebook and the cell).
+        ImportError: nbgrader is not installed.
+    """
     nb = copy.deepcopy(nb)
     cells = []
     for index, cell in enumerate(nb.cells):
         where = f"{name}, cell {index}"
-        tagged = SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
-        if cell.cell_type == "markdown" and tagged:
-            continue
         if cell.cell_type == "code":
-            has_markers = BEGIN in cell.source or END in cell.source
-            if tagged and not has_markers:
-                raise SolutionMarkerError(
-                    f"{where}: tagged {SOLUTION_TAG!r} but has no {BEGIN} / {END} markers"
-                )
-            if has_markers and not tagged:
-                raise SolutionMarkerError(
-                    f"{where}: has solution markers but is not tagged {SOLUTION_TAG!r}"
-                )
-            cell.source = strip_solution(cell.source, where)
-            cell.outputs = []
-            cell.execution_count = None
-            cell.metadata.pop("execution", None)
+            check_cell(cell, where)
+        elif SOLUTION_TAG in cell.get("metadata", {}).get("tags", []):
+            continue
+        elif BEGIN_DELIMITER in cell.source or END_DELIMITER in cell.source:
+            raise SolutionMarkerError(
+                f"{where}: a {cell.cell_type} cell with solution markers; tag it "
+                f"{SOLUTION_TAG!r} to leave it out of the student edition"
+            )
         cells.append(cell)
     nb.cells = cells
+    resources: dict = {}
+    for preprocessor in _preprocessors():
+        try:
+            nb, resources = preprocessor.preprocess(nb, resources)
+        except RuntimeError as exc:  # e.g. a hidden-test region outside a check cell
+            step = type(preprocessor).__name__
+            raise SolutionMarkerError(f"{name}: nbgrader's {step}: {exc}") from None
     return nb
 
 
 def build(notebooks: list[Path], out: Path) -> list[Path]:
-    """Write the student edition of ``notebooks`` into ``out``; check all of them
-    before writing any.
+    """Write the student edition of ``notebooks`` into ``out``; check all of them first.
+
+    Args:
+        notebooks: the solution notebooks.
+        out: the folder for the student notebooks (created if missing).
+
+    Returns:
+        The notebooks written.
+
+    Raises:
+        SolutionMarkerError: a notebook's markers are wrong, or ``out`` is the notebooks' own
+            folder; nothing is written.
+        ImportError: nbgrader is not installed.
     """
     editions = [
         (path, student_edition(nbformat.read(path, as_version=4), path.name)) for path in notebooks
     ]
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path, nb in editions:
-        target = out / path.name
-        if target.resolve() == path.resolve():
+    for path, _ in editions:
+        if (out / path.name).resolve() == path.resolve():
             raise SolutionMarkerError(
                 f"{path}: the student edition would overwrite the solution notebook; "
                 f"choose another --out"
             )
-        nbformat.write(nb, target)
-        written.append(target)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path, nb in editions:
+        nbformat.write(nb, out / path.name)
+        written.append(out / path.name)
     return written
 
 
 def _run_student(args: argparse.Namespace) -> int:
     from course_utils.tools.runner import find_notebooks
 
+    try:
+        import nbgrader.preprocessors  # noqa: F401
+    except ImportError:
+        print(NEEDS_NBGRADER, file=sys.stderr)
+        return 2
     try:
         notebooks = find_notebooks(Path(args.folder))
         written = build(notebooks, Path(args.out))
@@ -122,7 +205,11 @@ def _run_student(args: argparse.Namespace) -> int:
 
 
 def add_student_parser(sub) -> None:
-    """Register ``course student``."""
+    """Register ``course student``.
+
+    Args:
+        sub: the ``course`` parser's subparsers.
+    """
     student = sub.add_parser(
         "student", help="write the student edition (solutions stripped, outputs cleared)"
     )
