@@ -6,8 +6,9 @@ launch`` keeps every byte on 127.0.0.1, so it re-registers the CPU backend facto
 operation) with gloo collectives made for that address, through ``jax._src`` names.
 
 Tested on jax 0.9.0, 0.10.2 and 0.12.0.1. On other versions the names may be gone:
-``bind_gloo_to`` then raises ``RuntimeError`` with what to do. (Hosts that are network namespaces, each with its own
-``/etc/hosts``, need none of this: the host name already resolves to the right address.)
+``bind_gloo_to`` then raises ``RuntimeError`` with what to do. (Hosts that are network
+namespaces, each with its own ``/etc/hosts``, need none of this: the host name already resolves
+to the right address.)
 """
 
 from __future__ import annotations
