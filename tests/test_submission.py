@@ -188,3 +188,17 @@ def test_a_deleted_solution_cell_is_reported(edition, tmp_path):
 def test_a_step_without_exercises_has_nothing_to_check(course):
     status, output = course("check-submission", str(SOLUTIONS / "01_mesh_setup.ipynb"), cwd=ROOT)
     assert status == 0 and "this step has no exercises" in output
+
+
+SCATTER_INTO_P = """def my_kernel(x_block, y_block, w):
+    partial = local_contribution(x_block, y_block, w, n_rows)
+    return jax.lax.psum_scatter(partial, "data", tiled=True)
+
+specs = (P("data", None), P("data"), P())
+g_mine = jax.jit(jax.shard_map(my_kernel, mesh=mesh, in_specs=specs, out_specs=P()))(x, y, w)"""
+
+
+def test_a_jax_error_is_shown_whole(edition, tmp_path):
+    (result,) = check_submission(_answer(edition, tmp_path, "03_collectives.ipynb", SCATTER_INTO_P))
+    assert result.status == FAILED and result.message.startswith("the solution cell raised")
+    assert len(result.message.splitlines()) > 1, result.message  # JAX explains on later lines

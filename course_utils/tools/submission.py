@@ -22,6 +22,8 @@ from course_utils.tools.runner import run_in_fresh_kernel
 from course_utils.tools.student import SOLUTION_TAG
 
 CHECK_TAG = "check"
+# the course's own solution notebooks, beside the package in a checkout (pip install -e .)
+SOLUTIONS = Path(__file__).resolve().parents[2] / "notebooks"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 
 
@@ -59,8 +61,8 @@ def solution_notebook_for(path: Path, solutions: Path) -> Path:
     """The solution notebook with the submission's step number (``07_…`` → ``07_*.ipynb``)."""
     if not solutions.is_dir():
         raise SubmissionError(
-            f"no solution notebooks: {solutions}/ is not a folder; run this from the course's "
-            "root folder or pass --solutions with the solution notebooks' folder"
+            f"no solution notebooks: {solutions}/ is not a folder; pass --solutions with the "
+            "folder of the course's solution notebooks (notebooks/ in a checkout of the course)"
         )
     step = re.match(r"(\d\d)_", path.name)
     matches = sorted(solutions.glob(f"{step.group(1)}_*.ipynb")) if step else []
@@ -91,8 +93,8 @@ def merge(submission, solution, name: str):
 def _error(cell) -> tuple[str, str] | None:
     for output in cell.get("outputs", []):
         if output.get("output_type") == "error":
-            value = (output.get("evalue") or "").strip().splitlines()
-            return output.get("ename", "Error"), value[0] if value else ""
+            # the whole message: JAX puts its explanation on the lines after the first
+            return output.get("ename", "Error"), (output.get("evalue") or "").strip()
     return None
 
 
@@ -146,7 +148,7 @@ def grade(executed, timeout: int) -> list[ExerciseResult]:
 
 
 def check_submission(
-    path: Path, solutions: Path = Path("notebooks"), timeout: int = 120
+    path: Path, solutions: Path = SOLUTIONS, timeout: int = 120
 ) -> list[ExerciseResult]:
     """Run ``path`` (the student's notebook) against the matching solution notebook's checks.
 
@@ -192,7 +194,8 @@ def _run_check(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.notebook}:")
     for r in results:
-        print(f"  {r.check:32s} {r.status:14s} {r.message}")
+        message = r.message.replace("\n", "\n" + " " * 50)  # a long message stays in its column
+        print(f"  {r.check:32s} {r.status:14s} {message}")
     counts = {
         status: sum(r.status == status for r in results)
         for status in (PASSED, FAILED, NOT_ATTEMPTED)
@@ -207,8 +210,7 @@ def add_check_parser(sub) -> None:
         "check-submission", help="run a returned notebook and report each exercise"
     )
     check.add_argument("notebook", help="the student's notebook (NN_name.ipynb)")
-    check.add_argument(
-        "--solutions", default="notebooks", help="the solution notebooks (default: notebooks)"
-    )
+    check.add_argument("--solutions", default=str(SOLUTIONS),
+                       help="the solution notebooks (default: the course's notebooks/ folder)")
     check.add_argument("--timeout", type=int, default=120, help="seconds per cell (default: 120)")
     check.set_defaults(handler=_run_check)
