@@ -16,6 +16,7 @@ COMMANDS = [
     "course_utils.tools.bench:add_bench_parser",
     "course_utils.tools.student:add_student_parser",
     "course_utils.tools.submission:add_check_parser",
+    "course_utils.tools.book:add_book_parser",
 ]
 
 
