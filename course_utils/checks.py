@@ -16,6 +16,7 @@ import numpy as np
 from course_utils.constants import ATOL
 from course_utils.cost import communication_budget, ring_bytes
 from course_utils.data import reference_gradient
+from course_utils.ir import collectives_in
 
 
 class ExerciseFailed(AssertionError):
@@ -163,17 +164,68 @@ def check_shares(shares, x, y, w, n_devices: int) -> None:
     _passed(exercise, f"{n_devices} shares that add up to the reference gradient")
 
 
-def check_reduce_scatter(g, x, y, w, n_devices: int) -> None:
-    """Exercise 03: the gradient from your reduce-scatter kernel: right values,
-    sharded by features.
+def _program(exercise: str, fn, args: tuple) -> list[str]:
+    """The collectives in the compiled program of ``fn`` (jitted here if it is not yet)."""
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)  # a bare shard_map is fine too
+    try:
+        return [op["op"] for op in collectives_in(jitted, *args)["hlo"]]
+    except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        _fail(
+            exercise,
+            f"your function does not compile as one JAX program ({type(error).__name__}: {first}); "
+            "build it from jax.shard_map and wrap it in jax.jit",
+        )
+
+
+def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) -> None:
+    """Exercise 03: your jitted reduce-scatter kernel: called on the placed ``x, y, w`` it returns
+    the gradient split by features, and its compiled program communicates with a reduce-scatter.
     """
     exercise = "reduce-scatter kernel"
-    expected = reference_gradient(np.asarray(x), np.asarray(y), np.asarray(w))
-    _values(exercise, "g", g, expected.astype(np.float32))
-    _placement(exercise, "g", g, (expected.size // n_devices,), n_devices)
+    name = "my_reduce_scatter"
+    if fn is None:
+        _fail(exercise, f"{name} is not defined; assign your jitted function to {name}")
+    if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
+        _fail(
+            exercise,
+            f"{name} is a {type(fn).__name__}, not a function; pass the jitted function itself, "
+            "the check calls it",
+        )
+    try:
+        g = fn(x, y, w)
+    except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        _fail(exercise, f"calling {name}(x, y, w) raised {type(error).__name__}: {first}")
+    expected = reference_gradient(
+        np.asarray(x_host), np.asarray(y_host), np.asarray(w_host)
+    ).astype(np.float32)
+    _values(exercise, f"{name}(x, y, w)", g, expected)
+    _placement(exercise, f"{name}(x, y, w)", g, (expected.size // n_devices,), n_devices)
+    ops = _program(exercise, fn, (x, y, w))
+    if "reduce-scatter" not in ops:
+        found = f"only {', '.join(sorted(set(ops)))}" if ops else "no collective at all"
+        why = (
+            "the devices never combine their shares (was the gradient computed elsewhere and "
+            "placed?)"
+            if not ops
+            else "every device receives more of the sum than the slice it keeps"
+        )
+        _fail(
+            exercise,
+            f"the right result, but the compiled program of {name} has {found}: {why}; compute "
+            "each device's share inside jax.shard_map and end with jax.lax.psum_scatter",
+        )
+    if "all-reduce" in ops:
+        _fail(
+            exercise,
+            f"the compiled program of {name} has an all-reduce besides the reduce-scatter: "
+            "every device still receives the whole sum; use only jax.lax.psum_scatter",
+        )
     _passed(
         exercise,
-        f"each device holds {expected.size // n_devices} of the {expected.size} gradient values",
+        f"each device holds {expected.size // n_devices} of the {expected.size} gradient values, "
+        "communicated by one reduce-scatter",
     )
 
 
@@ -252,10 +304,30 @@ def check_two_state_update(
     _passed(exercise, f"both states kept in slices of {slice_shape[0]}, weights gathered")
 
 
-def check_joint_permutation(g_all, g_gathered, x, y, w2, n_devices: int) -> None:
-    """Exercise 07: both communication paths give the original data's gradient on every device."""
+_NOT_GIVEN = object()
+
+
+def check_joint_permutation(
+    g_all,
+    g_gathered,
+    x,
+    y,
+    w2_host,
+    n_devices: int,
+    *,
+    x2=_NOT_GIVEN,
+    y2=_NOT_GIVEN,
+    w2=_NOT_GIVEN,
+) -> None:
+    """Exercise 07: both communication paths give the original data's gradient on every device.
+
+    ``x`` and ``y`` are the data in their original order. ``x2``, ``y2`` and ``w2`` (your placed
+    inputs; ``None`` for a name you did not define) are checked when given: ``x2`` and ``y2`` hold
+    the same rows reordered together and split by rows, ``w2`` is ``w2_host`` replicated.
+    """
     exercise = "joint row permutation"
-    target = reference_gradient(np.asarray(x), np.asarray(y), np.asarray(w2)).astype(np.float32)
+    x, y, w2_host = (np.asarray(a) for a in (x, y, w2_host))
+    target = reference_gradient(x, y, w2_host).astype(np.float32)
     for name, g in (("g_all", g_all), ("g_gathered", g_gathered)):
         _values(
             exercise,
@@ -268,6 +340,36 @@ def check_joint_permutation(g_all, g_gathered, x, y, w2, n_devices: int) -> None
         _placement(exercise, name, g, target.shape, n_devices)
         for shard in g.addressable_shards:
             _values(exercise, f"{name} on device {shard.device.id}", shard.data, target)
+    block = x.shape[0] // n_devices
+    if x2 is not _NOT_GIVEN:
+        if x2 is None:
+            _fail(exercise, "x2 is not defined; place the reordered rows of xh as x2")
+        if tuple(np.shape(x2)) != x.shape:
+            _fail(exercise, f"x2 has shape {tuple(np.shape(x2))}, expected {x.shape}")
+        if np.array_equal(np.asarray(x2), x):
+            _fail(exercise, "x2 holds the rows of x in their original order; reorder them")
+        rows = {row.tobytes(): i for i, row in enumerate(x)}
+        order = [rows.get(row.tobytes()) for row in np.asarray(x2, dtype=x.dtype)]
+        if None in order or sorted(order) != list(range(len(x))):
+            _fail(exercise, "x2 does not hold each row of x exactly once; reorder, do not change")
+        _placement(exercise, "x2", x2, (block, x.shape[1]), n_devices)
+    if y2 is not _NOT_GIVEN:
+        if y2 is None:
+            _fail(exercise, "y2 is not defined; place the reordered labels as y2")
+        if tuple(np.shape(y2)) != y.shape:
+            _fail(exercise, f"y2 has shape {tuple(np.shape(y2))}, expected {y.shape}")
+        if x2 is not _NOT_GIVEN and not np.array_equal(np.asarray(y2), y[order]):
+            _fail(
+                exercise,
+                "y2 is not ordered like the rows of x2; reorder the labels with the same "
+                "permutation as the rows",
+            )
+        _placement(exercise, "y2", y2, (block,), n_devices)
+    if w2 is not _NOT_GIVEN:
+        if w2 is None:
+            _fail(exercise, "w2 is not defined; place w2h replicated as w2 (the next cells use it)")
+        _values(exercise, "w2", w2, w2_host, hint="w2 is w + 0.17 (w2h), placed replicated")
+        _placement(exercise, "w2", w2, w2_host.shape, n_devices)
     _passed(
         exercise, f"both paths equal the gradient of the original data on all {n_devices} devices"
     )

@@ -1,10 +1,11 @@
 """Cost models: the ring payload, the α-β time model, nccl-tests bandwidths,
 in-process memory traffic.
 
-The ring model is a model of the payload of a ring algorithm (Patarasuk & Yuan, 2009), not a
-measurement: on logical CPU devices nothing crosses a network. The α-β model ``T = α + S/B`` is
-fitted to measured times (notebook 10, ``course bench``); the bus bandwidth follows nccl-tests'
-convention; the memory-traffic model counts the bytes an in-process collective reads and writes.
+The ring model is a model of the payload and steps of a ring algorithm (Patarasuk & Yuan, 2009),
+not a measurement: on logical CPU devices nothing crosses a network. The α-β model
+``T = α + S/B`` is fitted to measured times (notebook 10, ``course bench``); the bus bandwidth
+follows nccl-tests' convention; the memory-traffic model counts the bytes an in-process
+collective reads and writes.
 """
 
 from __future__ import annotations
@@ -46,6 +47,55 @@ def ring_bytes(nbytes: int, ranks: int) -> dict:
     nbytes, ranks = positive_int("nbytes", nbytes, low=0), positive_int("ranks", ranks)
     one_pass = (ranks - 1) / ranks * nbytes
     return {"reduce_scatter": one_pass, "all_gather": one_pass, "all_reduce": 2 * one_pass}
+
+
+def ring_steps(ranks: int) -> dict:
+    """Message steps of the ring collectives on ``ranks`` ranks: the latency term's multiplier.
+
+    Reduce-scatter and all-gather pass one chunk around the ring p−1 times; the ring all-reduce
+    does both, 2(p−1) steps. Each step costs at least one latency α, whatever the message size.
+
+    Examples:
+        >>> ring_steps(4)
+        {'reduce_scatter': 3, 'all_gather': 3, 'all_reduce': 6}
+    """
+    ranks = positive_int("ranks", ranks)
+    return {"reduce_scatter": ranks - 1, "all_gather": ranks - 1, "all_reduce": 2 * (ranks - 1)}
+
+
+def ring_time_us(nbytes: int, ranks: int, *, alpha_us: float, bandwidth_gbps: float) -> dict:
+    """The α-β time of the ring collectives: steps·α + bytes per rank / B.
+
+    For the all-reduce, T = 2(p−1)·α + 2(p−1)/p·N/B (Patarasuk & Yuan, 2009; Thakur,
+    Rabenseifner & Gropp, 2005); reduce-scatter and all-gather take half of each term.
+
+    Args:
+        nbytes: size N of the whole array in bytes.
+        ranks: number of ranks p.
+        alpha_us: latency α of one step, µs.
+        bandwidth_gbps: link bandwidth B, GB/s.
+
+    Returns:
+        ``{'reduce_scatter': …, 'all_gather': …, 'all_reduce': …}`` in µs.
+
+    Examples:
+        >>> ring_time_us(4_000_000, 4, alpha_us=10.0, bandwidth_gbps=1.0)
+        {'reduce_scatter': 3030.0, 'all_gather': 3030.0, 'all_reduce': 6060.0}
+    """
+    steps, sent = ring_steps(ranks), ring_bytes(nbytes, ranks)
+    return {kind: steps[kind] * alpha_us + sent[kind] / bandwidth_gbps / 1e3 for kind in steps}
+
+
+def divisible_size(n: int, ranks: int) -> int:
+    """The smallest multiple of ``ranks`` that is at least ``n``: a size every rank gets an
+    equal share of.
+
+    Examples:
+        >>> divisible_size(1024, 4), divisible_size(1024, 3), divisible_size(8, 6)
+        (1024, 1026, 12)
+    """
+    n, ranks = positive_int("n", n), positive_int("ranks", ranks)
+    return -(-n // ranks) * ranks
 
 
 def communication_budget(nbytes: int = 2**20, ranks=(2, 4, 8)) -> list[dict]:
@@ -111,7 +161,10 @@ def traffic_bytes(variant: str, nbytes: float, devices: int) -> float:
     """Bytes read plus written by an in-process collective over S = ``nbytes``.
 
     all-reduce ≈ (3p−1)S, reduce-scatter ≈ (p+1)S, all-gather ≈ 2pS; reduce-scatter followed by
-    all-gather is the sum of those two, (3p+1)S.
+    all-gather is the sum of those two, (3p+1)S. Counted over all p devices of one shared memory:
+    reduce-scatter reads the p partials (pS) and writes the S/p-byte sums (S in all); all-gather
+    reads S per device and writes S per device (2pS); all-reduce is a reduce-scatter (p+1)S plus
+    each device copying the p−1 other slices, read and written: 2(p−1)S.
 
     Examples:
         >>> traffic_bytes("psum", 100, 4)

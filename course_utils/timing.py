@@ -44,8 +44,9 @@ def sample_blocked(thunks: dict[str, Thunk], n_samples: int) -> dict[str, list[f
     """``n_samples`` timed calls of each thunk, round-robin, with the garbage collector off.
 
     Every call is blocked before the next starts: an unblocked call returns as soon as the work is
-    *queued*, and XLA:CPU deadlocks with about 64 collective calls in flight. With several thunks
-    the order rotates each round, so no variant always runs first.
+    *queued*, and on this course's machine a loop that left 64 shard-mapped ``psum`` calls
+    unblocked hung XLA:CPU (notebook 05 says how to reproduce it). With several thunks the order
+    rotates each round, so no variant always runs first.
 
     Examples:
         >>> found = sample_blocked({"a": lambda: 1, "b": lambda: 2}, 3)

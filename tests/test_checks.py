@@ -71,20 +71,70 @@ def test_a_failed_check_shows_its_message_without_a_traceback():
     assert error._render_traceback_() == ["ExerciseFailed: ring bytes: all_reduce is 2× too large"]
 
 
+def _shard_mapped(mesh, kernel, out_specs):
+    specs = (P("data", None), P("data"), P())
+    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=out_specs))
+
+
+def _share(x_block, y_block, w):
+    return 2 * x_block.T @ (x_block @ w - y_block) / (x_block.shape[0] * 4)
+
+
 def test_reduce_scatter(setup, capsys):
-    mesh, _, host, placed = setup
-    check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *host, 4)
+    mesh, (_, _, features), host, placed = setup
+    check_reduce_scatter(reduce_scatter_gradient(mesh), *placed, *host, 4)
     assert "each device holds 2 of the 8" in capsys.readouterr().out
+    bare = jax.shard_map(  # not jitted: the check compiles it itself
+        lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
+        mesh=mesh,
+        in_specs=(P("data", None), P("data"), P()),
+        out_specs=P("data"),
+    )
+    check_reduce_scatter(bare, *placed, *host, 4)
     with pytest.raises(
         ExerciseFailed,
         match=r"right values but the wrong placement: it is replicated.*\(2,\) per device",
     ):
-        check_reduce_scatter(all_reduce_gradient(mesh)(*placed), *host, 4)
-    with pytest.raises(ExerciseFailed, match="on the host, not a jax.Array"):
-        check_reduce_scatter(reference_gradient(*host), *host, 4)
-    rows_sharded = jax.device_put(np.asarray(reference_gradient(*host)), NamedSharding(mesh, P()))
-    with pytest.raises(ExerciseFailed, match="replicated"):
-        check_reduce_scatter(rows_sharded, *host, 4)
+        check_reduce_scatter(all_reduce_gradient(mesh), *placed, *host, 4)
+
+    # the wrong answer: no kernel at all, the reference placed by features
+    def placed_reference(x, y, w):
+        return jax.device_put(reference_gradient(*host), features)
+
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"the right result, but the compiled program of my_reduce_scatter has no "
+        r"collective at all: the devices never combine their shares",
+    ):
+        check_reduce_scatter(placed_reference, *placed, *host, 4)
+    with pytest.raises(ExerciseFailed, match="it is replicated"):  # jit drops that placement
+        check_reduce_scatter(jax.jit(placed_reference), *placed, *host, 4)
+
+    def all_reduce_then_slice(x_block, y_block, w):
+        whole = jax.lax.psum(_share(x_block, y_block, w), "data")
+        return jax.lax.dynamic_slice_in_dim(whole, jax.lax.axis_index("data") * 2, 2)
+
+    with pytest.raises(ExerciseFailed, match=r"has only all-reduce: every device receives more"):
+        check_reduce_scatter(
+            _shard_mapped(mesh, all_reduce_then_slice, P("data")), *placed, *host, 4
+        )
+    with pytest.raises(ExerciseFailed, match="is a ArrayImpl, not a function"):
+        check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *placed, *host, 4)
+    with pytest.raises(ExerciseFailed, match="my_reduce_scatter is not defined"):
+        check_reduce_scatter(None, *placed, *host, 4)
+    with pytest.raises(ExerciseFailed, match=r"on the host, not a jax.Array"):
+        check_reduce_scatter(lambda x, y, w: reference_gradient(*host), *placed, *host, 4)
+    with pytest.raises(ExerciseFailed, match=r"raised ValueError: .*out_specs"):
+        check_reduce_scatter(  # psum_scatter into out_specs=P(): JAX refuses to trace it
+            _shard_mapped(
+                mesh,
+                lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
+                P(),
+            ),
+            *placed,
+            *host,
+            4,
+        )
     half = jax.device_put(
         reference_gradient(*host).astype(np.float32),
         NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")),
@@ -93,7 +143,18 @@ def test_reduce_scatter(setup, capsys):
         ExerciseFailed,
         match=r"wrong shard shape: devices hold \[\(4,\)\], expected \(2,\) per device",
     ):
-        check_reduce_scatter(half, *host, 4)
+        check_reduce_scatter(lambda x, y, w: half, *placed, *host, 4)
+    with pytest.raises(ExerciseFailed, match="4× the expected value"):
+        check_reduce_scatter(
+            _shard_mapped(
+                mesh,
+                lambda xb, yb, w: jax.lax.psum_scatter(4 * _share(xb, yb, w), "data", tiled=True),
+                P("data"),
+            ),
+            *placed,
+            *host,
+            4,
+        )
 
 
 def test_predicted_shard_shapes(setup):
@@ -196,6 +257,51 @@ def test_joint_permutation(setup, capsys):
         check_joint_permutation(
             all_reduce(x2, y2, wh), gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4
         )
+
+
+def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
+    mesh, (rows, replicated, features), (xh, yh, wh), _ = setup
+    w2h = wh + np.float32(0.17)
+    all_reduce, scatter, gather = (
+        all_reduce_gradient(mesh),
+        reduce_scatter_gradient(mesh),
+        all_gather_shards(mesh),
+    )
+    original = xh.copy(), yh.copy()
+    xh, yh = xh[::-1].copy(), yh[::-1].copy()  # the student rebinds xh, yh as the text invites
+    inputs = dict(
+        x2=jax.device_put(xh, rows),
+        y2=jax.device_put(yh, features),
+        w2=jax.device_put(w2h, replicated),
+    )
+    g_all, g_gathered = all_reduce(xh, yh, w2h), gather(scatter(xh, yh, w2h))
+
+    def check(**changed):
+        check_joint_permutation(g_all, g_gathered, *original, w2h, 4, **{**inputs, **changed})
+
+    check()
+    assert "PASSED: joint row permutation" in capsys.readouterr().out
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"y2 has the right values but the wrong placement: it is replicated.*\(4,\) per",
+    ):
+        check(y2=jax.device_put(yh, replicated))
+    with pytest.raises(ExerciseFailed, match=r"w2 is not defined; place w2h replicated as w2"):
+        check(w2=None)
+    with pytest.raises(ExerciseFailed, match=r"w2: 8 of 8 entries wrong.*w2 is w \+ 0.17"):
+        check(w2=jax.device_put(wh, replicated))
+    with pytest.raises(ExerciseFailed, match=r"w2 is a ndarray on the host"):
+        check(w2=w2h)
+    with pytest.raises(ExerciseFailed, match=r"x2 is not defined"):
+        check(x2=None)
+    with pytest.raises(ExerciseFailed, match=r"x2 holds the rows of x in their original order"):
+        check(x2=jax.device_put(original[0], rows))
+    with pytest.raises(ExerciseFailed, match=r"x2 has the right values but the wrong placement"):
+        check(x2=jax.device_put(xh, replicated))
+    with pytest.raises(ExerciseFailed, match=r"y2 is not ordered like the rows of x2"):
+        check(y2=jax.device_put(original[1], features))
+    with pytest.raises(ExerciseFailed, match=r"y2 is not defined"):
+        check(y2=None)
 
 
 def test_budget_row():

@@ -1,6 +1,14 @@
 import pytest
 
-from course_utils import communication_budget, ring_bytes
+from course_utils import (
+    communication_budget,
+    divisible_size,
+    model_time_us,
+    ring_bytes,
+    ring_steps,
+    ring_time_us,
+    traffic_bytes,
+)
 
 
 def test_ring_bytes_for_the_seed_gradient():
@@ -32,8 +40,70 @@ def test_budget_approaches_twice_the_gradient():
         (lambda: ring_bytes(3.5, 2), "nbytes"),
         (lambda: communication_budget(10, ranks=(4,)), "10 bytes do not divide over 4 ranks"),
         (lambda: communication_budget(ranks=(2, True)), "ranks"),
+        (lambda: ring_steps(0), "ranks"),
+        (lambda: divisible_size(0, 4), "n"),
+        (lambda: divisible_size(8, 0), "ranks"),
     ],
 )
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 8, 64])
+def test_ring_steps_are_the_latency_multiplier(p):
+    steps = ring_steps(p)
+    assert steps == {"reduce_scatter": p - 1, "all_gather": p - 1, "all_reduce": 2 * (p - 1)}
+    # T = 2(p−1)·α + 2(p−1)/p·N/B: with B so large the bytes cost nothing, only steps remain
+    t = ring_time_us(2**20, p, alpha_us=7.0, bandwidth_gbps=1e12)
+    assert t["all_reduce"] == pytest.approx(7.0 * 2 * (p - 1), abs=1e-6)
+
+
+def test_ring_time_is_latency_plus_bandwidth():
+    # N = 4 MB on 4 ranks, α = 10 µs, B = 1 GB/s: 6·10 µs + 1.5·4 MB / 1 GB/s = 60 + 6000 µs
+    t = ring_time_us(4_000_000, 4, alpha_us=10.0, bandwidth_gbps=1.0)
+    assert t == pytest.approx(
+        {"reduce_scatter": 3030.0, "all_gather": 3030.0, "all_reduce": 6060.0}
+    )
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_all_reduce_is_twice_either_half_at_large_sizes(p):
+    """The model's prediction notebook 10 compares with its saved run."""
+    sizes = [2**k for k in range(5, 31)]
+    # bytes per rank: exactly twice, at every size
+    for s in sizes:
+        sent = ring_bytes(s, p)
+        assert sent["all_reduce"] == 2 * sent["reduce_scatter"] == 2 * sent["all_gather"]
+    # the ring's α-β time: both terms double, so twice at every size
+    for s in sizes:
+        t = ring_time_us(s, p, alpha_us=5.0, bandwidth_gbps=10.0)
+        assert t["all_reduce"] == pytest.approx(2 * t["reduce_scatter"])
+        assert t["reduce_scatter"] == pytest.approx(t["all_gather"])
+    # one fixed cost per call (notebook 10's fit α + S/B) and ring bytes over a link: the ratio
+    # climbs from about 1 (latency-bound) to 2 (bandwidth-bound)
+    fit = {"alpha_us": 100.0, "bandwidth_gbps": 10.0}
+    ratios = [
+        model_time_us(fit, ring_bytes(s, p)["all_reduce"])
+        / model_time_us(fit, ring_bytes(s, p)["reduce_scatter"])
+        for s in sizes
+    ]
+    assert ratios == sorted(ratios)
+    assert ratios[0] < 1.01 and 1.99 < ratios[-1] < 2
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 6, 7, 8])
+def test_divisible_size(p):
+    for n in (1, 8, 1024, 2**20):
+        m = divisible_size(n, p)
+        assert m % p == 0 and n <= m < n + p
+    assert divisible_size(2**20, 4) == 2**20
+
+
+def test_traffic_model_counts_reads_and_writes():
+    # reduce-scatter: read p partials of S, write S; all-gather: read and write S per device;
+    # all-reduce: reduce-scatter plus p devices copying (p−1)/p·S, read and written
+    for p in (1, 2, 3, 8):
+        assert traffic_bytes("psum_scatter", 1, p) == p + 1
+        assert traffic_bytes("all_gather", 1, p) == 2 * p
+        assert traffic_bytes("psum", 1, p) == (p + 1) + 2 * (p - 1)

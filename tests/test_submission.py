@@ -75,6 +75,19 @@ def test_reference_solutions_put_back_pass(edition, tmp_path, name):
     assert results and all(r.status == PASSED for r in results), results
 
 
+REBOUND_DATA = """xh, yh = xh[::-1].copy(), yh[::-1].copy()
+x2, y2 = jax.device_put(xh, rows), jax.device_put(yh, features)
+w2 = jax.device_put(w2h, replicated)
+g_all = all_reduce(x2, y2, w2)
+g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
+
+
+def test_rebinding_xh_and_yh_as_the_text_invites_passes(edition, tmp_path):
+    name = "07_row_permutation_exercise.ipynb"
+    (result,) = check_submission(_answer(edition, tmp_path, name, REBOUND_DATA), SOLUTIONS)
+    assert result.status == PASSED, result
+
+
 def test_unsolved_is_not_attempted_and_exits_1(course, edition, without_nbgrader):
     # check-submission does not need nbgrader (the instructor extra): here it cannot import it
     path = edition / "07_row_permutation_exercise.ipynb"
@@ -103,7 +116,27 @@ REPLICATED_KERNEL = """def my_kernel(x_block, y_block, w):
     return jax.lax.psum(local_contribution(x_block, y_block, w, n_rows), "data")
 
 specs = (P("data", None), P("data"), P())
-g_mine = jax.jit(jax.shard_map(my_kernel, mesh=mesh, in_specs=specs, out_specs=P()))(x, y, w)"""
+my_reduce_scatter = jax.jit(
+    jax.shard_map(my_kernel, mesh=mesh, in_specs=specs, out_specs=P())
+)
+g_mine = my_reduce_scatter(x, y, w)"""
+
+# no kernel at all: the reference gradient computed on the host and placed by features
+DEVICE_PUT_REFERENCE = """def my_reduce_scatter(x, y, w):
+    return jax.device_put(reference_gradient(xh, yh, wh), features)
+
+g_mine = my_reduce_scatter(x, y, w)"""
+
+REVERSE_LABELS_REPLICATED = """xh, yh = xh[::-1].copy(), yh[::-1].copy()
+x2, y2 = jax.device_put(xh, rows), jax.device_put(yh, replicated)
+w2 = jax.device_put(w2h, replicated)
+g_all = all_reduce(x2, y2, w2)
+g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
+
+WITHOUT_W2 = """x2 = jax.device_put(xh[::-1].copy(), rows)
+y2 = jax.device_put(yh[::-1].copy(), features)
+g_all = all_reduce(x2, y2, w2h)
+g_gathered = all_gather(reduce_scatter(x2, y2, w2h))"""
 
 LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(yb)
                       for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
@@ -118,6 +151,22 @@ LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(y
             REPLICATED_KERNEL,
             "right values but the wrong placement: it is replicated",
         ),
+        (
+            "03_collectives.ipynb",
+            DEVICE_PUT_REFERENCE,
+            "the right result, but the compiled program of my_reduce_scatter has no collective",
+        ),
+        (
+            "03_collectives.ipynb",
+            "g_mine = jax.device_put(reference_gradient(xh, yh, wh), features)",
+            "my_reduce_scatter is not defined",
+        ),
+        (
+            "07_row_permutation_exercise.ipynb",
+            REVERSE_LABELS_REPLICATED,
+            "y2 has the right values but the wrong placement: it is replicated",
+        ),
+        ("07_row_permutation_exercise.ipynb", WITHOUT_W2, "w2 is not defined"),
         ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
         (
             "04_placement_checks.ipynb",
@@ -195,7 +244,10 @@ SCATTER_INTO_P = """def my_kernel(x_block, y_block, w):
     return jax.lax.psum_scatter(partial, "data", tiled=True)
 
 specs = (P("data", None), P("data"), P())
-g_mine = jax.jit(jax.shard_map(my_kernel, mesh=mesh, in_specs=specs, out_specs=P()))(x, y, w)"""
+my_reduce_scatter = jax.jit(
+    jax.shard_map(my_kernel, mesh=mesh, in_specs=specs, out_specs=P())
+)
+g_mine = my_reduce_scatter(x, y, w)"""
 
 
 def test_a_jax_error_is_shown_whole(edition, tmp_path):
