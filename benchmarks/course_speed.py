@@ -13,12 +13,11 @@ import argparse
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
+from wallclock import ROOT, wall
 
-ROOT = Path(__file__).resolve().parents[1]
 FLOOR = ROOT / "build" / "speed-floor"  # inside the repository, so its pytest settings apply
 GOAL = 1.3
 
@@ -43,15 +42,6 @@ def minimal_notebooks(count: int) -> Path:
               "--in-place"]
     subprocess.run(course, cwd=ROOT, check=True, capture_output=True)
     return FLOOR
-
-
-def wall(cmd: list[str]) -> float:
-    """Seconds one command takes; it must succeed."""
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
-    return time.perf_counter() - start
 
 
 def main() -> None:

@@ -9,22 +9,11 @@ otherwise idle machine.
 """
 
 import argparse
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from wallclock import wall
+
 GOAL = 6.0
-
-
-def wall(cmd: list[str]) -> float:
-    """Seconds one command takes; it must succeed."""
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}")
-    return time.perf_counter() - start
 
 
 def main() -> None:

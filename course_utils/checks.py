@@ -307,6 +307,14 @@ def check_two_state_update(
 _NOT_GIVEN = object()
 
 
+def _defined(exercise: str, name: str, value, shape: tuple, what: str) -> None:
+    """A value the check looked up by name: defined (``None`` if not) and of ``shape``."""
+    if value is None:
+        _fail(exercise, f"{name} is not defined; {what}")
+    if tuple(np.shape(value)) != shape:
+        _fail(exercise, f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
+
+
 def check_joint_permutation(
     g_all,
     g_gathered,
@@ -342,10 +350,7 @@ def check_joint_permutation(
             _values(exercise, f"{name} on device {shard.device.id}", shard.data, target)
     block = x.shape[0] // n_devices
     if x2 is not _NOT_GIVEN:
-        if x2 is None:
-            _fail(exercise, "x2 is not defined; place the reordered rows of xh as x2")
-        if tuple(np.shape(x2)) != x.shape:
-            _fail(exercise, f"x2 has shape {tuple(np.shape(x2))}, expected {x.shape}")
+        _defined(exercise, "x2", x2, x.shape, "place the reordered rows of xh as x2")
         if np.array_equal(np.asarray(x2), x):
             _fail(exercise, "x2 holds the rows of x in their original order; reorder them")
         rows = {row.tobytes(): i for i, row in enumerate(x)}
@@ -354,10 +359,7 @@ def check_joint_permutation(
             _fail(exercise, "x2 does not hold each row of x exactly once; reorder, do not change")
         _placement(exercise, "x2", x2, (block, x.shape[1]), n_devices)
     if y2 is not _NOT_GIVEN:
-        if y2 is None:
-            _fail(exercise, "y2 is not defined; place the reordered labels as y2")
-        if tuple(np.shape(y2)) != y.shape:
-            _fail(exercise, f"y2 has shape {tuple(np.shape(y2))}, expected {y.shape}")
+        _defined(exercise, "y2", y2, y.shape, "place the reordered labels as y2")
         if x2 is not _NOT_GIVEN and not np.array_equal(np.asarray(y2), y[order]):
             _fail(
                 exercise,

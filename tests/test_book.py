@@ -23,22 +23,14 @@ from urllib.parse import unquote, urlparse
 
 import nbformat
 import pytest
+from chromium import CHROMIUM, CHROMIUM_ARGS
 
 from course_utils.tools import book
 from course_utils.tools.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
+
 HOST = "127.0.0.1"
 # a laptop screen: the theme's own code font would need sideways scrolling for 88 columns here
 VIEWPORT = {"width": 1280, "height": 800}

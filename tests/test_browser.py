@@ -20,26 +20,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import CHROMIUM, CHROMIUM_ARGS
 
 from course_utils.tools.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "build" / "browser"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 IN_THE_BROWSER = [
     p for p in NOTEBOOKS
     if p == NOTEBOOKS[0] or '"image/png"' in p.read_text() or "subprocess" in p.read_text()
 ]
-CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = ROOT / "build" / "browser"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
+
 
 # every cell in the DOM (no windowing), so the test sees each prompt; no news fetched from the
 # internet

@@ -378,11 +378,7 @@ def add_book_parser(sub) -> None:
     Args:
         sub: the ``course`` parser's subparsers object.
     """
-    book = sub.add_parser(
-        "book", help="build the series as a static HTML site (Jupyter Book, committed outputs)"
-    )
+    book = sub.add_parser("book", help="build the series as a static HTML site")
     book.add_argument("--out", required=True, help="folder for the site (index.html is the start)")
-    book.add_argument(
-        "--folder", default="notebooks", help="the step notebooks (default: notebooks)"
-    )
+    book.add_argument("--folder", default="notebooks", help="the steps (default: notebooks)")
     book.set_defaults(handler=_run_book)
