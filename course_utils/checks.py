@@ -17,6 +17,7 @@ from course_utils.constants import ATOL
 from course_utils.cost import communication_budget, ring_bytes
 from course_utils.data import reference_gradient
 from course_utils.ir import collectives_in
+from course_utils.kernels import Kernel
 
 
 class ExerciseFailed(AssertionError):
@@ -186,6 +187,8 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     name = "my_reduce_scatter"
     if fn is None:
         _fail(exercise, f"{name} is not defined; assign your jitted function to {name}")
+    if isinstance(fn, Kernel):
+        _fail(exercise, f"{name} is the package's own kernel; write the shard_map yourself")
     if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
         _fail(
             exercise,
@@ -261,6 +264,8 @@ def check_ring_prediction(predicted: dict, nbytes: int, ranks: int) -> None:
             hint = _off_by(got, value)
             if math.isclose(got, nbytes) or math.isclose(got, 2 * nbytes):
                 hint += "; the factor (p-1)/p is missing"
+            elif math.isclose(got * (ranks - 1), value * ranks):
+                hint += "; count p-1 chunks sent, not p"
             elif key != "all_reduce" and math.isclose(got, 2 * value):
                 hint += "; only all-reduce does both passes"
             _fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
@@ -386,7 +391,7 @@ def check_budget_row(row: dict, nbytes: int, ranks: int) -> None:
     for key, value in expected.items():
         got = row[key]
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (numbers.Integral, np.integer)):
-            _fail(exercise, f"{key}: give a whole number of bytes (an int), got {got!r}")
+            _fail(exercise, f"{key}: give a whole number (an int), got {got!r}")
         if got != value:
             _fail(exercise, f"{key}: {_off_by(int(got), value)} (p = {ranks}, N = {nbytes} bytes)")
     _passed(exercise, f"all-reduce {expected['all_reduce_bytes']} bytes per rank")
