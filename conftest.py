@@ -5,8 +5,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
-
 GUARD = Path(__file__).resolve().parent / "tests" / "network_guard.py"
 
 
@@ -33,11 +31,3 @@ def pytest_collectstart(collector):
     if collector.fspath and collector.fspath.ext == ".ipynb":
         collector.skip_compare += ("stderr",)
 
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    # with pytest-xdist (--dist loadgroup) the cells of one notebook share a kernel, so they must
-    # run on one worker, in order; every other test goes wherever a worker is free
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the tests (unit tests, doctests, strict nbval, the series on 2 and 8 devices; not the browser
+# Run the tests (unit tests, doctests, strict nbval, the series on 8 devices; not the browser
 # tests) at both ends of the supported range, each in a fresh virtual environment:
 #   Python 3.11 with the oldest supported JAX, and Python 3.12 with the newest.
 #   bash scripts/test_jax_range.sh [OLDEST] [NEWEST]      (default: 0.9.0 0.12.0.1)
