@@ -11,7 +11,6 @@ missing Chromium is a failure, not a skip.
 import base64
 import functools
 import http.server
-import os
 import re
 import struct
 import sys
@@ -23,7 +22,7 @@ from urllib.parse import unquote, urlparse
 
 import nbformat
 import pytest
-from chromium import CHROMIUM, CHROMIUM_ARGS
+from chromium import CHROMIUM, CHROMIUM_ARGS, require_chromium
 
 from course_utils.tools import book
 from course_utils.tools.launch import free_port
@@ -117,14 +116,7 @@ def server(site):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(
-                "Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
-            )
-        pytest.skip(
-            "no /usr/bin/chromium; install Debian's chromium or run pytest -m 'not browser'"
-        )
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import CHROMIUM, CHROMIUM_ARGS
+from chromium import CHROMIUM, CHROMIUM_ARGS, require_chromium
 
 from course_utils.tools.launch import free_port
 
@@ -50,14 +50,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(
-                "Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
-            )
-        pytest.skip(
-            "no /usr/bin/chromium; install Debian's chromium or run pytest -m 'not browser'"
-        )
+    require_chromium()
     root = tmp_path_factory.mktemp("lab")
     # outputs cleared, so a cell's prompt shows a number only once it ran here
     for path in IN_THE_BROWSER:
