@@ -145,10 +145,14 @@ def all_gather_shards(mesh: Mesh) -> Kernel:
             )
 
     def kernel(g_block):
-        # g_block: f32[n/p]; "invarying": the same f32[n] on every device, so out_specs=P() fits
-        return jax.lax.all_gather(g_block, axis, tiled=True, to="invarying")  # f32[n]
+        # g_block: f32[n/p]
+        return jax.lax.all_gather(g_block, axis, tiled=True)  # f32[n], the same on every device
 
-    return _kernel(mesh, kernel, (P(axis),), P(), check)
+    # the vma check cannot tell that all_gather's result is the same on every device, so it would
+    # refuse out_specs=P(); all_gather(..., to="invarying") says so from JAX 0.10, but not in 0.9
+    jitted = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=P(axis), out_specs=P(),
+                                   check_vma=False))
+    return Kernel(jitted, (NamedSharding(mesh, P(axis)),), check)
 
 
 def momentum_update(w, v, g, lr, beta):
