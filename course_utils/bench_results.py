@@ -12,7 +12,8 @@ from course_utils.sweep import LABELS, ZERO1_STEPS
 BASIC = ("psum", "psum_scatter", "all_gather")  # drawn with their fits; RS+AG get a ratio panel
 
 
-def _series(rows: Sequence[dict], p: int, variant: str) -> list[dict]:
+def rows_of(rows: Sequence[dict], p: int, variant: str) -> list[dict]:
+    """The rows of one device count and one variant, in size order (as ``course bench`` stores)."""
     return [r for r in rows if r["devices"] == p and r["variant"] == variant]
 
 
@@ -32,11 +33,11 @@ def figure_data(results: dict) -> dict:
     lines; RS+AG over ``psum``; the ZeRO-1 steps."""
     rows, fits, repeats = results["collectives"], results["fits"], results["plan"]["repeats"]
     counts = sorted({r["devices"] for r in rows})
-    x = [r["bytes"] for r in _series(rows, counts[0], "psum")]
+    x = [r["bytes"] for r in rows_of(rows, counts[0], "psum")]
     panels = []
     for p in counts:
         series = [
-            {"label": LABELS[v], "y": [r["median_us"] for r in _series(rows, p, v)]} for v in BASIC
+            {"label": LABELS[v], "y": [r["median_us"] for r in rows_of(rows, p, v)]} for v in BASIC
         ]
         series += [
             {"label": f"{LABELS[f['variant']]}: α + S/B", "y": [model_time_us(f, s) for s in x]}

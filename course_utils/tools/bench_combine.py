@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from course_utils.bench_results import rows_of
 from course_utils.cost import (
     algbw_gbps,
     busbw_gbps,
@@ -133,10 +134,6 @@ def collective_rows(reports: Sequence[dict], memcpy_traffic_gbps: float) -> list
     return rows
 
 
-def _series(rows: Sequence[dict], p: int, variant: str) -> list[dict]:
-    return [r for r in rows if r["devices"] == p and r["variant"] == variant]
-
-
 def _pairs(rows: Sequence[dict]) -> list[tuple[int, str]]:
     return sorted(
         {(r["devices"], r["variant"]) for r in rows}, key=lambda k: (k[0], VARIANTS.index(k[1]))
@@ -151,7 +148,7 @@ def fit_rows(rows: Sequence[dict]) -> list[dict]:
     """
     fits = []
     for p, variant in _pairs(rows):
-        series = _series(rows, p, variant)
+        series = rows_of(rows, p, variant)
         fitted = [r for r in series if not r["page_fault"]]
         sizes, times = [r["bytes"] for r in series], [r["median_us"] for r in series]
         fit = fit_alpha_beta([r["bytes"] for r in fitted], [r["median_us"] for r in fitted])
@@ -189,11 +186,11 @@ def rs_ag_against_psum(rows: Sequence[dict]) -> list[dict]:
     """
     found = []
     for p in sorted({r["devices"] for r in rows}):
-        psum = _series(rows, p, "psum")
+        psum = rows_of(rows, p, "psum")
         entry = {"devices": p, "bytes": [r["bytes"] for r in psum]}
         for variant in ("rs_ag_calls", "rs_ag_fused"):
             ratios = [
-                r["median_us"] / q["median_us"] for r, q in zip(_series(rows, p, variant), psum)
+                r["median_us"] / q["median_us"] for r, q in zip(rows_of(rows, p, variant), psum)
             ]
             entry[variant] = {"ratios": ratios, "min": min(ratios), "max": max(ratios)}
         found.append(entry)

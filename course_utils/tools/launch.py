@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_utils.constants import ATOL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from course_utils.constants import ATOL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from course_utils.tools.cli import positive_int_arg
 from course_utils.tools.processes import first_exit, spawn, stop
 from course_utils.validate import positive_int
@@ -308,7 +308,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         print("course launch: interrupted; the worker processes were stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(json.dumps(summary) if args.json else format_summary(summary))
-    return 0 if summary["passed"] else EXIT_FAILED
+    return EXIT_OK if summary["passed"] else EXIT_FAILED
 
 
 def add_launch_parser(sub) -> None:

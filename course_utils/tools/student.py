@@ -25,6 +25,8 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils.constants import EXIT_OK, EXIT_USAGE
+
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 SOLUTION_TAG = "solution"
 NEEDS_NBGRADER = 'course student needs nbgrader: pip install -e ".[instructor]"'
@@ -190,18 +192,18 @@ def _run_student(args: argparse.Namespace) -> int:
         import nbgrader.preprocessors  # noqa: F401
     except ImportError:
         print(NEEDS_NBGRADER, file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         notebooks = find_notebooks(Path(args.folder))
         written = build(notebooks, Path(args.out))
     except (SolutionMarkerError, FileNotFoundError) as exc:
         print(f"course student: error: {exc}; nothing was written", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(
         f"student edition of {len(written)} notebooks written to {args.out}/ "
         "(solutions stripped, outputs cleared)"
     )
-    return 0
+    return EXIT_OK
 
 
 def add_student_parser(sub) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils.constants import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from course_utils.tools.runner import run_in_fresh_kernel
 from course_utils.tools.student import SOLUTION_TAG
 
@@ -185,13 +186,13 @@ def _run_check(args: argparse.Namespace) -> int:
         results = check_submission(Path(args.notebook), Path(args.solutions), args.timeout)
     except SubmissionError as exc:
         print(f"course check-submission: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if not results:
         print(
             f"{args.notebook}: this step has no exercises (no cell tagged {CHECK_TAG!r}); "
             "nothing to check"
         )
-        return 0
+        return EXIT_OK
     print(f"{args.notebook}:")
     for r in results:
         message = r.message.replace("\n", "\n" + " " * 50)  # a long message stays in its column
@@ -201,7 +202,7 @@ def _run_check(args: argparse.Namespace) -> int:
         for status in (PASSED, FAILED, NOT_ATTEMPTED)
     }
     print(", ".join(f"{n} {status}" for status, n in counts.items()))
-    return 0 if counts[PASSED] == len(results) else 1
+    return EXIT_OK if counts[PASSED] == len(results) else EXIT_FAILED
 
 
 def add_check_parser(sub) -> None:
