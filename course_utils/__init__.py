@@ -3,86 +3,73 @@
 What the notebooks import. Importing this package configures nothing: call ``use_cpu_devices(n)``
 first, in a fresh kernel. The tools behind the ``course`` command live in ``course_utils.tools``,
 which this package never imports.
+
+The names below load on first use (PEP 562), so that `course launch` and other commands that need
+only a constant or two do not pay for importing JAX.
 """
 
-from course_utils.bench_results import figure_data as bench_figure_data
-from course_utils.bench_results import saved_results as saved_bench_results
-from course_utils.cost import (
-    algbw_gbps,
-    busbw_gbps,
-    communication_budget,
-    divisible_size,
-    fit_alpha_beta,
-    model_time_us,
-    ring_bytes,
-    ring_steps,
-    ring_time_us,
-    traffic_bytes,
-)
-from course_utils.data import check_regression_shapes, reference_gradient, toy_regression
-from course_utils.devices import Placements, data_mesh, placements, use_cpu_devices
-from course_utils.display import format_bytes, format_gbps, format_values
-from course_utils.figures import placement_figure_data, plot_figure, validate_figure_data
-from course_utils.ir import collectives_in
-from course_utils.kernels import (
-    COLLECTIVES,
-    Kernel,
-    all_gather_shards,
-    all_reduce_gradient,
-    block_collective,
-    local_contribution,
-    momentum_update,
-    reduce_scatter_gradient,
-    sharded_momentum_step,
-)
-from course_utils.multiprocess import global_inputs, host_problem, join_runtime, shard_error
-from course_utils.placement import placement_report, shard_shapes, values_per_device
-from course_utils.timing import sample_blocked, summarize, time_completed_calls
+import importlib
 
-__all__ = [
-    "COLLECTIVES",
-    "Kernel",
-    "Placements",
-    "algbw_gbps",
-    "all_gather_shards",
-    "all_reduce_gradient",
-    "bench_figure_data",
-    "block_collective",
-    "busbw_gbps",
-    "check_regression_shapes",
-    "collectives_in",
-    "communication_budget",
-    "data_mesh",
-    "divisible_size",
-    "fit_alpha_beta",
-    "format_bytes",
-    "format_gbps",
-    "format_values",
-    "global_inputs",
-    "host_problem",
-    "join_runtime",
-    "local_contribution",
-    "model_time_us",
-    "momentum_update",
-    "placement_figure_data",
-    "placement_report",
-    "placements",
-    "plot_figure",
-    "reduce_scatter_gradient",
-    "reference_gradient",
-    "ring_bytes",
-    "ring_steps",
-    "ring_time_us",
-    "sample_blocked",
-    "saved_bench_results",
-    "shard_error",
-    "shard_shapes",
-    "sharded_momentum_step",
-    "summarize",
-    "time_completed_calls",
-    "toy_regression",
-    "traffic_bytes",
-    "use_cpu_devices",
-    "validate_figure_data",
-    "values_per_device",
-]
+# public name: (module in this package, name there)
+_API = {
+    "bench_figure_data": ("bench_results", "figure_data"),
+    "saved_bench_results": ("bench_results", "saved_results"),
+    "algbw_gbps": ("cost", "algbw_gbps"),
+    "busbw_gbps": ("cost", "busbw_gbps"),
+    "communication_budget": ("cost", "communication_budget"),
+    "divisible_size": ("cost", "divisible_size"),
+    "fit_alpha_beta": ("cost", "fit_alpha_beta"),
+    "model_time_us": ("cost", "model_time_us"),
+    "ring_bytes": ("cost", "ring_bytes"),
+    "ring_steps": ("cost", "ring_steps"),
+    "ring_time_us": ("cost", "ring_time_us"),
+    "traffic_bytes": ("cost", "traffic_bytes"),
+    "check_regression_shapes": ("data", "check_regression_shapes"),
+    "reference_gradient": ("data", "reference_gradient"),
+    "toy_regression": ("data", "toy_regression"),
+    "Placements": ("devices", "Placements"),
+    "data_mesh": ("devices", "data_mesh"),
+    "placements": ("devices", "placements"),
+    "use_cpu_devices": ("devices", "use_cpu_devices"),
+    "format_bytes": ("display", "format_bytes"),
+    "format_gbps": ("display", "format_gbps"),
+    "format_values": ("display", "format_values"),
+    "placement_figure_data": ("figures", "placement_figure_data"),
+    "plot_figure": ("figures", "plot_figure"),
+    "validate_figure_data": ("figures", "validate_figure_data"),
+    "collectives_in": ("ir", "collectives_in"),
+    "COLLECTIVES": ("kernels", "COLLECTIVES"),
+    "Kernel": ("kernels", "Kernel"),
+    "all_gather_shards": ("kernels", "all_gather_shards"),
+    "all_reduce_gradient": ("kernels", "all_reduce_gradient"),
+    "block_collective": ("kernels", "block_collective"),
+    "local_contribution": ("kernels", "local_contribution"),
+    "momentum_update": ("kernels", "momentum_update"),
+    "reduce_scatter_gradient": ("kernels", "reduce_scatter_gradient"),
+    "sharded_momentum_step": ("kernels", "sharded_momentum_step"),
+    "global_inputs": ("multiprocess", "global_inputs"),
+    "host_problem": ("multiprocess", "host_problem"),
+    "join_runtime": ("multiprocess", "join_runtime"),
+    "shard_error": ("multiprocess", "shard_error"),
+    "placement_report": ("placement", "placement_report"),
+    "shard_shapes": ("placement", "shard_shapes"),
+    "values_per_device": ("placement", "values_per_device"),
+    "sample_blocked": ("timing", "sample_blocked"),
+    "summarize": ("timing", "summarize"),
+    "time_completed_calls": ("timing", "time_completed_calls"),
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    if name not in _API:
+        raise AttributeError(f"module 'course_utils' has no attribute {name!r}")
+    module, attribute = _API[name]
+    value = getattr(importlib.import_module(f"course_utils.{module}"), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

@@ -1,9 +1,11 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course_utils.tools.cli import main
+from course_utils.tools.cli import COMMANDS, main
 from course_utils.tools.runner import find_notebooks, run_one, set_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,3 +101,32 @@ def test_find_notebooks_orders_steps(tmp_path):
     for name in ("02_b.ipynb", "01_a.ipynb", "notes.ipynb"):
         (tmp_path / name).write_text("{}")
     assert [p.name for p in find_notebooks(tmp_path)] == ["01_a.ipynb", "02_b.ipynb"]
+
+
+def test_course_launch_imports_neither_jax_nor_the_notebook_tools():
+    # `course launch` starts its own JAX processes; the launcher itself stays light (notebook 09)
+    probe = (
+        "import sys\n"
+        "from course_utils.tools.cli import build_parser\n"
+        "build_parser('launch').parse_args(['launch', '--devices-per-process', '2'])\n"
+        "print(sorted(m for m in ('jax', 'nbformat', 'nbclient') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_every_subcommand_is_registered_and_help_lists_them(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in COMMANDS)
+
+
+def test_the_core_package_loads_its_names_on_first_use():
+    import course_utils
+
+    assert set(course_utils.__all__) <= set(dir(course_utils))
+    assert course_utils.ring_bytes(8, 4)["all_reduce"] == 12
+    with pytest.raises(AttributeError, match="no attribute 'ring_byte'"):
+        course_utils.ring_byte  # noqa: B018

@@ -8,16 +8,17 @@ import sys
 
 from course_utils.validate import positive_int
 
-# Each entry registers one subcommand on the subparsers object; modules import lazily inside
-# handlers.
-COMMANDS = [
-    "course_utils.tools.runner:add_run_parser",
-    "course_utils.tools.launch:add_launch_parser",
-    "course_utils.tools.bench:add_bench_parser",
-    "course_utils.tools.student:add_student_parser",
-    "course_utils.tools.submission:add_check_parser",
-    "course_utils.tools.book:add_book_parser",
-]
+# Each entry registers one subcommand on the subparsers object. Only the module of the command
+# being run is imported (nbformat alone takes over a second to import), so `course launch`
+# starts quickly; `course --help` imports them all.
+COMMANDS = {
+    "run": "course_utils.tools.runner:add_run_parser",
+    "launch": "course_utils.tools.launch:add_launch_parser",
+    "bench": "course_utils.tools.bench:add_bench_parser",
+    "student": "course_utils.tools.student:add_student_parser",
+    "check-submission": "course_utils.tools.submission:add_check_parser",
+    "book": "course_utils.tools.book:add_book_parser",
+}
 
 
 def positive_int_arg(text: str) -> int:
@@ -45,11 +46,12 @@ def progress_bar(console, *, with_eta: bool = False):
     return Progress(*columns, console=console, transient=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``course`` parser with every registered subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``course`` parser with ``command`` registered, or every subcommand if it is not one."""
     parser = argparse.ArgumentParser(prog="course", description="The distributed-03 course unit.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for entry in COMMANDS:
+    entries = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    for entry in entries:
         module, name = entry.split(":")
         getattr(importlib.import_module(module), name)(sub)
     return parser
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``course`` command with ``argv`` (default: the command line); return its exit
     status.
     """
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     return args.handler(args)
 
 
