@@ -108,7 +108,8 @@ def test_course_launch_imports_neither_jax_nor_the_notebook_tools():
     probe = (
         "import sys\n"
         "from course_utils.tools.cli import build_parser\n"
-        "build_parser('launch').parse_args(['launch', '--devices-per-process', '2'])\n"
+        "argv = ['launch', '--processes', '2', '--devices-per-process', '2']\n"
+        "build_parser('launch').parse_args(argv)\n"
         "print(sorted(m for m in ('jax', 'nbformat', 'nbclient') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
