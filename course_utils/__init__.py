@@ -13,6 +13,7 @@ import importlib
 # public name: (module in this package, name there)
 _API = {
     "bench_figure_data": ("bench_results", "figure_data"),
+    "bench_steps_figure_data": ("bench_results", "steps_figure_data"),
     "saved_bench_results": ("bench_results", "saved_results"),
     "algbw_gbps": ("cost", "algbw_gbps"),
     "busbw_gbps": ("cost", "busbw_gbps"),
@@ -34,6 +35,8 @@ _API = {
     "format_bytes": ("display", "format_bytes"),
     "format_gbps": ("display", "format_gbps"),
     "format_values": ("display", "format_values"),
+    "grid_panel": ("figures", "grid_panel"),
+    "holdings": ("figures", "holdings"),
     "placement_figure_data": ("figures", "placement_figure_data"),
     "plot_figure": ("figures", "plot_figure"),
     "validate_figure_data": ("figures", "validate_figure_data"),

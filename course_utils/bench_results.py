@@ -28,19 +28,36 @@ def saved_results() -> dict:
     return json.loads(files("course_utils").joinpath("saved", "bench_full.json").read_text())
 
 
+def _band(rows: list[dict]) -> dict:
+    """Low and high of a series: the smallest and largest of the repeats' medians."""
+    return {
+        "low": [min(r["repeat_medians_us"]) for r in rows],
+        "high": [max(r["repeat_medians_us"]) for r in rows],
+    }
+
+
 def figure_data(results: dict) -> dict:
-    """Log-log panels for ``plot_figure``: per device count the three collectives and their fitted
-    lines; RS+AG over ``psum``; the ZeRO-1 steps."""
+    """Log-log panels for ``plot_figure``, one per device count: the three collectives measured
+    (median of the repeats' medians, the band spanning them) and their fitted α + S/B lines."""
     rows, fits, repeats = results["collectives"], results["fits"], results["plan"]["repeats"]
     counts = sorted({r["devices"] for r in rows})
     x = [r["bytes"] for r in rows_of(rows, counts[0], "psum")]
     panels = []
     for p in counts:
         series = [
-            {"label": LABELS[v], "y": [r["median_us"] for r in rows_of(rows, p, v)]} for v in BASIC
+            {
+                "label": LABELS[v],
+                "y": [r["median_us"] for r in rows_of(rows, p, v)],
+                **_band(rows_of(rows, p, v)),
+            }
+            for v in BASIC
         ]
         series += [
-            {"label": f"{LABELS[f['variant']]}: α + S/B", "y": [model_time_us(f, s) for s in x]}
+            {
+                "label": f"{LABELS[f['variant']]}: α + S/B",
+                "y": [model_time_us(f, s) for s in x],
+                "style": "model",
+            }
             for f in fits
             if f["devices"] == p and f["variant"] in BASIC
         ]
@@ -51,27 +68,38 @@ def figure_data(results: dict) -> dict:
                 "series": series,
                 "xscale": "log",
                 "yscale": "log",
-                "title": f"{p} devices (median of {repeats} repeat medians)",
-                "xlabel": "S, bytes",
-                "ylabel": "time per call, µs",
+                "xunit": "bytes",
+                "title": f"{p} devices: median, band over {repeats} repeats",
+                "xlabel": "S (bytes of the logical vector)",
+                "ylabel": "time per call (µs)",
             }
         )
+    return {"panels": panels}
+
+
+def steps_figure_data(results: dict) -> dict:
+    """Two panels for ``plot_figure``: reduce-scatter + all-gather over ``psum`` (a ratio, with
+    the line y = 1) per device count, and the ZeRO-1 steps against the data-parallel step."""
+    rows = results["collectives"]
+    x = [r["bytes"] for r in rows_of(rows, min(r["devices"] for r in rows), "psum")]
     ratios = [
         {"label": f"{LABELS[v]}, p={e['devices']}", "y": e[v]["ratios"]}
         for e in results["rs_ag_vs_psum"]
         for v in ("rs_ag_calls", "rs_ag_fused")
     ]
-    panels.append(
+    panels = [
         {
             "kind": "line",
             "x": x,
             "series": ratios,
             "xscale": "log",
-            "title": "RS+AG against psum",
-            "xlabel": "S, bytes",
-            "ylabel": "time / psum time",
+            "xunit": "bytes",
+            "hline": 1,
+            "title": "RS + AG against psum (above 1: slower)",
+            "xlabel": "S (bytes of the logical vector)",
+            "ylabel": "time / psum's time",
         }
-    )
+    ]
     zero1 = results["zero1"]
     if zero1:
         goal = results.get("zero1_goal")
@@ -84,12 +112,16 @@ def figure_data(results: dict) -> dict:
                 "xscale": "log",
                 "yscale": "log",
                 "series": [
-                    {"label": LABELS[s], "y": [r["steps"][s]["median_us"] for r in mine]}
+                    {
+                        "label": LABELS[s],
+                        "y": [r["steps"][s]["median_us"] for r in mine],
+                        **_band([r["steps"][s] for r in mine]),
+                    }
                     for s in ZERO1_STEPS
                 ],
                 "title": f"optimizer step, {p} devices",
                 "xlabel": "parameters (float32)",
-                "ylabel": "time per step, µs",
+                "ylabel": "time per step (µs)",
             }
         )
     return {"panels": panels}

@@ -1,15 +1,25 @@
 """Figure data as plain dicts, a validator, and one renderer for any valid figure data.
 
-The data format (the seed's)::
+The data format (the seed's, plus a title per panel)::
 
-    {'panels': [{'kind': 'bar', 'labels': [...], 'ylabel': '...',
+    {'panels': [{'kind': 'bar', 'title': '...', 'labels': [...], 'ylabel': '...',
                  'series': [{'label': '...', 'y': [...]}]},
-                {'kind': 'line', 'x': [...], 'xlabel': '...', 'ylabel': '...',
+                {'kind': 'line', 'title': '...', 'x': [...], 'xlabel': '...', 'ylabel': '...',
                  'series': [{'label': '...', 'y': [...]}]}]}
 
-A bar panel has one bar per label; a line panel one point per ``x``. Optional fields: ``title``,
-``xlabel``, ``ylabel`` (strings) and, for line panels, ``xscale`` / ``yscale`` (``'linear'`` or
-``'log'``).
+A bar panel has one bar per label; a line panel one point per ``x``; a grid panel (``cells``: one
+row per device, one column per position of a vector, ``None`` where the device holds nothing)
+shows who holds which values, built with ``holdings``. Every panel has a ``title``
+and a ``ylabel``; a line panel an ``xlabel`` too (units belong in the labels). Optional fields:
+
+- panel ``xscale`` / ``yscale``: ``'linear'`` or ``'log'`` (a log x axis is drawn in powers of 2,
+  the sizes and device counts of this course);
+- panel ``xunit``: ``'bytes'`` writes x ticks as B, KiB, MiB;
+- panel ``hline``: a y value drawn as a thin reference line (1 on ratio plots);
+- series ``style``: ``'measured'`` (markers, the default) or ``'model'`` (dashed, no markers);
+- series ``low`` / ``high``: a band around the line (the interquartile range of a measurement).
+
+The house style: at most three panels in a row, legends below the axes (never over the data).
 """
 
 from __future__ import annotations
@@ -18,9 +28,13 @@ import numbers
 from typing import Sequence
 
 from course_utils.cost import ring_bytes
+from course_utils.display import format_bytes
 
-KINDS = ("bar", "line")
+KINDS = ("bar", "line", "grid")
 SCALES = ("linear", "log")
+STYLES = ("measured", "model")
+PER_ROW = 3
+MAX_TICKS = 8
 
 
 def placement_figure_data(local_sizes: Sequence[int], gradient_nbytes: int, ranks: int) -> dict:
@@ -46,12 +60,14 @@ def placement_figure_data(local_sizes: Sequence[int], gradient_nbytes: int, rank
         "panels": [
             {
                 "kind": "bar",
+                "title": "What one device stores (read from the arrays)",
                 "labels": ["all-reduce", "reduce-scatter", "after gather"],
                 "ylabel": "values stored per device",
                 "series": [{"label": "observed local shape", "y": [int(n) for n in local_sizes]}],
             },
             {
                 "kind": "bar",
+                "title": f"What one rank sends (ring model, p = {ranks})",
                 "labels": ["all-reduce", "reduce-scatter", "scatter + gather"],
                 "ylabel": "modeled bytes per rank",
                 "series": [
@@ -73,6 +89,48 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def holdings(
+    blocks: Sequence[Sequence[float]], length: int, offsets: Sequence[int] | None = None
+) -> list[list[float | None]]:
+    """Rows of a grid panel: device i holds ``blocks[i]`` from position ``offsets[i]`` (default 0)
+    of a vector of ``length`` positions, and nothing elsewhere.
+
+    Examples:
+        >>> holdings([[1.0], [2.0]], 2, offsets=[0, 1])
+        [[1.0, None], [None, 2.0]]
+    """
+    offsets = [0] * len(blocks) if offsets is None else list(offsets)
+    if len(offsets) != len(blocks):
+        raise ValueError(f"{len(blocks)} blocks but {len(offsets)} offsets; give one per device")
+    rows = []
+    for block, start in zip(blocks, offsets):
+        values = [float(v) for v in block]
+        if start < 0 or start + len(values) > length:
+            raise ValueError(
+                f"a block of {len(values)} values at offset {start} does not fit in {length}"
+            )
+        rows.append([None] * start + values + [None] * (length - start - len(values)))
+    return rows
+
+
+def grid_panel(title: str, cells: list[list[float | None]], *, xlabel: str = "position") -> dict:
+    """A grid panel: one row per device (device 0 on top), one column per position."""
+    return {"kind": "grid", "title": title, "cells": cells, "xlabel": xlabel, "ylabel": "device"}
+
+
+def _validate_grid(panel: dict, where: str) -> None:
+    cells = panel.get("cells")
+    if not isinstance(cells, list) or not cells or not all(isinstance(r, list) for r in cells):
+        raise ValueError(f"{where}.cells must be a non-empty list of rows, one per device")
+    if len({len(r) for r in cells}) != 1 or not cells[0]:
+        raise ValueError(f"{where}.cells rows must all have the same, non-zero length")
+    if not all(v is None or _is_number(v) for r in cells for v in r):
+        raise ValueError(f"{where}.cells must hold numbers, or None where a device holds nothing")
+    for field in ("title", "xlabel", "ylabel"):
+        if not isinstance(panel.get(field), str) or not panel[field]:
+            raise ValueError(f"{where} needs a {field}")
+
+
 def validate_figure_data(data) -> None:
     """Raise ``ValueError`` naming the first bad field; return ``None`` for valid figure data.
 
@@ -91,6 +149,9 @@ def validate_figure_data(data) -> None:
         kind = panel.get("kind")
         if kind not in KINDS:
             raise ValueError(f"{where}.kind is {kind!r}; use one of {', '.join(KINDS)}")
+        if kind == "grid":
+            _validate_grid(panel, where)
+            continue
         axis_field = "labels" if kind == "bar" else "x"
         ticks = panel.get(axis_field)
         if not isinstance(ticks, list) or not ticks:
@@ -111,9 +172,30 @@ def validate_figure_data(data) -> None:
             bad = [v for v in s["y"] if not _is_number(v)]
             if bad:
                 raise ValueError(f"{where}.series[{j}].y holds non-numeric values {bad[:3]!r}")
+        needed = ("title", "ylabel") + (("xlabel",) if kind == "line" else ())
         for field in ("title", "xlabel", "ylabel"):
             if field in panel and not isinstance(panel[field], str):
                 raise ValueError(f"{where}.{field} must be a string")
+            if field in needed and not panel.get(field):
+                raise ValueError(f"{where} needs a {field} (with units, where there are some)")
+        for j, s in enumerate(series):
+            if s.get("style", "measured") not in STYLES:
+                raise ValueError(
+                    f"{where}.series[{j}].style is {s['style']!r}; use one of {', '.join(STYLES)}"
+                )
+            for band in ("low", "high"):
+                if band in s and (
+                    not isinstance(s[band], list)
+                    or len(s[band]) != len(ticks)
+                    or not all(_is_number(v) for v in s[band])
+                ):
+                    raise ValueError(
+                        f"{where}.series[{j}].{band} must be {len(ticks)} numbers, like y"
+                    )
+        if panel.get("xunit") not in (None, "bytes"):
+            raise ValueError(f"{where}.xunit is {panel['xunit']!r}; use 'bytes' or leave it out")
+        if "hline" in panel and not _is_number(panel["hline"]):
+            raise ValueError(f"{where}.hline must be a number")
         for field in ("xscale", "yscale"):
             if panel.get(field, "linear") not in SCALES:
                 raise ValueError(
@@ -121,8 +203,78 @@ def validate_figure_data(data) -> None:
                 )
 
 
+def _log2_ticks(ax, x: Sequence[float], unit: str | None) -> None:
+    """Ticks at the data's own x values (at most ``MAX_TICKS`` of them), labelled in bytes or
+    plainly, with no minor ticks: log₂ sizes that do not overlap."""
+    step = -(-len(x) // MAX_TICKS)
+    ticks = list(x)[::step]
+    labels = [format_bytes(t) if unit == "bytes" else f"{t:g}" for t in ticks]
+    ax.set_xticks(ticks, labels, rotation=30 if unit == "bytes" else 0)
+    ax.xaxis.set_minor_locator(_null_locator())
+
+
+def _null_locator():
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
+
+
+def _draw_bar(ax, panel: dict) -> None:
+    n = len(panel["series"])
+    width = 0.8 / n
+    for k, s in enumerate(panel["series"]):
+        positions = [i + (k - (n - 1) / 2) * width for i in range(len(panel["labels"]))]
+        bars = ax.bar(positions, s["y"], width=width, label=s.get("label"))
+        ax.bar_label(bars, fmt="%g", fontsize=8)
+    ax.set_xticks(range(len(panel["labels"])), panel["labels"])
+
+
+def _draw_line(ax, panel: dict) -> None:
+    x = panel["x"]
+    for s in panel["series"]:
+        if s.get("style") == "model":
+            ax.plot(x, s["y"], linestyle="--", label=s.get("label"))
+        else:
+            (line,) = ax.plot(x, s["y"], marker="o", markersize=4, label=s.get("label"))
+            if "low" in s and "high" in s:
+                ax.fill_between(x, s["low"], s["high"], color=line.get_color(), alpha=0.2,
+                                linewidth=0)
+    if "hline" in panel:
+        ax.axhline(panel["hline"], color="0.4", linewidth=0.8, linestyle=":")
+    ax.set_xlabel(panel["xlabel"])
+    ax.set_yscale(panel.get("yscale", "linear"))
+    if panel.get("xscale") == "log":
+        ax.set_xscale("log", base=2)
+        _log2_ticks(ax, x, panel.get("xunit"))
+    elif panel.get("xunit") == "bytes":
+        _log2_ticks(ax, x, "bytes")
+
+
+def _draw_grid(ax, panel: dict) -> None:
+    import numpy as np
+
+    cells = panel["cells"]
+    values = np.ma.masked_invalid(np.array([[np.nan if v is None else v for v in r] for r in cells],
+                                           dtype=float))
+    ax.imshow(values, cmap="viridis", aspect="auto")
+    ax.set_facecolor("0.92")  # positions a device does not hold
+    if len(cells[0]) <= 16:
+        lo, hi = float(values.min()), float(values.max())
+        for i, row in enumerate(cells):
+            for j, v in enumerate(row):
+                if v is not None:
+                    dark = hi > lo and (v - lo) / (hi - lo) < 0.5
+                    ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")
+    ax.set_yticks(range(len(cells)), [str(i) for i in range(len(cells))])
+    step = -(-len(cells[0]) // 16)
+    ax.set_xticks(range(0, len(cells[0]), step))
+    ax.set_xlabel(panel["xlabel"])
+
+
 def plot_figure(data: dict):
-    """Render valid figure data as a matplotlib ``Figure``, one axes per panel, side by side.
+    """Render valid figure data as a matplotlib ``Figure``: one axes per panel, at most three in
+    a row.
 
     The figure is built without pyplot, so nothing global changes; in Jupyter it displays as the
     cell's value, and ``fig.savefig(path)`` writes it to disk.
@@ -131,27 +283,18 @@ def plot_figure(data: dict):
     from matplotlib.figure import Figure
 
     panels = data["panels"]
-    fig = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
-    for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
-        if panel["kind"] == "bar":
-            n = len(panel["series"])
-            width = 0.8 / n
-            for k, s in enumerate(panel["series"]):
-                positions = [i + (k - (n - 1) / 2) * width for i in range(len(panel["labels"]))]
-                bars = ax.bar(positions, s["y"], width=width, label=s.get("label"))
-                ax.bar_label(bars, fmt="%g", fontsize=8)
-            ax.set_xticks(range(len(panel["labels"])), panel["labels"])
-        else:
-            for s in panel["series"]:
-                ax.plot(panel["x"], s["y"], marker="o", label=s.get("label"))
-            ax.set_xlabel(panel.get("xlabel", ""))
-            ax.set_xscale(panel.get("xscale", "linear"))
-            ax.set_yscale(panel.get("yscale", "linear"))
-        ax.set_ylabel(panel.get("ylabel", ""))
-        ax.set_title(panel.get("title", ""))
-        if any(s.get("label") for s in panel["series"]):
-            if panel["kind"] == "bar":  # below the axes, clear of the bar labels
-                ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1))
-            else:
-                ax.legend(fontsize=8)
+    columns = 2 if len(panels) == 4 else min(len(panels), PER_ROW)
+    rows = -(-len(panels) // columns)
+    fig = Figure(figsize=(4.4 * columns, 3.9 * rows), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax in axes[len(panels):]:
+        ax.remove()
+    for ax, panel in zip(axes, panels):
+        {"bar": _draw_bar, "line": _draw_line, "grid": _draw_grid}[panel["kind"]](ax, panel)
+        ax.set_ylabel(panel["ylabel"])
+        ax.set_title(panel["title"], fontsize=10)
+        labelled = sum(bool(s.get("label")) for s in panel.get("series", []))
+        if labelled:  # below the axes, clear of the data
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22),
+                      ncols=2 if labelled > 3 else 1, frameon=False)
     return fig

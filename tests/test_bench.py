@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from course_utils.bench_results import figure_data
+from course_utils.bench_results import figure_data, steps_figure_data
 from course_utils.cost import (
     PAGE_FAULT_BYTES,
     algbw_gbps,
@@ -184,6 +184,7 @@ def test_rows_fits_and_page_faults_from_synthetic_reports():
         4,
     ) not in faulting  # psum_scatter outputs only S/p
     validate_figure_data(figure_data(results))
+    validate_figure_data(steps_figure_data(results))
 
 
 def test_zero1_goal_reads_ratio_and_state_fraction():
@@ -294,6 +295,7 @@ def test_course_bench_quick_writes_json_and_png(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
     assert "ZeRO-1 goal" in done.stdout and "memcpy" in done.stdout
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "bench-steps.png").read_bytes()[:4] == b"\x89PNG"
     results = json.loads((tmp_path / "bench.json").read_text())
     assert {
         "machine",
@@ -338,3 +340,4 @@ def test_course_bench_quick_writes_json_and_png(tmp_path):
     assert all(r["agree"] for r in results["zero1"])
     assert results["zero1_goal"]["state_fraction"] == 0.25
     validate_figure_data(figure_data(results))
+    validate_figure_data(steps_figure_data(results))

@@ -10,7 +10,7 @@ from dataclasses import asdict
 import pytest
 
 from course_utils import validate_figure_data
-from course_utils.bench_results import figure_data, saved_results
+from course_utils.bench_results import figure_data, saved_results, steps_figure_data
 from course_utils.sweep import VARIANTS
 from course_utils.tools.bench_combine import fit_rows, rs_ag_against_psum, zero1_goal
 from course_utils.tools.bench_plan import make_plan
@@ -56,3 +56,4 @@ def test_derived_sections_are_what_the_current_code_computes():
     assert close(SAVED["rs_ag_vs_psum"], json.loads(json.dumps(rs_ag_against_psum(rows))))
     assert close(SAVED["zero1_goal"], json.loads(json.dumps(zero1_goal(SAVED["zero1"]))))
     validate_figure_data(figure_data(SAVED))
+    validate_figure_data(steps_figure_data(SAVED))

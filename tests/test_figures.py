@@ -1,9 +1,14 @@
-import copy
 
 import pytest
 from matplotlib.figure import Figure
 
-from course_utils import placement_figure_data, plot_figure, validate_figure_data
+from course_utils import (
+    grid_panel,
+    holdings,
+    placement_figure_data,
+    plot_figure,
+    validate_figure_data,
+)
 
 SEED = {
     "panels": [
@@ -23,12 +28,49 @@ SEED = {
 }
 
 
-def test_builder_reproduces_the_seed_structure():
-    assert placement_figure_data([8, 2, 8], 32, 4) == SEED
+TITLES = [
+    "What one device stores (read from the arrays)",
+    "What one rank sends (ring model, p = 4)",
+]
+
+
+def test_builder_reproduces_the_seed_structure_with_a_title_per_panel():
+    data = placement_figure_data([8, 2, 8], 32, 4)
+    assert [panel.pop("title") for panel in data["panels"]] == TITLES
+    assert data == SEED
+
+
+def test_renderer_applies_the_house_style():
+    panel = {
+        "kind": "line",
+        "title": "t",
+        "x": [2**k for k in range(3, 24)],
+        "xscale": "log",
+        "yscale": "log",
+        "xunit": "bytes",
+        "xlabel": "S",
+        "ylabel": "µs",
+        "hline": 1,
+        "series": [
+            {"label": "measured", "y": [1.0] * 21, "low": [0.5] * 21, "high": [2.0] * 21},
+            {"label": "model", "y": [3.0] * 21, "style": "model"},
+        ],
+    }
+    fig = plot_figure({"panels": [panel] * 5})
+    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 3)] * 5
+    ax = fig.axes[0]
+    measured, model, reference = ax.lines
+    assert measured.get_marker() == "o" and measured.get_linestyle() == "-"
+    assert model.get_marker() == "None" and model.get_linestyle() == "--"
+    assert list(reference.get_ydata()) == [1, 1]
+    assert len(ax.collections) == 1  # the band
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) <= 8 and labels[0] == "8 B" and "2 MiB" in labels
+    assert ax.get_title() == "t" and ax.get_legend() is not None
 
 
 def test_renderer_draws_one_axes_per_panel_with_the_values():
-    fig = plot_figure(SEED)
+    fig = plot_figure(placement_figure_data([8, 2, 8], 32, 4))
     assert isinstance(fig, Figure) and len(fig.axes) == 2
     assert [p.get_height() for p in fig.axes[1].patches] == [48.0, 24.0, 48.0]
     line = {
@@ -37,6 +79,7 @@ def test_renderer_draws_one_axes_per_panel_with_the_values():
                 "kind": "line",
                 "x": [2, 4, 8],
                 "xlabel": "ranks",
+                "ylabel": "bytes",
                 "title": "t",
                 "series": [{"label": "a", "y": [1, 2, 3]}, {"label": "b", "y": [2, 2, 2]}],
             }
@@ -49,7 +92,7 @@ def test_renderer_draws_one_axes_per_panel_with_the_values():
 
 
 def _broken(path, value):
-    data = copy.deepcopy(SEED)
+    data = placement_figure_data([8, 2, 8], 32, 4)
     target = data
     for key in path[:-1]:
         target = target[key]
@@ -75,13 +118,19 @@ def _broken(path, value):
         (_broken(["panels", 0, "labels"], []), r"panels\[0\]\.labels must be a non-empty list"),
         (_broken(["panels", 0, "series"], []), r"panels\[0\]\.series must be a non-empty list"),
         (_broken(["panels", 0, "ylabel"], 3), r"panels\[0\]\.ylabel must be a string"),
+        (_broken(["panels", 1, "title"], ""), r"panels\[1\] needs a title"),
+        (_broken(["panels", 0, "series", 0, "style"], "dots"), r"style is 'dots'"),
+        (_broken(["panels", 0, "series", 0, "low"], [1]), r"low must be 3 numbers"),
+        (_broken(["panels", 0, "hline"], "one"), r"hline must be a number"),
+        (_broken(["panels", 0, "xunit"], "KiB"), r"xunit is 'KiB'"),
         (
             {"panels": [{"kind": "line", "x": ["a"], "series": [{"y": [1]}]}]},
             r"panels\[0\]\.x must hold numbers",
         ),
         ({"panels": ["bar"]}, r"panels\[0\] must be a dict"),
         (
-            {"panels": [{"kind": "line", "x": [1], "xscale": "symlog", "series": [{"y": [1]}]}]},
+            {"panels": [{"kind": "line", "x": [1], "xscale": "symlog", "series": [{"y": [1]}],
+                         "title": "t", "xlabel": "p", "ylabel": "B"}]},
             r"panels\[0\]\.xscale",
         ),
     ],
@@ -96,3 +145,35 @@ def test_malformed_data_names_the_field(data, match):
 def test_builder_needs_three_sizes():
     with pytest.raises(ValueError, match="needs 3 values"):
         placement_figure_data([8, 2], 32, 4)
+
+
+def test_grid_panel_shows_who_holds_which_values():
+    cells = holdings([[1.0, 2.0], [3.0, 4.0]], 4, offsets=[0, 2])
+    assert cells == [[1.0, 2.0, None, None], [None, None, 3.0, 4.0]]
+    fig = plot_figure({"panels": [grid_panel("after", cells)] * 4})
+    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 2)] * 4
+    image = fig.axes[0].images[0].get_array()
+    assert image.mask.tolist() == [[False, False, True, True], [True, True, False, False]]
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1", "2", "3", "4"]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: holdings([[1.0]], 2, offsets=[0, 1]), "1 blocks but 2 offsets"),
+        (lambda: holdings([[1.0, 2.0]], 2, offsets=[1]), "does not fit in 2"),
+        (lambda: validate_figure_data({"panels": [grid_panel("t", [])]}), "non-empty list of rows"),
+        (
+            lambda: validate_figure_data({"panels": [grid_panel("t", [[1.0], [1.0, 2.0]])]}),
+            "same, non-zero length",
+        ),
+        (
+            lambda: validate_figure_data({"panels": [grid_panel("t", [["a"]])]}),
+            "numbers, or None",
+        ),
+        (lambda: validate_figure_data({"panels": [grid_panel("", [[1.0]])]}), "needs a title"),
+    ],
+)
+def test_bad_grids_name_the_problem(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

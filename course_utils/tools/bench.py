@@ -2,9 +2,9 @@
 
 It starts one worker process per device count and repeat (``bench_plan``), one at a time, shows
 their progress, combines the repeats (``bench_combine``: fits ``T = α + S/B``, nccl-tests
-bandwidths, the memory-traffic model) and writes ``bench.json`` and ``bench.png``
-(``bench_report``). What each worker measures, and how, is ``course_utils.sweep`` (its
-``PROTOCOL``).
+bandwidths, the memory-traffic model) and writes ``bench.json``, ``bench.png`` and
+``bench-steps.png`` (``bench_report``). What each worker measures, and how, is
+``course_utils.sweep`` (its ``PROTOCOL``).
 Everything is one process and one shared memory per device count: the times are dispatch,
 rendezvous and memory copies, never a network.
 """
@@ -87,7 +87,7 @@ def add_bench_parser(sub) -> None:
         help="time psum, psum_scatter, all_gather and ZeRO-1 steps; fit T = α + S/B",
         description="Measure collectives on 2, 4 and 8 logical CPU devices "
         "(each count in its own process) against the α-β model, nccl-tests bandwidths and memcpy; "
-        "write bench.json and bench.png.",
+        "write bench.json, bench.png and bench-steps.png.",
         epilog="The full run takes several minutes; use --quick to check that everything works.",
     )
     bench.add_argument(
@@ -98,7 +98,7 @@ def add_bench_parser(sub) -> None:
     bench.add_argument(
         "--out",
         default="build/bench",
-        help="folder for bench.json and bench.png (default: build/bench)",
+        help="folder for bench.json and the figures (default: build/bench)",
     )
     bench.add_argument(
         "--repeats",

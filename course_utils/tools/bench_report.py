@@ -1,5 +1,5 @@
 """``course bench``, step 3: the tables, the summary lines and the files (``bench.json``,
-``bench.png``).
+``bench.png``, ``bench-steps.png``).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from course_utils.bench_results import figure_data
+from course_utils.bench_results import figure_data, steps_figure_data
 from course_utils.display import format_bytes, format_gbps
 from course_utils.sweep import LABELS
 
@@ -136,14 +136,16 @@ def summary_lines(results: dict, out_dir: Path) -> list[str]:
         f"jax {machine['jax_version']}, load {load[0]:.2f} → {load[1]:.2f}; "
         f"{plan['repeats']} repeat(s) in {results['seconds']:.0f} s"
     )
-    lines.append(f"wrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'}")
+    lines.append(f"wrote bench.json, bench.png and bench-steps.png in {out_dir}")
     return lines
 
 
 def write_outputs(results: dict, out_dir: Path) -> None:
-    """``bench.json`` and ``bench.png`` (through ``plot_figure``) in ``out_dir``."""
+    """``bench.json``, ``bench.png`` and ``bench-steps.png`` (through ``plot_figure``) in
+    ``out_dir``."""
     from course_utils.figures import plot_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
     plot_figure(figure_data(results)).savefig(out_dir / "bench.png", dpi=110)
+    plot_figure(steps_figure_data(results)).savefig(out_dir / "bench-steps.png", dpi=110)
