@@ -35,6 +35,7 @@ _API = {
     "format_bytes": ("display", "format_bytes"),
     "format_gbps": ("display", "format_gbps"),
     "format_values": ("display", "format_values"),
+    "array_holdings": ("figures", "array_holdings"),
     "grid_panel": ("figures", "grid_panel"),
     "holdings": ("figures", "holdings"),
     "placement_figure_data": ("figures", "placement_figure_data"),

@@ -113,6 +113,19 @@ def holdings(
     return rows
 
 
+def array_holdings(array) -> list[list[float | None]]:
+    """Rows of a grid panel read from a placed 1-D ``jax.Array``: each addressable device's shard
+    at the positions its index says (device-id order).
+
+    A replicated vector gives full rows; one split by features gives one slice per row.
+    """
+    if len(getattr(array, "shape", ())) != 1 or not hasattr(array, "addressable_shards"):
+        raise ValueError("array_holdings needs a placed 1-D jax.Array (use jax.device_put first)")
+    shards = sorted(array.addressable_shards, key=lambda s: s.device.id)
+    offsets = [s.index[0].indices(array.shape[0])[0] for s in shards]
+    return holdings([list(map(float, s.data)) for s in shards], array.shape[0], offsets)
+
+
 def grid_panel(title: str, cells: list[list[float | None]], *, xlabel: str = "position") -> dict:
     """A grid panel: one row per device (device 0 on top), one column per position."""
     return {"kind": "grid", "title": title, "cells": cells, "xlabel": xlabel, "ylabel": "device"}
@@ -208,9 +221,18 @@ def _log2_ticks(ax, x: Sequence[float], unit: str | None) -> None:
     plainly, with no minor ticks: log₂ sizes that do not overlap."""
     step = -(-len(x) // MAX_TICKS)
     ticks = list(x)[::step]
-    labels = [format_bytes(t) if unit == "bytes" else f"{t:g}" for t in ticks]
+    labels = [format_bytes(t) if unit == "bytes" else _compact(t) for t in ticks]
     ax.set_xticks(ticks, labels, rotation=30 if unit == "bytes" else 0)
     ax.xaxis.set_minor_locator(_null_locator())
+
+
+def _compact(value: float) -> str:
+    """A short tick label: 512, 65.5k, 4.19M."""
+    if value < 1e4:
+        return f"{value:g}"
+    if value < 1e6:
+        return f"{value / 1e3:.3g}k"
+    return f"{value / 1e6:.3g}M"
 
 
 def _null_locator():
@@ -294,7 +316,8 @@ def plot_figure(data: dict):
         ax.set_ylabel(panel["ylabel"])
         ax.set_title(panel["title"], fontsize=10)
         labelled = sum(bool(s.get("label")) for s in panel.get("series", []))
-        if labelled:  # below the axes, clear of the data
-            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22),
+        if labelled:  # below the axes and their tick labels, clear of the data
+            below = -0.36 if panel.get("xunit") == "bytes" else -0.24
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, below),
                       ncols=2 if labelled > 3 else 1, frameon=False)
     return fig

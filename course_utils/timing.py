@@ -20,17 +20,23 @@ Thunk = Callable[[], object]
 
 
 def summarize(samples_us) -> dict:
-    """Median, interquartile range and minimum of timing samples (µs).
+    """Median, quartiles, interquartile range and minimum of timing samples (µs).
 
     Examples:
         >>> summarize([1.0, 2.0, 3.0, 4.0, 100.0])
-        {'median_us': 3.0, 'iqr_us': 2.0, 'min_us': 1.0}
+        {'median_us': 3.0, 'iqr_us': 2.0, 'min_us': 1.0, 'q1_us': 2.0, 'q3_us': 4.0}
     """
     a = np.asarray(samples_us, dtype=float)
     if a.size == 0:
         raise ValueError("no timing samples to summarize")
     q1, med, q3 = np.percentile(a, [25, 50, 75])
-    return {"median_us": float(med), "iqr_us": float(q3 - q1), "min_us": float(a.min())}
+    return {
+        "median_us": float(med),
+        "iqr_us": float(q3 - q1),
+        "min_us": float(a.min()),
+        "q1_us": float(q1),
+        "q3_us": float(q3),
+    }
 
 
 def blocked_us(thunk: Thunk) -> float:

@@ -3,6 +3,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from course_utils import (
+    array_holdings,
     grid_panel,
     holdings,
     placement_figure_data,
@@ -177,3 +178,23 @@ def test_grid_panel_shows_who_holds_which_values():
 def test_bad_grids_name_the_problem(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_array_holdings_reads_each_devices_shard_at_its_position():
+    import jax
+    import numpy as np
+
+    from course_utils import data_mesh, placements
+
+    mesh = data_mesh()
+    _, replicated, features = placements(mesh)
+    p = mesh.size
+    values = np.arange(2 * p, dtype=np.float32)
+    split = array_holdings(jax.device_put(values, features))
+    assert [[i for i, v in enumerate(row) if v is not None] for row in split] == [
+        [2 * d, 2 * d + 1] for d in range(p)
+    ]
+    assert split[-1][-1] == 2 * p - 1
+    assert array_holdings(jax.device_put(values, replicated)) == [values.tolist()] * p
+    with pytest.raises(ValueError, match="placed 1-D jax.Array"):
+        array_holdings(values)

@@ -33,7 +33,9 @@ def test_many_collective_calls_complete_without_deadlock():
 
 
 def test_summarize_and_bad_arguments():
-    assert summarize([5.0]) == {"median_us": 5.0, "iqr_us": 0.0, "min_us": 5.0}
+    assert summarize([5.0]) == {
+        "median_us": 5.0, "iqr_us": 0.0, "min_us": 5.0, "q1_us": 5.0, "q3_us": 5.0
+    }
     with pytest.raises(ValueError, match="no timing samples"):
         summarize([])
     with pytest.raises(ValueError, match="n_samples must be a positive integer"):
