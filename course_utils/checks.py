@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from course_utils.constants import ATOL
-from course_utils.cost import communication_budget, ring_bytes
+from course_utils.cost import communication_budget
 from course_utils.data import reference_gradient
 from course_utils.ir import collectives_in
 from course_utils.kernels import Kernel
@@ -250,26 +250,37 @@ def check_predicted_shard_shapes(predicted, array) -> None:
     _passed(exercise, f"{len(actual)} blocks of {actual[0][1]}")
 
 
-def check_ring_prediction(predicted: dict, nbytes: int, ranks: int) -> None:
-    """Exercise 05: predicted ring bytes per rank for ``ranks`` ranks."""
-    exercise = f"ring bytes for p = {ranks}"
-    expected = ring_bytes(nbytes, ranks)
-    if not isinstance(predicted, dict) or set(predicted) != set(expected):
-        _fail(exercise, f"predict a dict with the keys {sorted(expected)}, got {predicted!r}")
-    for key, value in expected.items():
+def check_stored_prediction(predicted: dict, arrays: dict) -> None:
+    """Exercise 05: predicted bytes one device stores after each collective, against the bytes
+    measured on the devices (device 0's shard of each array in ``arrays``)."""
+    exercise = "bytes one device stores"
+    if not isinstance(predicted, dict) or set(predicted) != set(arrays):
+        _fail(exercise, f"predict a dict with the keys {sorted(arrays)}, got {predicted!r}")
+    measured = {
+        key: min(a.addressable_shards, key=lambda s: s.device.id).data.nbytes
+        for key, a in arrays.items()
+    }
+    whole = max(measured.values())  # the whole gradient, after all-reduce
+    ranks = whole // min(measured.values())
+    for key, value in measured.items():
         got = _number(predicted[key])
         if got is None:
             _fail(exercise, f"{key}: give a number of bytes, got {predicted[key]!r}")
         if not math.isclose(got, value, abs_tol=1e-9):
-            hint = _off_by(got, value)
-            if math.isclose(got, nbytes) or math.isclose(got, 2 * nbytes):
-                hint += "; the factor (p-1)/p is missing"
-            elif math.isclose(got * (ranks - 1), value * ranks):
-                hint += "; count p-1 chunks sent, not p"
-            elif key != "all_reduce" and math.isclose(got, 2 * value):
-                hint += "; only all-reduce does both passes"
-            _fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
-    _passed(exercise, f"all-reduce {expected['all_reduce']} bytes per rank")
+            causes = []  # every likely cause that fits the number (with p = 4, two can)
+            if value == whole and ranks > 1 and math.isclose(got * ranks, whole):
+                name = key.replace("_", "-")
+                causes.append(f"after {name} every device holds the whole gradient")
+            if value < whole and math.isclose(got, whole):
+                causes.append("after reduce-scatter each device keeps one slice of the sum")
+            if got < value and math.isclose(got * ranks, value * (ranks - 1)):
+                causes.append("that is what a ring sends per rank, not what a device keeps")
+            if math.isclose(got * 4, value):
+                causes.append("count bytes (4 per float32 value), not values")
+            hint = "; ".join([_off_by(got, value), *([" — or ".join(causes)] if causes else [])])
+            _fail(exercise, f"{key}: {hint}")
+    found = ", ".join(f"{key} {value} B" for key, value in measured.items())
+    _passed(exercise, f"measured on device 0: {found}")
 
 
 def check_two_state_update(
@@ -393,5 +404,11 @@ def check_budget_row(row: dict, nbytes: int, ranks: int) -> None:
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (numbers.Integral, np.integer)):
             _fail(exercise, f"{key}: give a whole number (an int), got {got!r}")
         if got != value:
-            _fail(exercise, f"{key}: {_off_by(int(got), value)} (p = {ranks}, N = {nbytes} bytes)")
+            hint = _off_by(int(got), value)
+            sent = key != "shard_storage_bytes" and key != "ranks"
+            if sent and got in (nbytes, 2 * nbytes):
+                hint += "; the factor (p-1)/p is missing"
+            elif sent and 2 * got == value:
+                hint += "; count both passes, reduce-scatter and all-gather"
+            _fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
     _passed(exercise, f"all-reduce {expected['all_reduce_bytes']} bytes per rank")

@@ -22,8 +22,8 @@ from course_utils.checks import (
     check_joint_permutation,
     check_predicted_shard_shapes,
     check_reduce_scatter,
-    check_ring_prediction,
     check_shares,
+    check_stored_prediction,
     check_two_state_update,
 )
 
@@ -176,24 +176,31 @@ def test_predicted_shard_shapes(setup):
         check_predicted_shard_shapes([4, 4, 4, 4], placed)
 
 
-def test_ring_prediction():
-    check_ring_prediction({"reduce_scatter": 30.0, "all_gather": 30.0, "all_reduce": 60.0}, 32, 16)
-    check_ring_prediction(
-        {"reduce_scatter": np.int64(30), "all_gather": 30, "all_reduce": np.float32(60)}, 32, 16
+def test_stored_prediction(setup):
+    _, (_, replicated, features), _, _ = setup
+    gradient = np.arange(8, dtype=np.float32)  # 32 bytes on 4 devices
+    arrays = {
+        "all_reduce": jax.device_put(gradient, replicated),
+        "reduce_scatter": jax.device_put(gradient, features),
+        "all_gather": jax.device_put(gradient, replicated),
+    }
+    check_stored_prediction({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32.0}, arrays)
+    check_stored_prediction(
+        {"all_reduce": np.int64(32), "reduce_scatter": np.float32(8), "all_gather": 32}, arrays
     )
-    with pytest.raises(ExerciseFailed, match=r"all_reduce: it is off by a factor 1.07") as failed:
-        check_ring_prediction(
-            {"reduce_scatter": 30.0, "all_gather": 30.0, "all_reduce": 64}, 32, 16
-        )
-    assert "60" not in str(failed.value)
-    with pytest.raises(ExerciseFailed, match=r"reduce_scatter: .*the factor \(p-1\)/p is missing"):
-        check_ring_prediction({"reduce_scatter": 32, "all_gather": 30, "all_reduce": 60}, 32, 16)
-    with pytest.raises(ExerciseFailed, match=r"all_gather: it is 2× too large; only all-reduce"):
-        check_ring_prediction({"reduce_scatter": 30, "all_gather": 60, "all_reduce": 60}, 32, 16)
-    with pytest.raises(ExerciseFailed, match=r"all_gather: give a number of bytes, got '30'"):
-        check_ring_prediction({"reduce_scatter": 30, "all_gather": "30", "all_reduce": 60}, 32, 16)
-    with pytest.raises(ExerciseFailed, match="keys"):
-        check_ring_prediction(60.0, 32, 16)
+    wrong = [
+        ({"all_reduce": 8, "reduce_scatter": 8, "all_gather": 32}, "every device holds the whole"),
+        ({"all_reduce": 32, "reduce_scatter": 32, "all_gather": 32}, "keeps one slice of the sum"),
+        ({"all_reduce": 32, "reduce_scatter": 2, "all_gather": 32}, r"bytes \(4 per float32"),
+        ({"all_reduce": 24, "reduce_scatter": 8, "all_gather": 32}, "what a ring sends per rank"),
+        ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": "32"}, "give a number of bytes"),
+        ({"all_reduce": 32}, "keys"),
+        (32, "keys"),
+    ]
+    for predicted, match in wrong:
+        with pytest.raises(ExerciseFailed, match=match) as failed:
+            check_stored_prediction(predicted, arrays)
+        assert "measured" not in str(failed.value)  # the answer is not given away
 
 
 def test_two_state_update(setup):
@@ -315,5 +322,10 @@ def test_budget_row():
         ExerciseFailed, match=r"shard_storage_bytes: give a whole number \(an int\)"
     ):
         check_budget_row({**good, "shard_storage_bytes": 65536.0}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="all_reduce_bytes: it is off by a factor 1.07"):
+    with pytest.raises(
+        ExerciseFailed, match=r"all_reduce_bytes: it is off by a factor 1.07; the factor \(p-1\)/p"
+    ):
         check_budget_row({**good, "all_reduce_bytes": 2**21}, 2**20, 16)
+    with pytest.raises(ExerciseFailed, match="count both passes") as failed:
+        check_budget_row({**good, "scatter_gather_bytes": 1966080 // 2}, 2**20, 16)
+    assert "1966080" not in str(failed.value)  # the answer is not given away

@@ -142,6 +142,10 @@ LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(y
                       for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
 
 
+WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
+       "scatter_gather_bytes": nbytes, "shard_storage_bytes": nbytes // N_DEVICES}"""
+
+
 @pytest.mark.parametrize(
     "name, code, message",
     [
@@ -168,6 +172,12 @@ LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(y
         ),
         ("07_row_permutation_exercise.ipynb", WITHOUT_W2, "w2 is not defined"),
         ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
+        ("08_communication_budget.ipynb", WRONG_BUDGET_ROW, "the factor (p-1)/p"),
+        (
+            "05_timing.ipynb",
+            'predicted_stored = {"all_reduce": 32, "reduce_scatter": 32, "all_gather": 32}',
+            "each device keeps one slice of the sum",
+        ),
         (
             "04_placement_checks.ipynb",
             "predicted = [(4, 8)] * N_DEVICES",
@@ -189,10 +199,6 @@ def test_a_loop_is_stopped_by_the_timeout(edition, tmp_path):
     path = _answer(edition, tmp_path, "08_communication_budget.ipynb", "while True:\n    pass")
     (result,) = check_submission(path, SOLUTIONS, timeout=5)
     assert result.status == FAILED and "longer than 5 s" in result.message
-
-
-WRONG_BUDGET_ROW = """row_16 = {"ranks": 16, "all_reduce_bytes": GRADIENT_BYTES,
-          "scatter_gather_bytes": GRADIENT_BYTES, "shard_storage_bytes": GRADIENT_BYTES // 16}"""
 
 
 def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
