@@ -198,11 +198,27 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     try:
         g = fn(x, y, w)
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        _fail(exercise, f"calling {name}(x, y, w) raised {type(error).__name__}: {first}")
+        text = str(error)
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        hint = ""
+        if "scatter dimension size" in text:
+            hint = ("; without tiled=True, psum_scatter wants a first dimension of length p: "
+                    "pass tiled=True to cut the vector into p slices")
+        elif "out_specs" in text and "replicat" in text:
+            hint = ("; out_specs=P() declares one value on every device, but after psum_scatter "
+                    "each device holds a different slice: give out_specs the spec of a vector "
+                    "split over 'data' (switching check_vma off would hide the mistake)")
+        _fail(exercise, f"calling {name}(x, y, w) raised {type(error).__name__}: {first}{hint}")
     expected = reference_gradient(
         np.asarray(x_host), np.asarray(y_host), np.asarray(w_host)
     ).astype(np.float32)
+    if tuple(np.shape(g)) == (expected.size // n_devices,) and n_devices > 1:
+        _fail(
+            exercise,
+            f"{name}(x, y, w) has the shape of one slice, {tuple(np.shape(g))}: with out_specs=P() "
+            "and check_vma off, JAX keeps one device's slice as if all held the same; say in "
+            "out_specs that the result is split over 'data'",
+        )
     _values(exercise, f"{name}(x, y, w)", g, expected)
     _placement(exercise, f"{name}(x, y, w)", g, (expected.size // n_devices,), n_devices)
     ops = _program(exercise, fn, (x, y, w))
@@ -243,6 +259,9 @@ def check_predicted_shard_shapes(predicted, array) -> None:
         sizes = [_number(g) for g in guess] if isinstance(guess, (list, tuple)) else None
         if sizes is None or len(sizes) != len(shape) or None in sizes:
             _fail(exercise, f"{wanted}; device {device}'s entry is {guess!r}")
+        if not all(isinstance(g, (numbers.Integral, np.integer)) for g in guess):
+            _fail(exercise, f"a shape holds whole numbers (ints); device {device}'s entry is "
+                            f"{guess!r}")
         off = [f"dimension {k}: {_off_by(g, n)}" for k, (g, n) in enumerate(zip(sizes, shape))
                if g != n]
         if off:

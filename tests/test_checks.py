@@ -126,7 +126,9 @@ def test_reduce_scatter(setup, capsys):
         check_reduce_scatter(None, *placed, *host, 4)
     with pytest.raises(ExerciseFailed, match=r"on the host, not a jax.Array"):
         check_reduce_scatter(lambda x, y, w: reference_gradient(*host), *placed, *host, 4)
-    with pytest.raises(ExerciseFailed, match=r"raised ValueError: .*out_specs"):
+    with pytest.raises(
+        ExerciseFailed, match=r"raised ValueError: .*out_specs.*each device holds a different slice"
+    ):
         check_reduce_scatter(  # psum_scatter into out_specs=P(): JAX refuses to trace it
             _shard_mapped(
                 mesh,
@@ -137,6 +139,26 @@ def test_reduce_scatter(setup, capsys):
             *host,
             4,
         )
+    with pytest.raises(ExerciseFailed, match=r"ValueError: .*pass tiled=True to cut the vector"):
+        check_reduce_scatter(
+            _shard_mapped(
+                mesh, lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data"), P("data")
+            ),
+            *placed,
+            *host,
+            4,
+        )
+    unchecked = jax.jit(
+        jax.shard_map(
+            lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
+            mesh=mesh,
+            in_specs=(P("data", None), P("data"), P()),
+            out_specs=P(),
+            check_vma=False,
+        )
+    )
+    with pytest.raises(ExerciseFailed, match=r"has the shape of one slice, \(2,\)"):
+        check_reduce_scatter(unchecked, *placed, *host, 4)
     half = jax.device_put(
         reference_gradient(*host).astype(np.float32),
         NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")),
@@ -174,6 +196,8 @@ def test_predicted_shard_shapes(setup):
         check_predicted_shard_shapes((16, 2), placed)
     with pytest.raises(ExerciseFailed, match=r"a list of 4 tuples.*device 0's entry is 4"):
         check_predicted_shard_shapes([4, 4, 4, 4], placed)
+    with pytest.raises(ExerciseFailed, match=r"whole numbers \(ints\); device 0's entry is \(16.0"):
+        check_predicted_shard_shapes([(16.0, 2.0)] * 4, placed)
 
 
 def test_stored_prediction(setup):
