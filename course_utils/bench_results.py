@@ -44,11 +44,13 @@ def figure_data(results: dict) -> dict:
     x = [r["bytes"] for r in rows_of(rows, counts[0], "psum")]
     panels = []
     for p in counts:
+        color = {v: f"C{k}" for k, v in enumerate(BASIC)}  # a fit is drawn like its data
         series = [
             {
                 "label": LABELS[v],
                 "y": [r["median_us"] for r in rows_of(rows, p, v)],
                 **_band(rows_of(rows, p, v)),
+                "color": color[v],
             }
             for v in BASIC
         ]
@@ -57,6 +59,7 @@ def figure_data(results: dict) -> dict:
                 "label": f"{LABELS[f['variant']]}: α + S/B",
                 "y": [model_time_us(f, s) for s in x],
                 "style": "model",
+                "color": color[f["variant"]],
             }
             for f in fits
             if f["devices"] == p and f["variant"] in BASIC

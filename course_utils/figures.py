@@ -17,7 +17,8 @@ and a ``ylabel``; a line panel an ``xlabel`` too (units belong in the labels). O
 - panel ``xunit``: ``'bytes'`` writes x ticks as B, KiB, MiB;
 - panel ``hline``: a y value drawn as a thin reference line (1 on ratio plots);
 - series ``style``: ``'measured'`` (markers, the default) or ``'model'`` (dashed, no markers);
-- series ``low`` / ``high``: a band around the line (the interquartile range of a measurement).
+- series ``low`` / ``high``: a band around the line (the interquartile range of a measurement);
+- series ``color``: a matplotlib colour (``'C0'``…), to pair a model with its measurement.
 
 The house style: at most three panels in a row, legends below the axes (never over the data).
 """
@@ -207,6 +208,8 @@ def validate_figure_data(data) -> None:
                     )
         if panel.get("xunit") not in (None, "bytes"):
             raise ValueError(f"{where}.xunit is {panel['xunit']!r}; use 'bytes' or leave it out")
+        if any("color" in s and not isinstance(s["color"], str) for s in series):
+            raise ValueError(f"{where}: a series color must be a string such as 'C0'")
         if "hline" in panel and not _is_number(panel["hline"]):
             raise ValueError(f"{where}.hline must be a number")
         for field in ("xscale", "yscale"):
@@ -220,7 +223,7 @@ def _log2_ticks(ax, x: Sequence[float], unit: str | None) -> None:
     """Ticks at the data's own x values (at most ``MAX_TICKS`` of them), labelled in bytes or
     plainly, with no minor ticks: log₂ sizes that do not overlap."""
     step = -(-len(x) // MAX_TICKS)
-    ticks = list(x)[::step]
+    ticks = list(x)[::-1][::step][::-1]  # always label the largest value
     labels = [format_bytes(t) if unit == "bytes" else _compact(t) for t in ticks]
     ax.set_xticks(ticks, labels, rotation=30 if unit == "bytes" else 0)
     ax.xaxis.set_minor_locator(_null_locator())
@@ -254,10 +257,11 @@ def _draw_bar(ax, panel: dict) -> None:
 def _draw_line(ax, panel: dict) -> None:
     x = panel["x"]
     for s in panel["series"]:
+        color = {"color": s["color"]} if "color" in s else {}
         if s.get("style") == "model":
-            ax.plot(x, s["y"], linestyle="--", label=s.get("label"))
+            ax.plot(x, s["y"], linestyle="--", label=s.get("label"), **color)
         else:
-            (line,) = ax.plot(x, s["y"], marker="o", markersize=4, label=s.get("label"))
+            (line,) = ax.plot(x, s["y"], marker="o", markersize=4, label=s.get("label"), **color)
             if "low" in s and "high" in s:
                 ax.fill_between(x, s["low"], s["high"], color=line.get_color(), alpha=0.2,
                                 linewidth=0)

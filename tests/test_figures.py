@@ -66,7 +66,7 @@ def test_renderer_applies_the_house_style():
     assert list(reference.get_ydata()) == [1, 1]
     assert len(ax.collections) == 1  # the band
     labels = [t.get_text() for t in ax.get_xticklabels()]
-    assert len(labels) <= 8 and labels[0] == "8 B" and "2 MiB" in labels
+    assert len(labels) <= 8 and labels[-1] == "8 MiB" and "1 MiB" in labels
     assert ax.get_title() == "t" and ax.get_legend() is not None
 
 
