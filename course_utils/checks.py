@@ -42,6 +42,8 @@ def _off_by(got: float, expected: float) -> str:
     """How a number is off, without giving the answer away."""
     if expected == 0:
         return "it should be 0"
+    if got == 0:
+        return "it is 0, but it should not be"
     ratio = got / expected
     if math.isclose(ratio, round(ratio)) and round(ratio) > 1:
         return f"it is {round(ratio)}× too large"
@@ -192,14 +194,15 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
         _fail(
             exercise,
-            f"{name} is a {type(fn).__name__}, not a function; pass the jitted function itself, "
+            f"{name} is an object of type {type(fn).__name__}, not a function; pass the jitted "
+            "function itself, "
             "the check calls it",
         )
     try:
         g = fn(x, y, w)
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
         text = str(error)
-        first = text.strip().splitlines()[0] if text.strip() else ""
+        first = text.strip().splitlines()[0].rstrip(":") if text.strip() else ""
         hint = ""
         if "scatter dimension size" in text:
             hint = ("; without tiled=True, psum_scatter wants a first dimension of length p: "
@@ -324,6 +327,22 @@ def check_two_state_update(
     expected_m = beta1 * m + (1 - beta1) * g
     expected_s = beta2 * s + (1 - beta2) * g * g
     expected_w = w - lr * expected_m / (np.sqrt(expected_s) + eps)
+    root = np.sqrt(expected_s)
+    misplaced = {  # where ε can wrongly go, and what to say
+        "ε goes outside the square root: sqrt(s) + eps": (
+            w - lr * expected_m / np.sqrt(expected_s + eps)
+        ),
+        "ε is missing": w - lr * expected_m / root,
+        "ε belongs in the denominator, added to sqrt(s)": w - lr * expected_m / root + eps,
+    }
+    got_w = np.asarray(w_next, dtype=np.float32) if w_next is not None else None
+    if got_w is not None and got_w.shape == expected_w.shape:
+        tolerance = 1e-5 * float(np.max(np.abs(expected_w)))
+        for hint, wrong in misplaced.items():
+            if np.allclose(got_w, wrong, atol=tolerance, rtol=1e-5) and not np.allclose(
+                got_w, expected_w, atol=tolerance, rtol=1e-5
+            ):
+                _fail(exercise, f"w_next: m_next and s_next may be right, but {hint}")
     for name, got, expected in (
         ("m_next", m_next, expected_m),
         ("s_next", s_next, expected_s),
@@ -430,5 +449,7 @@ def check_budget_row(row: dict, nbytes: int, ranks: int) -> None:
                 hint += "; the factor (p-1)/p is missing"
             elif sent and 2 * got == value:
                 hint += "; count both passes, reduce-scatter and all-gather"
+            elif 4 * got == value:
+                hint += "; count bytes (4 per float32 value), not values"
             _fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
     _passed(exercise, f"all-reduce {expected['all_reduce_bytes']} bytes per rank")

@@ -120,7 +120,7 @@ def test_reduce_scatter(setup, capsys):
         check_reduce_scatter(
             _shard_mapped(mesh, all_reduce_then_slice, P("data")), *placed, *host, 4
         )
-    with pytest.raises(ExerciseFailed, match="is a ArrayImpl, not a function"):
+    with pytest.raises(ExerciseFailed, match="is an object of type ArrayImpl, not a function"):
         check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *placed, *host, 4)
     with pytest.raises(ExerciseFailed, match="my_reduce_scatter is not defined"):
         check_reduce_scatter(None, *placed, *host, 4)
@@ -239,6 +239,18 @@ def test_two_state_update(setup):
     w_next = all_gather_shards(mesh)(w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-8))
     kwargs = dict(lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8)
     check_two_state_update(w_next, m_next, s_next, wh, m_host, s_host, g_host, 4, **kwargs)
+    gather, big = all_gather_shards(mesh), dict(kwargs, eps=1e-3)  # ε large enough to matter
+    wrong_eps = {
+        "outside the square root": gather(w - 0.1 * m_next / jnp.sqrt(s_next + 1e-3)),
+        "ε is missing": gather(w - 0.1 * m_next / jnp.sqrt(s_next)),
+    }
+    for match, wrong in wrong_eps.items():
+        with pytest.raises(ExerciseFailed, match=match):
+            check_two_state_update(wrong, m_next, s_next, wh, m_host, s_host, g_host, 4, **big)
+    check_two_state_update(
+        gather(w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-3)),
+        m_next, s_next, wh, m_host, s_host, g_host, 4, **big,
+    )
     with pytest.raises(
         ExerciseFailed,
         match=r"s_next: 7 of 8 entries wrong: \[0\] 0.00010283 instead of 9.99086e-05",
@@ -354,3 +366,5 @@ def test_budget_row():
     with pytest.raises(ExerciseFailed, match="count both passes") as failed:
         check_budget_row({**good, "scatter_gather_bytes": 1966080 // 2}, 2**20, 16)
     assert "1966080" not in str(failed.value)  # the answer is not given away
+    with pytest.raises(ExerciseFailed, match=r"count bytes \(4 per float32 value\)"):
+        check_budget_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
