@@ -13,139 +13,23 @@ import numbers
 import jax
 import numpy as np
 
+from course_utils.check_helpers import (
+    ExerciseFailed,
+    _common_ratio,
+    _fail,
+    _number,
+    _off_by,
+    _passed,
+    _placement,
+    _values,
+)
 from course_utils.constants import ATOL
 from course_utils.cost import communication_budget
 from course_utils.data import reference_gradient
 from course_utils.ir import collectives_in
 from course_utils.kernels import Kernel
 
-
-class ExerciseFailed(AssertionError):
-    """An exercise's answer is wrong; the message says how.
-
-    In a notebook, IPython shows only the message (``_render_traceback_``): a traceback through
-    this module would lead a student to the reference computation instead of their own code.
-    """
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"ExerciseFailed: {self}"]
-
-
-def _number(value) -> float | None:
-    """``value`` as a float if it is a real number (Python or NumPy, not bool), else None."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
-        return None
-    return float(value)
-
-
-def _off_by(got: float, expected: float) -> str:
-    """How a number is off, without giving the answer away."""
-    if expected == 0:
-        return "it should be 0"
-    if got == 0:
-        return "it is 0, but it should not be"
-    ratio = got / expected
-    if math.isclose(ratio, round(ratio)) and round(ratio) > 1:
-        return f"it is {round(ratio)}× too large"
-    if ratio > 0 and math.isclose(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
-        return f"it is {round(1 / ratio)}× too small"
-    return f"it is off by a factor {ratio:.3g}"
-
-
-def _passed(exercise: str, detail: str = "") -> None:
-    print(f"PASSED: {exercise}" + (f" ({detail})" if detail else ""))
-
-
-def _fail(exercise: str, message: str):
-    raise ExerciseFailed(f"{exercise}: {message}")
-
-
-def _values(
-    exercise: str,
-    name: str,
-    got,
-    expected: np.ndarray,
-    *,
-    atol: float = ATOL,
-    rtol: float = ATOL,
-    hint: str = "",
-) -> None:
-    """Compare shape, dtype and values; name the wrong entries and by how much."""
-    if got is None:
-        _fail(exercise, f"{name} is None; assign your result to {name}")
-    if isinstance(got, (list, tuple)):
-        _fail(exercise, f"{name} is a {type(got).__name__}; stack it into one array (np.stack)")
-    got_array = np.asarray(got)
-    if got_array.shape != expected.shape:
-        _fail(exercise, f"{name} has shape {got_array.shape}, expected {expected.shape}")
-    if not np.issubdtype(got_array.dtype, np.floating):
-        _fail(
-            exercise, f"{name} has dtype {got_array.dtype}, expected a float dtype such as float32"
-        )
-    tolerance = atol + rtol * np.abs(expected)
-    wrong = np.flatnonzero(np.abs(got_array - expected).ravel() > tolerance.ravel())
-    if wrong.size == 0:
-        return
-    flat_got, flat_expected = got_array.ravel(), expected.ravel()
-    ratio = _common_ratio(flat_got, flat_expected)
-    shown = ", ".join(
-        f"[{i}] {flat_got[i]:.6g} instead of {flat_expected[i]:.6g}" for i in wrong[:3]
-    )
-    more = f" and {wrong.size - 3} more" if wrong.size > 3 else ""
-    scale = f"; every entry is {ratio:.3g}× the expected value" if ratio is not None else ""
-    _fail(
-        exercise,
-        f"{name}: {wrong.size} of {flat_expected.size} entries wrong: {shown}{more}"
-        f" (largest error {np.max(np.abs(got_array - expected)):.3g}){scale}{hint and '. ' + hint}",
-    )
-
-
-def _common_ratio(got: np.ndarray, expected: np.ndarray) -> float | None:
-    """The factor got/expected if it is the same for all entries (a normalization mistake),
-    else None.
-    """
-    mask = np.abs(expected) > 1e-6
-    if not mask.any():
-        return None
-    ratios = got[mask] / expected[mask]
-    if np.allclose(ratios, ratios[0], rtol=1e-3) and not math.isclose(ratios[0], 1.0, rel_tol=1e-3):
-        return float(ratios[0])
-    return None
-
-
-def _placement(exercise: str, name: str, array, expected_shape: tuple, n_devices: int) -> None:
-    """Check that ``array`` is placed on the mesh with one block of ``expected_shape``
-    per device.
-    """
-    if not hasattr(array, "addressable_shards"):
-        _fail(
-            exercise,
-            f"{name} is a {type(array).__name__} on the host, not a jax.Array on the devices",
-        )
-    shapes = sorted({tuple(s.data.shape) for s in array.addressable_shards})
-    devices = len(array.addressable_shards)
-    if devices != n_devices:
-        _fail(exercise, f"{name} lives on {devices} device(s), expected all {n_devices}")
-    if shapes == [tuple(expected_shape)]:
-        return
-    full = tuple(array.shape)
-    if shapes == [full]:
-        _fail(
-            exercise,
-            f"{name} has the right values but the wrong placement: it is replicated (every device "
-            f"holds all of it, {full}); expected blocks of {tuple(expected_shape)} per device",
-        )
-    if tuple(expected_shape) == full:
-        _fail(
-            exercise,
-            f"{name} has the right values but the wrong placement: devices hold blocks of "
-            f"{shapes}; expected the whole {full} on every device (replicated)",
-        )
-    _fail(
-        exercise,
-        f"{name}: wrong shard shape: devices hold {shapes}, "
-        f"expected {tuple(expected_shape)} per device",
-    )
+__all__ = ["ExerciseFailed"]
 
 
 def check_shares(shares, x, y, w, n_devices: int) -> None:
