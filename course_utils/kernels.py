@@ -58,9 +58,10 @@ class Kernel:
         return self.jitted.lower(*self.place(args))
 
 
-def _kernel(
+def make_kernel(
     mesh: Mesh, body: Callable, in_specs: tuple, out_specs, check: Callable[..., None]
 ) -> Kernel:
+    """``body`` shard-mapped over ``mesh`` and jitted, as a ``Kernel`` with ``check``."""
     jitted = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
     return Kernel(jitted, tuple(NamedSharding(mesh, spec) for spec in in_specs), check)
 
@@ -80,7 +81,7 @@ def _regression_kernel(mesh: Mesh, body: Callable, out_specs, *, split_features:
     def check(x, y, w) -> None:
         check_regression_shapes(x, y, w, n_devices, split_features=split_features)
 
-    return _kernel(mesh, body, (P(axis, None), P(axis), P()), out_specs, check)
+    return make_kernel(mesh, body, (P(axis, None), P(axis), P()), out_specs, check)
 
 
 def all_reduce_gradient(mesh: Mesh) -> Kernel:
@@ -191,6 +192,16 @@ def sharded_momentum_step(w, v, g, *, lr: float = LR, beta: float = BETA):
     return _momentum(w, v, g, float(lr), float(beta))
 
 
+def check_blocks(blocks, p: int, kind: str) -> None:
+    """Raise a short ``ValueError`` unless ``blocks`` is ``(p, m)``, one row per device (and, for
+    a reduce-scatter, ``m`` divisible by ``p``)."""
+    shape = tuple(np.shape(blocks))
+    if len(shape) != 2 or shape[0] != p:
+        raise ValueError(f"expected blocks of shape ({p}, m), one row per device; got {shape}")
+    if kind == "reduce_scatter" and shape[1] % p:
+        raise ValueError(f"reduce_scatter needs m divisible by {p} devices; got blocks {shape}")
+
+
 def block_collective(mesh: Mesh, kind: str) -> Kernel:
     """One collective on per-device blocks, returned as a per-device view.
 
@@ -213,11 +224,7 @@ def block_collective(mesh: Mesh, kind: str) -> Kernel:
     axis, p = axis_of(mesh), mesh.size
 
     def check(blocks) -> None:
-        shape = tuple(np.shape(blocks))
-        if len(shape) != 2 or shape[0] != p:
-            raise ValueError(f"expected blocks of shape ({p}, m), one row per device; got {shape}")
-        if kind == "reduce_scatter" and shape[1] % p:
-            raise ValueError(f"reduce_scatter needs m divisible by {p} devices; got blocks {shape}")
+        check_blocks(blocks, p, kind)
 
     def kernel(block):
         # block: f32[1, m], this device's row

@@ -1,0 +1,68 @@
+"""Self-check for step 11: one step of the ring reduce-scatter, written by the student."""
+
+from __future__ import annotations
+
+import numpy as np
+from jax.sharding import Mesh
+
+from course_utils.check_helpers import _fail, _passed
+from course_utils.ir import collectives_in
+from course_utils.kernels import block_collective
+from course_utils.ring import ring_reduce_scatter
+
+
+def _run(exercise: str, step, mesh: Mesh, blocks: np.ndarray) -> np.ndarray:
+    try:
+        return np.asarray(ring_reduce_scatter(mesh, step=step)(blocks))
+    except Exception as error:  # noqa: BLE001 - the student's step failed: say how, in a line
+        text = str(error).strip()
+        first = text.splitlines()[0].rstrip(":") if text else ""
+        _fail(exercise, f"running the ring with your step raised {type(error).__name__}: {first}")
+
+
+def check_ring_step(step, mesh: Mesh) -> None:
+    """Exercise 11: ``step(partial, chunks, s, axis_name)``, one step of the ring reduce-scatter.
+
+    The check runs the whole ring with it (p − 1 steps) on random blocks and compares every
+    device's result with ``psum_scatter``'s; then it runs the ring on blocks where device d holds
+    2^d everywhere, so that each result says whose contributions it sums; and it reads the
+    compiled program (only ``collective-permute`` ops, p − 1 of them).
+    """
+    exercise = "one ring step"
+    if step is None:
+        _fail(exercise, "my_step is not defined; define the function my_step")
+    if not callable(step):
+        _fail(exercise, f"my_step is an object of type {type(step).__name__}, not a function")
+    p = mesh.size
+    blocks = np.random.default_rng(11).standard_normal((p, 4 * p)).astype(np.float32)
+    got = _run(exercise, step, mesh, blocks)
+    expected = np.asarray(block_collective(mesh, "reduce_scatter")(blocks))
+    if got.shape != expected.shape:
+        _fail(exercise, f"my_step must return one chunk, f32[m/p]; the ring ended with {got.shape}"
+                        f" instead of {expected.shape} (one row per device)")
+    ops = [op["op"] for op in collectives_in(ring_reduce_scatter(mesh, step=step), blocks)["hlo"]]
+    others = sorted(set(ops) - {"collective-permute"})
+    if others:
+        _fail(exercise, f"the program has {', '.join(others)}: a ring step only passes its "
+                        "partial sum to the next device (jax.lax.ppermute), no other collective")
+    wrong = [d for d in range(p) if not np.allclose(got[d], expected[d], atol=1e-5, rtol=1e-5)]
+    if wrong:
+        masks = np.repeat(2.0 ** np.arange(p, dtype=np.float32)[:, None], 4 * p, axis=1)
+        sums = _run(exercise, step, mesh, masks)[:, 0]
+        everyone = 2.0**p - 1
+        own = sums / 2.0 ** np.arange(p)
+        if np.all(own == own[0]):
+            why = ("no device receives anything: pass partial to the next device with "
+                   "jax.lax.ppermute(partial, axis_name, ring_permutation(p))")
+        elif np.all(sums == everyone):
+            why = ("every device's contribution arrives once, but added to the wrong chunk: the "
+                   "chunk you add must have the index of the partial sum you receive")
+        elif np.any(sums > everyone) or np.any(sums != np.round(sums)):
+            why = "some contributions are counted more than once"
+        else:
+            why = "some devices' contributions never arrive: send the partial sum you hold on"
+        _fail(exercise, f"the ring's result is wrong on device(s) {wrong}: {why}")
+    if len(ops) != p - 1:
+        _fail(exercise, f"the right sum, but {len(ops)} collective-permute ops in the program "
+                        f"where a ring needs p - 1 = {p - 1}: send one chunk per step")
+    _passed(exercise, f"{p - 1} steps, each one collective-permute of one chunk per device")

@@ -1,0 +1,49 @@
+"""The ring-step self-check passes the package's step and names what is wrong in typical ones."""
+
+import jax
+import pytest
+
+from course_utils import data_mesh, reduce_scatter_step, ring_permutation
+from course_utils.check_helpers import ExerciseFailed
+from course_utils.ring_checks import check_ring_step
+
+
+def _step(send_to, chunk_offset, also=None):
+    """A ring step that sends to ``send_to(j, p)`` and adds chunk ``i - s - chunk_offset``."""
+
+    def step(partial, chunks, s, axis_name):
+        p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
+        received = partial
+        if send_to:
+            pairs = [(j, send_to(j, p)) for j in range(p)]
+            received = jax.lax.ppermute(partial, axis_name, pairs)
+        extra = also(partial, axis_name) if also else 0
+        return received + chunks[(i - s - chunk_offset) % p] + extra
+
+    return step
+
+
+WRONG = [
+    (_step(None, 2), "no device receives anything"),
+    (_step(lambda j, p: (j + 1) % p, 1), "added to the wrong chunk"),
+    (_step(lambda j, p: (j - 1) % p, 2), "added to the wrong chunk"),
+    (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: x), "counted more than once"),
+    (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: jax.lax.psum(x, a)), "the program has"),
+    (lambda partial, chunks, s, axis_name: chunks, "must return one chunk"),
+    (lambda partial, chunks, s, axis_name: 1 / 0, "raised ZeroDivisionError"),
+    (None, "my_step is not defined"),
+    (3, "object of type int, not a function"),
+]
+
+
+def test_the_package_step_passes(capsys):
+    check_ring_step(reduce_scatter_step, data_mesh())
+    assert "PASSED: one ring step (3 steps" in capsys.readouterr().out
+    check_ring_step(_step(lambda j, p: (j + 1) % p, 2), data_mesh())  # written another way
+    assert ring_permutation(4)[-1] == (3, 0)
+
+
+@pytest.mark.parametrize("step, match", WRONG)
+def test_wrong_steps_are_named(step, match):
+    with pytest.raises(ExerciseFailed, match=match):
+        check_ring_step(step, data_mesh())
