@@ -97,10 +97,15 @@ def start_workers(
     devices_per_process: int,
     port: int,
     timeout: int,
+    workers: list[Worker],
     fail_rank: int | None = None,
-) -> list[Worker]:
-    """Start the N worker processes; their stdout and stderr go to files in ``folder``."""
-    workers = []
+) -> None:
+    """Start the N worker processes into ``workers``; their stdout and stderr go to files in
+    ``folder``.
+
+    Each process joins ``workers`` before a Ctrl-C can interrupt the launcher (SIGINT is held back
+    from the spawn until the append), so the caller's ``finally`` stops every process started.
+    """
     for i in range(processes):
         command = [
             sys.executable,
@@ -121,8 +126,11 @@ def start_workers(
             command.append("--fail-before-check")
         out, err = folder / f"worker{i}.out", folder / f"worker{i}.err"
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
-            workers.append(Worker(i, spawn(command, stdout, stderr), out, err))
-    return workers
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                workers.append(Worker(i, spawn(command, stdout, stderr), out, err))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def stop_workers(workers: list[Worker]) -> None:
@@ -253,10 +261,11 @@ def launch(
         port = free_port()
     check_port(port)
     with tempfile.TemporaryDirectory(prefix="course-launch-") as folder:
-        workers = start_workers(
-            Path(folder), processes, devices_per_process, port, timeout, fail_rank
-        )
+        workers: list[Worker] = []
         try:
+            start_workers(
+                Path(folder), processes, devices_per_process, port, timeout, workers, fail_rank
+            )
             wait_for_workers(workers, timeout + RUN_SECONDS)
         finally:
             stop_workers(workers)
