@@ -127,9 +127,22 @@ def array_holdings(array) -> list[list[float | None]]:
     return holdings([list(map(float, s.data)) for s in shards], array.shape[0], offsets)
 
 
-def grid_panel(title: str, cells: list[list[float | None]], *, xlabel: str = "position") -> dict:
-    """A grid panel: one row per device (device 0 on top), one column per position."""
-    return {"kind": "grid", "title": title, "cells": cells, "xlabel": xlabel, "ylabel": "device"}
+def grid_panel(
+    title: str,
+    cells: list[list[float | None]],
+    *,
+    xlabel: str = "position",
+    value_range: tuple[float, float] | None = None,
+) -> dict:
+    """A grid panel: one row per device (device 0 on top), one column per position.
+
+    ``value_range`` fixes the colour scale (to compare colours across panels); by default each
+    panel scales to its own values.
+    """
+    panel = {"kind": "grid", "title": title, "cells": cells, "xlabel": xlabel, "ylabel": "device"}
+    if value_range is not None:
+        panel["value_range"] = [float(v) for v in value_range]
+    return panel
 
 
 def _validate_grid(panel: dict, where: str) -> None:
@@ -143,6 +156,12 @@ def _validate_grid(panel: dict, where: str) -> None:
     for field in ("title", "xlabel", "ylabel"):
         if not isinstance(panel.get(field), str) or not panel[field]:
             raise ValueError(f"{where} needs a {field}")
+    bounds = panel.get("value_range")
+    if bounds is not None and not (
+        isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
+        and bounds[0] < bounds[1]
+    ):
+        raise ValueError(f"{where}.value_range must be [low, high] with low < high")
 
 
 def validate_figure_data(data) -> None:
@@ -282,10 +301,10 @@ def _draw_grid(ax, panel: dict) -> None:
     cells = panel["cells"]
     values = np.ma.masked_invalid(np.array([[np.nan if v is None else v for v in r] for r in cells],
                                            dtype=float))
-    ax.imshow(values, cmap="viridis", aspect="auto")
+    lo, hi = panel.get("value_range") or (float(values.min()), float(values.max()))
+    ax.imshow(values, cmap="viridis", aspect="auto", vmin=lo, vmax=hi)
     ax.set_facecolor("0.92")  # positions a device does not hold
     if len(cells[0]) <= 16:
-        lo, hi = float(values.min()), float(values.max())
         for i, row in enumerate(cells):
             for j, v in enumerate(row):
                 if v is not None:

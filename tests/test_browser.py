@@ -136,7 +136,7 @@ def browser(lab):
 
 
 def test_the_browser_runs_the_first_step_and_the_ones_with_figures_or_processes():
-    assert [p.name[:2] for p in IN_THE_BROWSER] == ["01", "03", "05", "06", "08", "09", "10"]
+    assert [p.name[:2] for p in IN_THE_BROWSER] == ["01", "03", "05", "06", "08", "09", "10", "11"]
 
 
 @pytest.mark.parametrize("path", IN_THE_BROWSER, ids=lambda p: p.stem)

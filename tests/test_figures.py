@@ -156,6 +156,8 @@ def test_grid_panel_shows_who_holds_which_values():
     image = fig.axes[0].images[0].get_array()
     assert image.mask.tolist() == [[False, False, True, True], [True, True, False, False]]
     assert [t.get_text() for t in fig.axes[0].texts] == ["1", "2", "3", "4"]
+    fixed = plot_figure({"panels": [grid_panel("k", cells, value_range=(0, 8))]})
+    assert fixed.axes[0].images[0].get_clim() == (0.0, 8.0)
 
 
 @pytest.mark.parametrize(
@@ -173,6 +175,12 @@ def test_grid_panel_shows_who_holds_which_values():
             "numbers, or None",
         ),
         (lambda: validate_figure_data({"panels": [grid_panel("", [[1.0]])]}), "needs a title"),
+        (
+            lambda: validate_figure_data(
+                {"panels": [grid_panel("t", [[1.0]], value_range=(2, 1))]}
+            ),
+            "value_range must be",
+        ),
     ],
 )
 def test_bad_grids_name_the_problem(call, match):

@@ -15,7 +15,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-
 SECRETS = re.compile(r"/(tmp|root|home|work|Users)/|ipykernel_\d+")
 
 
-def test_the_eight_steps_are_there():
+def test_the_steps_are_there():
     assert [p.stem for p in NOTEBOOKS] == [
         "01_mesh_setup",
         "02_partial_gradients",
@@ -27,6 +27,7 @@ def test_the_eight_steps_are_there():
         "08_communication_budget",
         "09_beyond_one_process",
         "10_performance_lab",
+        "11_ring_by_hand",
     ]
 
 

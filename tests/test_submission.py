@@ -142,6 +142,9 @@ LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(y
                       for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
 
 
+RING_STEP_WITHOUT_SEND = """def my_step(partial, chunks, s, axis_name):
+    i = jax.lax.axis_index(axis_name)
+    return partial + chunks[(i - s - 2) % chunks.shape[0]]"""
 WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
        "scatter_gather_bytes": nbytes, "shard_storage_bytes": nbytes // N_DEVICES}"""
 
@@ -173,6 +176,7 @@ WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
         ("07_row_permutation_exercise.ipynb", WITHOUT_W2, "w2 is not defined"),
         ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
         ("08_communication_budget.ipynb", WRONG_BUDGET_ROW, "the factor (p-1)/p"),
+        ("11_ring_by_hand.ipynb", RING_STEP_WITHOUT_SEND, "no device receives anything"),
         (
             "05_timing.ipynb",
             'predicted_stored = {"all_reduce": 32, "reduce_scatter": 32, "all_gather": 32}',
