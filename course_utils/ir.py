@@ -50,6 +50,13 @@ _HLO_OP = re.compile(
 )
 
 
+# a combined (tuple) collective: `= (f32[1024]{0}, f32[8]{0}) all-reduce(…`
+_HLO_TUPLE_OP = re.compile(
+    r"=\s*\(([^()]*)\)\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$", re.MULTILINE
+)
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+
+
 def _entry(op: str, shape: tuple[int, ...], dtype: str) -> dict:
     return {
         "op": op,
@@ -133,17 +140,34 @@ def replica_groups(text: str) -> list[list[int]]:
 def hlo_collectives(text: str) -> list[dict]:
     """Collectives in compiled HLO text, with result shape, dtype, bytes and replica groups.
 
+    XLA combines several collectives of one program into one op with a tuple result (its
+    all-reduce combiner, for example); such an entry has ``shape`` and ``dtype`` of its first
+    buffer, ``bytes`` of all of them and ``buffers``, how many it combines.
+
     Examples:
         >>> line = ('ROOT %rs = f32[2]{0} reduce-scatter(%p), channel_id=1, '
         ...         'replica_groups={{0,1,2,3}}, dimensions={0}')
         >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
         [{'op': 'reduce-scatter', 'shape': (2,), 'dtype': 'f32', 'bytes': 8,
           'replica_groups': [[0, 1, 2, 3]]}]
+        >>> line = '%ar = (f32[4]{0}, f32[2]{0}) all-reduce(%a, %b), replica_groups={{0,1}}'
+        >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
+        [{'op': 'all-reduce', 'shape': (4,), 'dtype': 'f32', 'bytes': 24,
+          'replica_groups': [[0, 1]], 'buffers': 2}]
     """
     found = []
-    for dtype, dims, op, rest in _HLO_OP.findall(text):
-        entry = _entry(op, tuple(int(d) for d in dims.split(",") if d), dtype)
-        entry["replica_groups"] = replica_groups(rest)
+    for match in sorted([*_HLO_OP.finditer(text), *_HLO_TUPLE_OP.finditer(text)],
+                        key=lambda m: m.start()):
+        if match.re is _HLO_OP:
+            dtype, dims, op, rest = match.groups()
+            entry = _entry(op, tuple(int(d) for d in dims.split(",") if d), dtype)
+            entry["replica_groups"] = replica_groups(rest)
+        else:
+            arrays, op, rest = match.groups()
+            parts = [_entry(op, tuple(_ints(d)), t) for t, d in _ARRAY.findall(arrays)]
+            entry = {**parts[0], "bytes": sum(e["bytes"] for e in parts)}
+            entry["replica_groups"] = replica_groups(rest)
+            entry["buffers"] = len(parts)
         found.append(entry)
     return found
 
