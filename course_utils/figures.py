@@ -16,6 +16,7 @@ and a ``ylabel``; a line panel an ``xlabel`` too (units belong in the labels). O
   the sizes and device counts of this course);
 - panel ``xunit``: ``'bytes'`` writes x ticks as B, KiB, MiB;
 - panel ``hline``: a y value drawn as a thin reference line (1 on ratio plots);
+- panel ``vline``: an x value drawn as a thin line (to mark a best size);
 - series ``style``: ``'measured'`` (markers, the default) or ``'model'`` (dashed, no markers);
 - series ``low`` / ``high``: a band around the line (the interquartile range of a measurement);
 - series ``color``: a matplotlib colour (``'C0'``…), to pair a model with its measurement.
@@ -229,8 +230,9 @@ def validate_figure_data(data) -> None:
             raise ValueError(f"{where}.xunit is {panel['xunit']!r}; use 'bytes' or leave it out")
         if any("color" in s and not isinstance(s["color"], str) for s in series):
             raise ValueError(f"{where}: a series color must be a string such as 'C0'")
-        if "hline" in panel and not _is_number(panel["hline"]):
-            raise ValueError(f"{where}.hline must be a number")
+        for field in ("hline", "vline"):
+            if field in panel and not _is_number(panel[field]):
+                raise ValueError(f"{where}.{field} must be a number")
         for field in ("xscale", "yscale"):
             if panel.get(field, "linear") not in SCALES:
                 raise ValueError(
@@ -286,6 +288,8 @@ def _draw_line(ax, panel: dict) -> None:
                                 linewidth=0)
     if "hline" in panel:
         ax.axhline(panel["hline"], color="0.4", linewidth=0.8, linestyle=":")
+    if "vline" in panel:
+        ax.axvline(panel["vline"], color="0.4", linewidth=0.8, linestyle=":")
     ax.set_xlabel(panel["xlabel"])
     ax.set_yscale(panel.get("yscale", "linear"))
     if panel.get("xscale") == "log":

@@ -52,6 +52,7 @@ def test_renderer_applies_the_house_style():
         "xlabel": "S",
         "ylabel": "µs",
         "hline": 1,
+        "vline": 2**10,
         "series": [
             {"label": "measured", "y": [1.0] * 21, "low": [0.5] * 21, "high": [2.0] * 21},
             {"label": "model", "y": [3.0] * 21, "style": "model"},
@@ -60,7 +61,8 @@ def test_renderer_applies_the_house_style():
     fig = plot_figure({"panels": [panel] * 5})
     assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 3)] * 5
     ax = fig.axes[0]
-    measured, model, reference = ax.lines
+    measured, model, reference, marked = ax.lines
+    assert list(marked.get_xdata()) == [2**10, 2**10]
     assert measured.get_marker() == "o" and measured.get_linestyle() == "-"
     assert model.get_marker() == "None" and model.get_linestyle() == "--"
     assert list(reference.get_ydata()) == [1, 1]
@@ -123,6 +125,7 @@ def _broken(path, value):
         (_broken(["panels", 0, "series", 0, "style"], "dots"), r"style is 'dots'"),
         (_broken(["panels", 0, "series", 0, "low"], [1]), r"low must be 3 numbers"),
         (_broken(["panels", 0, "hline"], "one"), r"hline must be a number"),
+        (_broken(["panels", 0, "vline"], None), r"vline must be a number"),
         (_broken(["panels", 0, "xunit"], "KiB"), r"xunit is 'KiB'"),
         (
             {"panels": [{"kind": "line", "x": ["a"], "series": [{"y": [1]}]}]},

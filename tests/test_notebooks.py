@@ -28,6 +28,7 @@ def test_the_steps_are_there():
         "09_beyond_one_process",
         "10_performance_lab",
         "11_ring_by_hand",
+        "12_latency_and_bucketing",
     ]
 
 

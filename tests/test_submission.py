@@ -177,6 +177,7 @@ WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
         ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
         ("08_communication_budget.ipynb", WRONG_BUDGET_ROW, "the factor (p-1)/p"),
         ("11_ring_by_hand.ipynb", RING_STEP_WITHOUT_SEND, "no device receives anything"),
+        ("12_latency_and_bucketing.ipynb", "my_bucket = max(EX_CANDIDATES)", "a smaller bucket"),
         (
             "05_timing.ipynb",
             'predicted_stored = {"all_reduce": 32, "reduce_scatter": 32, "all_gather": 32}',

@@ -1,13 +1,14 @@
-"""Self-check for step 11: one step of the ring reduce-scatter, written by the student."""
+"""Self-checks for steps 11–13: the ring, buckets, the two-level all-reduce."""
 
 from __future__ import annotations
 
 import numpy as np
 from jax.sharding import Mesh
 
-from course_utils.check_helpers import _fail, _passed
+from course_utils.check_helpers import _fail, _number, _passed
 from course_utils.ir import collectives_in
 from course_utils.kernels import block_collective
+from course_utils.latency import bucketed_step_time
 from course_utils.ring import ring_reduce_scatter
 
 
@@ -66,3 +67,27 @@ def check_ring_step(step, mesh: Mesh) -> None:
         _fail(exercise, f"the right sum, but {len(ops)} collective-permute ops in the program "
                         f"where a ring needs p - 1 = {p - 1}: send one chunk per step")
     _passed(exercise, f"{p - 1} steps, each one collective-permute of one chunk per device")
+
+
+def check_bucket_choice(choice, sizes, candidates, **model) -> None:
+    """Exercise 12: the bucket size, out of ``candidates``, that minimizes
+    ``bucketed_step_time(sizes, bucket, **model)``; a choice within 2 % of the best time passes.
+    """
+    exercise = "bucket size"
+    got = _number(choice)
+    if got is None or got != int(got):
+        _fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")
+    if int(got) not in candidates:
+        _fail(exercise, f"{int(got)} is not one of the candidates {list(candidates)}")
+    times = {b: bucketed_step_time(sizes, b, **model) for b in candidates}
+    best = min(times.values())
+    if times[int(got)] > 1.02 * best:
+        smaller = [b for b in candidates if b < got and times[b] < times[int(got)]]
+        direction = "smaller" if smaller else "larger"
+        _fail(
+            exercise,
+            f"{int(got)} bytes gives {times[int(got)] / best:.2f}× the best modelled time; a "
+            f"{direction} bucket does better (compare what each bucket size pays in α with how "
+            "long the last bucket waits for the end of the backward pass)",
+        )
+    _passed(exercise, f"{int(got)} bytes: {times[int(got)] * 1e3:.2f} ms in the model")

@@ -1,11 +1,12 @@
 """The ring-step self-check passes the package's step and names what is wrong in typical ones."""
 
 import jax
+import numpy as np
 import pytest
 
-from course_utils import data_mesh, reduce_scatter_step, ring_permutation
+from course_utils import bucketed_step_time, data_mesh, reduce_scatter_step, ring_permutation
+from course_utils.algorithm_checks import check_bucket_choice, check_ring_step
 from course_utils.check_helpers import ExerciseFailed
-from course_utils.ring_checks import check_ring_step
 
 
 def _step(send_to, chunk_offset, also=None):
@@ -47,3 +48,22 @@ def test_the_package_step_passes(capsys):
 def test_wrong_steps_are_named(step, match):
     with pytest.raises(ExerciseFailed, match=match):
         check_ring_step(step, data_mesh())
+
+
+SIZES = [2**16] * 64
+MODEL = dict(ranks=8, alpha_s=5e-5, bandwidth_bytes_per_s=1e9, backward_s=0.01)
+CANDIDATES = [2**14, 2**16, 2**18, 2**20, 2**22]
+
+
+def test_bucket_choice():
+    best = min(CANDIDATES, key=lambda b: bucketed_step_time(SIZES, b, **MODEL))
+    check_bucket_choice(best, SIZES, CANDIDATES, **MODEL)
+    check_bucket_choice(np.int64(best), SIZES, CANDIDATES, **MODEL)
+    with pytest.raises(ExerciseFailed, match="a larger bucket does better"):
+        check_bucket_choice(2**14, SIZES, CANDIDATES, **MODEL)
+    with pytest.raises(ExerciseFailed, match="a smaller bucket does better"):
+        check_bucket_choice(2**22, SIZES, CANDIDATES, **MODEL)
+    with pytest.raises(ExerciseFailed, match="not one of the candidates"):
+        check_bucket_choice(12345, SIZES, CANDIDATES, **MODEL)
+    with pytest.raises(ExerciseFailed, match="whole bytes"):
+        check_bucket_choice("1 MiB", SIZES, CANDIDATES, **MODEL)
