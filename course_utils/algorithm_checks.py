@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from course_utils.check_helpers import _fail, _number, _passed
 from course_utils.ir import collectives_in
@@ -91,3 +93,52 @@ def check_bucket_choice(choice, sizes, candidates, **model) -> None:
             "long the last bucket waits for the end of the backward pass)",
         )
     _passed(exercise, f"{int(got)} bytes: {times[int(got)] * 1e3:.2f} ms in the model")
+
+
+def check_two_level(fn, mesh: Mesh) -> None:
+    """Exercise 13: ``fn(x)``, this device's f32[m] → the all-reduced f32[m], in two levels on a
+    ``("node", "local")`` mesh: checked on every device against a flat ``psum`` and through the
+    compiled program's collectives and their device groups."""
+    exercise = "two-level all-reduce"
+    if fn is None:
+        _fail(exercise, "my_two_level is not defined; define the function my_two_level(x)")
+    if not callable(fn):
+        _fail(exercise, f"my_two_level is an object of type {type(fn).__name__}, not a function")
+    nodes, local = mesh.shape["node"], mesh.shape["local"]
+    p = nodes * local
+    blocks = np.random.default_rng(13).standard_normal((p, 4 * local)).astype(np.float32)
+    spec = P(("node", "local"), None)
+    kernel = jax.jit(jax.shard_map(lambda b: fn(b[0])[None], mesh=mesh, in_specs=spec,
+                                   out_specs=spec, check_vma=False))
+    try:
+        got = np.asarray(kernel(blocks))
+    except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
+        text = str(error).strip()
+        first = text.splitlines()[0].rstrip(":") if text else ""
+        _fail(exercise, f"running my_two_level on every device raised {type(error).__name__}: "
+                        f"{first}")
+    expected = np.tile(blocks.sum(axis=0), (p, 1))
+    if got.shape != expected.shape:
+        _fail(exercise, f"each device should end with the whole vector, {blocks.shape[1]} values;"
+                        f" yours end with {got.shape[1]} (did you all-gather inside the node?)")
+    wrong = [d for d in range(p) if not np.allclose(got[d], expected[d], rtol=1e-4, atol=1e-4)]
+    if wrong:
+        _fail(exercise, f"the sum is wrong on device(s) {wrong}: every device must end with the "
+                        "sum over all devices of all nodes")
+    node_groups = [list(range(n * local, (n + 1) * local)) for n in range(nodes)]
+    across = [list(range(i, p, local)) for i in range(local)]
+    ops = [(o["op"], o["replica_groups"]) for o in collectives_in(kernel, blocks)["hlo"]]
+    everyone = [[list(range(p))], []]
+    if local > 1 and nodes > 1:
+        if any(op == "all-reduce" and groups in everyone for op, groups in ops):
+            _fail(exercise, "the right sum, but through one all-reduce over all devices: that is "
+                            "the flat schedule; use the axes 'local' and 'node' one at a time")
+        if not any(op == "reduce-scatter" and groups == node_groups for op, groups in ops):
+            _fail(exercise, "the right sum, but nothing is reduce-scattered inside the nodes, so "
+                            "each device sends its whole vector across the network; start with "
+                            "jax.lax.psum_scatter over 'local'")
+        if not any(op == "all-reduce" and groups == across for op, groups in ops):
+            _fail(exercise, "the right sum, but no all-reduce across the nodes on the slices; "
+                            "all-reduce each device's slice over 'node'")
+    _passed(exercise, f"reduce-scatter in {nodes} node(s) of {local}, all-reduce across the nodes"
+                      ", all-gather in the nodes")

@@ -68,6 +68,22 @@ def data_mesh(axis_name: str = "data") -> Mesh:
     return Mesh(np.asarray(jax.devices()), (axis_name,))
 
 
+def node_local_mesh(n_nodes: int) -> Mesh:
+    """A two-axis mesh ``("node", "local")`` of shape ``(n_nodes, n_devices / n_nodes)``: devices
+    0 … l−1 form node 0, the next l node 1, and so on (``jax.devices()`` order).
+
+    Examples:
+        >>> node_local_mesh(1).axis_names
+        ('node', 'local')
+    """
+    n = len(jax.devices())
+    if not isinstance(n_nodes, int) or isinstance(n_nodes, bool) or n_nodes < 1 or n % n_nodes:
+        raise ValueError(
+            f"n_nodes must be a positive integer that divides the {n} devices, got {n_nodes!r}"
+        )
+    return Mesh(np.asarray(jax.devices()).reshape(n_nodes, n // n_nodes), ("node", "local"))
+
+
 def axis_of(mesh: Mesh) -> str:
     """The name of a one-axis mesh's axis; a clear error for any other mesh."""
     if len(mesh.axis_names) != 1:

@@ -1,0 +1,92 @@
+"""The two-level all-reduce equals a flat psum; its groups and bytes; its model; its self-check."""
+
+import jax
+import numpy as np
+import pytest
+
+from course_utils import (
+    data_mesh,
+    hierarchical_all_reduce,
+    hierarchical_time,
+    node_local_mesh,
+)
+from course_utils.algorithm_checks import check_two_level
+from course_utils.check_helpers import ExerciseFailed
+
+SAME_AS_PSUM = """
+p = jax.device_count()
+rng = np.random.default_rng(p)
+flat = block_collective(data_mesh(), "all_reduce")
+worst, groups = 0.0, {}
+for nodes in [n for n in (1, 2, 4) if p % n == 0]:
+    mesh = node_local_mesh(nodes)
+    for m in (p, 8 * p):
+        blocks = rng.standard_normal((p, m)).astype(np.float32)
+        got, ref = hierarchical_all_reduce(mesh)(blocks), flat(blocks)
+        for a, b in zip(got.addressable_shards, ref.addressable_shards):
+            assert a.device == b.device and a.data.shape == b.data.shape
+            worst = max(worst, float(np.max(np.abs(np.asarray(a.data) - np.asarray(b.data)))))
+    ops = collectives_in(hierarchical_all_reduce(mesh), np.zeros((p, 8 * p), np.float32))["hlo"]
+    groups[nodes] = [(o["op"], o["replica_groups"], o["bytes"]) for o in ops]
+print(json.dumps({"worst": worst, "groups": groups}))
+"""
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_two_levels_equal_a_flat_psum_and_talk_in_the_right_groups(run_with_devices, n):
+    result = run_with_devices(n, SAME_AS_PSUM)
+    assert result["worst"] < 1e-4
+    local = n // 2
+    rs, ar, ag = result["groups"]["2"]
+    nodes = [list(range(0, local)), list(range(local, n))]
+    assert rs[0] == "reduce-scatter" and rs[1] == nodes
+    assert ar[0] == "all-reduce" and ar[1] == [[i, i + local] for i in range(local)]
+    assert ag[0] == "all-gather" and ag[1] == nodes
+    # across the nodes each device all-reduces 1/local of the vector
+    assert ar[2] * local == 4 * 8 * n == ag[2]
+
+
+def test_the_gain_grows_as_the_network_gets_slower_than_the_node():
+    def ratio(local_bytes_per_s):
+        t = hierarchical_time(2**26, 2, 4, alpha_s=1e-5, local_bytes_per_s=local_bytes_per_s,
+                              node_bytes_per_s=1e9)
+        return t["flat"] / t["hierarchical"]
+
+    # equal links: the same bytes in total, in fewer steps (2(l-1) + 2(n-1) < 2(nl-1))
+    assert 1 < ratio(1e9) < ratio(1e10) < ratio(1e11)
+    assert ratio(1e11) > 3
+
+
+def test_bad_meshes_and_blocks_get_a_short_error():
+    p = jax.device_count()
+    with pytest.raises(ValueError, match="divides the"):
+        node_local_mesh(p + 1)
+    with pytest.raises(ValueError, match="expected a mesh with axes"):
+        hierarchical_all_reduce(data_mesh())
+    with pytest.raises(ValueError, match="divisible by the 2 devices of a node"):
+        hierarchical_all_reduce(node_local_mesh(p // 2))(np.zeros((p, 3), np.float32))
+
+
+def _two_level(x):
+    mine = jax.lax.psum_scatter(x, "local", tiled=True)
+    return jax.lax.all_gather(jax.lax.psum(mine, "node"), "local", tiled=True)
+
+
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (lambda x: jax.lax.psum(x, ("node", "local")), "that is the flat schedule"),
+        (lambda x: jax.lax.psum(jax.lax.psum(x, "local"), "node"), "nothing is reduce-scattered"),
+        (lambda x: jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True), "node"),
+         "did you all-gather inside the node"),
+        (lambda x: x * 0, "the sum is wrong"),
+        (None, "my_two_level is not defined"),
+        (lambda x: 1 / 0, "raised ZeroDivisionError"),
+    ],
+)
+def test_the_two_level_check(fn, match, capsys):
+    mesh = node_local_mesh(2)
+    check_two_level(_two_level, mesh)
+    assert "PASSED: two-level all-reduce" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match=match):
+        check_two_level(fn, mesh)
