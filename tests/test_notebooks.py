@@ -29,6 +29,7 @@ def test_the_steps_are_there():
         "10_performance_lab",
         "11_ring_by_hand",
         "12_latency_and_bucketing",
+        "13_hierarchical_all_reduce",
     ]
 
 

@@ -179,6 +179,11 @@ WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
         ("11_ring_by_hand.ipynb", RING_STEP_WITHOUT_SEND, "no device receives anything"),
         ("12_latency_and_bucketing.ipynb", "my_bucket = max(EX_CANDIDATES)", "a smaller bucket"),
         (
+            "13_hierarchical_all_reduce.ipynb",
+            'def my_two_level(x):\n    return jax.lax.psum(x, ("node", "local"))',
+            "that is the flat schedule",
+        ),
+        (
             "05_timing.ipynb",
             'predicted_stored = {"all_reduce": 32, "reduce_scatter": 32, "all_gather": 32}',
             "each device keeps one slice of the sum",
