@@ -20,7 +20,12 @@ def _run(exercise: str, step, mesh: Mesh, blocks: np.ndarray) -> np.ndarray:
     except Exception as error:  # noqa: BLE001 - the student's step failed: say how, in a line
         text = str(error).strip()
         first = text.splitlines()[0].rstrip(":") if text else ""
-        _fail(exercise, f"running the ring with your step raised {type(error).__name__}: {first}")
+        hint = ""
+        if "Abstract tracer" in text or "TracerIntegerConversion" in type(error).__name__:
+            hint = ("; the device index is a traced value inside the kernel: index arrays with "
+                    "it (chunks[...]) instead of converting it with int()")
+        _fail(exercise,
+              f"running the ring with your step raised {type(error).__name__}: {first}{hint}")
 
 
 def check_ring_step(step, mesh: Mesh) -> None:
@@ -37,6 +42,9 @@ def check_ring_step(step, mesh: Mesh) -> None:
     if not callable(step):
         _fail(exercise, f"my_step is an object of type {type(step).__name__}, not a function")
     p = mesh.size
+    if p == 1:
+        _passed(exercise, "with one device the ring has no step to check; run with 2 or more")
+        return
     blocks = np.random.default_rng(11).standard_normal((p, 4 * p)).astype(np.float32)
     got = _run(exercise, step, mesh, blocks)
     expected = np.asarray(block_collective(mesh, "reduce_scatter")(blocks))
@@ -54,7 +62,14 @@ def check_ring_step(step, mesh: Mesh) -> None:
         sums = _run(exercise, step, mesh, masks)[:, 0]
         everyone = 2.0**p - 1
         own = sums / 2.0 ** np.arange(p)
-        if np.all(own == own[0]):
+        whole = blocks.reshape(p, p, -1).sum(axis=0)  # the sum of every chunk
+        held = [next((c for c in range(p) if np.allclose(got[d], whole[c], atol=1e-4)), None)
+                for d in range(p)]
+        if None not in held:
+            why = ("each device ends with a complete sum, but of another chunk than its own: "
+                   "the partial sums travel the wrong way round; send to the next device, "
+                   "i → i + 1 (ring_permutation(p))")
+        elif np.all(own == own[0]):
             why = ("no device receives anything: pass partial to the next device with "
                    "jax.lax.ppermute(partial, axis_name, ring_permutation(p))")
         elif np.all(sums == everyone):
@@ -76,6 +91,8 @@ def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     ``bucketed_step_time(sizes, bucket, **model)``; a choice within 2 % of the best time passes.
     """
     exercise = "bucket size"
+    if choice is None:
+        _fail(exercise, "my_bucket is not defined; store your choice (bytes) in my_bucket")
     got = _number(choice)
     if got is None or got != int(got):
         _fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")
@@ -115,8 +132,14 @@ def check_two_level(fn, mesh: Mesh) -> None:
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
         text = str(error).strip()
         first = text.splitlines()[0].rstrip(":") if text else ""
+        hint = ("; without tiled=True, psum_scatter wants a first dimension of length "
+                "local: pass tiled=True" if "scatter dimension size" in text else "")
         _fail(exercise, f"running my_two_level on every device raised {type(error).__name__}: "
-                        f"{first}")
+                        f"{first}{hint}")
+    if got.ndim != 2:
+        _fail(exercise, f"my_two_level must return a vector, f32[m]; yours returns shape "
+                        f"{got.shape[1:]} on each device (all_gather with tiled=True lays the "
+                        "slices end to end)")
     expected = np.tile(blocks.sum(axis=0), (p, 1))
     if got.shape != expected.shape:
         _fail(exercise, f"each device should end with the whole vector, {blocks.shape[1]} values;"
@@ -140,5 +163,12 @@ def check_two_level(fn, mesh: Mesh) -> None:
         if not any(op == "all-reduce" and groups == across for op, groups in ops):
             _fail(exercise, "the right sum, but no all-reduce across the nodes on the slices; "
                             "all-reduce each device's slice over 'node'")
+        slice_bytes = 4 * blocks.shape[1] // local
+        crossing = [o["bytes"] for o in collectives_in(kernel, blocks)["hlo"]
+                    if o["op"] == "all-reduce" and o["replica_groups"] == across]
+        if max(crossing) > slice_bytes:
+            _fail(exercise, f"the right sum, but the all-reduce across the nodes carries "
+                            f"{max(crossing) // slice_bytes}× a slice per device: reduce-scatter "
+                            "inside the node before crossing, so only 1/local of the vector does")
     _passed(exercise, f"reduce-scatter in {nodes} node(s) of {local}, all-reduce across the nodes"
                       ", all-gather in the nodes")

@@ -1,8 +1,10 @@
 """The α-β model with its latency term: all-reduce algorithms, and buckets of gradients.
 
 An all-reduce of ``n`` bytes over ``p`` ranks, each message costing ``α`` to start and ``1/B`` per
-byte (reduction arithmetic ignored), after Thakur, Rabenseifner & Gropp (2005), *Optimization of
-Collective Communication Operations in MPICH*, with ``L = ⌈log₂ p⌉``:
+byte (reduction arithmetic ignored), for ``p`` a power of two and ``L = log₂ p``: recursive
+doubling, halving-doubling and the tree after Thakur, Rabenseifner & Gropp (2005), *Optimization of
+Collective Communication Operations in MPICH*; the ring after Patarasuk & Yuan (2009). For other
+``p`` those algorithms need extra steps; ``L = ⌈log₂ p⌉`` is then an approximation.
 
 - ``ring``: reduce-scatter then all-gather around a ring, 2(p−1) steps of n/p bytes:
   ``2(p−1)·α + 2(p−1)/p · n/B``;

@@ -24,6 +24,13 @@ def _step(send_to, chunk_offset, also=None):
     return step
 
 
+def _backwards(partial, chunks, s, axis_name):
+    """The ring run the other way round, each step adding the chunk that does arrive."""
+    p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
+    received = jax.lax.ppermute(partial, axis_name, [(j, (j - 1) % p) for j in range(p)])
+    return received + chunks[(i + s) % p]
+
+
 WRONG = [
     (_step(None, 2), "no device receives anything"),
     (_step(lambda j, p: (j + 1) % p, 1), "added to the wrong chunk"),
@@ -32,6 +39,7 @@ WRONG = [
     (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: jax.lax.psum(x, a)), "the program has"),
     (lambda partial, chunks, s, axis_name: chunks, "must return one chunk"),
     (lambda partial, chunks, s, axis_name: 1 / 0, "raised ZeroDivisionError"),
+    (_backwards, "travel the wrong way round"),
     (None, "my_step is not defined"),
     (3, "object of type int, not a function"),
 ]
@@ -65,5 +73,7 @@ def test_bucket_choice():
         check_bucket_choice(2**22, SIZES, CANDIDATES, **MODEL)
     with pytest.raises(ExerciseFailed, match="not one of the candidates"):
         check_bucket_choice(12345, SIZES, CANDIDATES, **MODEL)
+    with pytest.raises(ExerciseFailed, match="my_bucket is not defined"):
+        check_bucket_choice(None, SIZES, CANDIDATES, **MODEL)
     with pytest.raises(ExerciseFailed, match="whole bytes"):
         check_bucket_choice("1 MiB", SIZES, CANDIDATES, **MODEL)

@@ -80,6 +80,16 @@ def _two_level(x):
         (lambda x: jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True), "node"),
          "did you all-gather inside the node"),
         (lambda x: x * 0, "the sum is wrong"),
+        (
+            lambda x: jax.lax.all_gather(
+                jax.lax.psum_scatter(jax.lax.psum(x, "node"), "local", tiled=True), "local",
+                tiled=True,
+            ),
+            "carries 2× a slice per device",
+        ),
+        (lambda x: jax.lax.all_gather(jax.lax.psum_scatter(x, "local", tiled=True), "local"),
+         "must return a vector"),
+        (lambda x: jax.lax.psum_scatter(x, "local"), "pass tiled=True"),
         (None, "my_two_level is not defined"),
         (lambda x: 1 / 0, "raised ZeroDivisionError"),
     ],
