@@ -14,6 +14,14 @@ from course_utils.latency import bucketed_step_time
 from course_utils.ring import ring_reduce_scatter
 
 
+def _function_given(exercise: str, name: str, value) -> None:
+    """The student's function, looked up by name: defined (``None`` if not) and callable."""
+    if value is None:
+        _fail(exercise, f"{name} is not defined; define the function {name}")
+    if not callable(value):
+        _fail(exercise, f"{name} is an object of type {type(value).__name__}, not a function")
+
+
 def _run(exercise: str, step, mesh: Mesh, blocks: np.ndarray) -> np.ndarray:
     try:
         return np.asarray(ring_reduce_scatter(mesh, step=step)(blocks))
@@ -37,10 +45,7 @@ def check_ring_step(step, mesh: Mesh) -> None:
     compiled program (only ``collective-permute`` ops, p − 1 of them).
     """
     exercise = "one ring step"
-    if step is None:
-        _fail(exercise, "my_step is not defined; define the function my_step")
-    if not callable(step):
-        _fail(exercise, f"my_step is an object of type {type(step).__name__}, not a function")
+    _function_given(exercise, "my_step", step)
     p = mesh.size
     if p == 1:
         _passed(exercise, "with one device the ring has no step to check; run with 2 or more")
@@ -117,10 +122,7 @@ def check_two_level(fn, mesh: Mesh) -> None:
     ``("node", "local")`` mesh: checked on every device against a flat ``psum`` and through the
     compiled program's collectives and their device groups."""
     exercise = "two-level all-reduce"
-    if fn is None:
-        _fail(exercise, "my_two_level is not defined; define the function my_two_level(x)")
-    if not callable(fn):
-        _fail(exercise, f"my_two_level is an object of type {type(fn).__name__}, not a function")
+    _function_given(exercise, "my_two_level", fn)
     nodes, local = mesh.shape["node"], mesh.shape["local"]
     p = nodes * local
     blocks = np.random.default_rng(13).standard_normal((p, 4 * local)).astype(np.float32)
