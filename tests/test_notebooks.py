@@ -122,7 +122,8 @@ def test_solution_and_check_cells_carry_consistent_nbgrader_metadata():
             assert re.fullmatch(rf"{path.stem[:2]}-{kind}(-\d+)?", meta["grade_id"]), where
             grade_ids.append(meta["grade_id"])
     assert len(grade_ids) == len(set(grade_ids)), "grade_ids are not unique"
-    assert points == {step: 1 for step in ["02", "03", "04", "05", "06", "07", "08"]}
+    exercises = ["02", "03", "04", "05", "06", "07", "08", "11", "12", "13"]
+    assert points == {step: 1 for step in exercises}
 
 
 @pytest.mark.parametrize("n_devices", [8])  # 1, 2, 3 and 6: scripts/test_device_counts.sh (CI)
