@@ -16,11 +16,13 @@ import numpy as np
 from course_utils.check_helpers import (
     ExerciseFailed,
     _common_ratio,
+    _error_line,
     _fail,
     _number,
     _off_by,
     _passed,
     _placement,
+    _tiled_hint,
     _values,
 )
 from course_utils.constants import ATOL
@@ -28,6 +30,7 @@ from course_utils.cost import communication_budget
 from course_utils.data import reference_gradient
 from course_utils.ir import collectives_in
 from course_utils.kernels import Kernel
+from course_utils.placement import values_per_device
 
 __all__ = ["ExerciseFailed"]
 
@@ -57,10 +60,9 @@ def _program(exercise: str, fn, args: tuple) -> list[str]:
     try:
         return [op["op"] for op in collectives_in(jitted, *args)["hlo"]]
     except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         _fail(
             exercise,
-            f"your function does not compile as one JAX program ({type(error).__name__}: {first}); "
+            f"your function does not compile as one JAX program ({_error_line(error)}); "
             "build it from jax.shard_map and wrap it in jax.jit",
         )
 
@@ -86,16 +88,12 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
         g = fn(x, y, w)
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
         text = str(error)
-        first = text.strip().splitlines()[0].rstrip(":") if text.strip() else ""
-        hint = ""
-        if "scatter dimension size" in text:
-            hint = ("; without tiled=True, psum_scatter wants a first dimension of length p: "
-                    "pass tiled=True to cut the vector into p slices")
-        elif "out_specs" in text and "replicat" in text:
+        hint = _tiled_hint(error, "p")
+        if "out_specs" in text and "replicat" in text:
             hint = ("; out_specs=P() declares one value on every device, but after psum_scatter "
                     "each device holds a different slice: give out_specs the spec of a vector "
                     "split over 'data' (switching check_vma off would hide the mistake)")
-        _fail(exercise, f"calling {name}(x, y, w) raised {type(error).__name__}: {first}{hint}")
+        _fail(exercise, f"calling {name}(x, y, w) raised {_error_line(error)}{hint}")
     expected = reference_gradient(
         np.asarray(x_host), np.asarray(y_host), np.asarray(w_host)
     ).astype(np.float32)
@@ -162,10 +160,7 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
     exercise = "bytes one device stores"
     if not isinstance(predicted, dict) or set(predicted) != set(arrays):
         _fail(exercise, f"predict a dict with the keys {sorted(arrays)}, got {predicted!r}")
-    measured = {
-        key: min(a.addressable_shards, key=lambda s: s.device.id).data.nbytes
-        for key, a in arrays.items()
-    }
+    measured = {key: values_per_device(a) * a.dtype.itemsize for key, a in arrays.items()}
     whole = max(measured.values())  # the whole gradient, after all-reduce
     ranks = whole // min(measured.values())
     for key, value in measured.items():
