@@ -146,6 +146,17 @@ def grid_panel(
     return panel
 
 
+def _check_labels(panel: dict, where: str) -> None:
+    """Labels are strings; every panel has a title and a y label, and all but bar panels an x
+    label."""
+    needed = ("title", "ylabel") + (("xlabel",) if panel["kind"] != "bar" else ())
+    for field in ("title", "xlabel", "ylabel"):
+        if field in panel and not isinstance(panel[field], str):
+            raise ValueError(f"{where}.{field} must be a string")
+        if field in needed and not panel.get(field):
+            raise ValueError(f"{where} needs a {field} (with units, where there are some)")
+
+
 def _validate_grid(panel: dict, where: str) -> None:
     cells = panel.get("cells")
     if not isinstance(cells, list) or not cells or not all(isinstance(r, list) for r in cells):
@@ -154,9 +165,7 @@ def _validate_grid(panel: dict, where: str) -> None:
         raise ValueError(f"{where}.cells rows must all have the same, non-zero length")
     if not all(v is None or _is_number(v) for r in cells for v in r):
         raise ValueError(f"{where}.cells must hold numbers, or None where a device holds nothing")
-    for field in ("title", "xlabel", "ylabel"):
-        if not isinstance(panel.get(field), str) or not panel[field]:
-            raise ValueError(f"{where} needs a {field}")
+    _check_labels(panel, where)
     bounds = panel.get("value_range")
     if bounds is not None and not (
         isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
@@ -206,12 +215,7 @@ def validate_figure_data(data) -> None:
             bad = [v for v in s["y"] if not _is_number(v)]
             if bad:
                 raise ValueError(f"{where}.series[{j}].y holds non-numeric values {bad[:3]!r}")
-        needed = ("title", "ylabel") + (("xlabel",) if kind == "line" else ())
-        for field in ("title", "xlabel", "ylabel"):
-            if field in panel and not isinstance(panel[field], str):
-                raise ValueError(f"{where}.{field} must be a string")
-            if field in needed and not panel.get(field):
-                raise ValueError(f"{where} needs a {field} (with units, where there are some)")
+        _check_labels(panel, where)
         for j, s in enumerate(series):
             if s.get("style", "measured") not in STYLES:
                 raise ValueError(
@@ -246,8 +250,10 @@ def _log2_ticks(ax, x: Sequence[float], unit: str | None) -> None:
     step = -(-len(x) // MAX_TICKS)
     ticks = list(x)[::-1][::step][::-1]  # always label the largest value
     labels = [format_bytes(t) if unit == "bytes" else _compact(t) for t in ticks]
+    from matplotlib.ticker import NullLocator
+
     ax.set_xticks(ticks, labels, rotation=30 if unit == "bytes" else 0)
-    ax.xaxis.set_minor_locator(_null_locator())
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def _compact(value: float) -> str:
@@ -257,12 +263,6 @@ def _compact(value: float) -> str:
     if value < 1e6:
         return f"{value / 1e3:.3g}k"
     return f"{value / 1e6:.3g}M"
-
-
-def _null_locator():
-    from matplotlib.ticker import NullLocator
-
-    return NullLocator()
 
 
 def _draw_bar(ax, panel: dict) -> None:
