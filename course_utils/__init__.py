@@ -74,6 +74,17 @@ _API = {
     "sample_blocked": ("timing", "sample_blocked"),
     "summarize": ("timing", "summarize"),
     "time_completed_calls": ("timing", "time_completed_calls"),
+    "STRATEGIES": ("strategies", "STRATEGIES"),
+    "train": ("training", "train"),
+    "ring_payload": ("ir", "ring_payload"),
+    "classification_task": ("task", "classification_task"),
+    "padded_size": ("task", "padded_size"),
+    "N_PARAMS": ("task", "N_PARAMS"),
+    "bf16_all_reduce": ("compression", "bf16_all_reduce"),
+    "int8_all_reduce": ("compression", "int8_all_reduce"),
+    "topk_select": ("compression", "topk_select"),
+    "sparse_all_gather": ("compression", "sparse_all_gather"),
+    "powersgd_round": ("compression", "powersgd_round"),
 }
 
 __all__ = sorted(_API)

@@ -193,3 +193,35 @@ def collectives_in(fn, *args) -> dict:
         "stablehlo": stablehlo_collectives(str(lowered.compiler_ir(dialect="stablehlo"))),
         "hlo": hlo_collectives(lowered.compile().as_text()),
     }
+
+
+# bytes one rank sends in a ring, per byte of the op's per-device result, for a group of g ranks
+_RING_SENDS = {
+    "all-reduce": lambda g: 2 * (g - 1) / g,
+    "reduce-scatter": lambda g: g - 1,
+    "all-gather": lambda g: (g - 1) / g,
+    "all-to-all": lambda g: (g - 1) / g,
+    "collective-permute": lambda g: 1.0,
+}
+
+
+def ring_payload(entries: list[dict], ranks: int) -> float:
+    """Bytes each device sends for the compiled collectives ``entries`` (from ``hlo_collectives``),
+    with every collective run as a ring over its group (Patarasuk & Yuan, 2009).
+
+    Per op with a per-device result of b bytes in a group of g devices: all-reduce 2(g−1)/g·b,
+    reduce-scatter (g−1)·b (its result is one slice), all-gather and all-to-all (g−1)/g·b,
+    collective-permute b. The group size is read from ``replica_groups``, ``ranks`` if none.
+
+    Examples:
+        >>> ring_payload([{"op": "all-reduce", "bytes": 400, "replica_groups": []}], 4)
+        600.0
+        >>> ring_payload([{"op": "reduce-scatter", "bytes": 100, "replica_groups": [[0, 1]]},
+        ...               {"op": "all-gather", "bytes": 200, "replica_groups": [[0, 1]]}], 2)
+        200.0
+    """
+    total = 0.0
+    for entry in entries:
+        groups = entry.get("replica_groups") or [range(ranks)]
+        total += _RING_SENDS[entry["op"]](len(groups[0])) * entry["bytes"]
+    return total

@@ -51,7 +51,7 @@ def without_nbgrader(monkeypatch):
     monkeypatch.setitem(sys.modules, "nbgrader", None)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_with_devices():
     """Run a Python snippet in a fresh process with n devices; return what it prints as JSON."""
 

@@ -1,0 +1,94 @@
+"""The training task of part three: a small classification problem and a plain-JAX MLP whose
+parameters are one flat vector, so that sharding them is one ``PartitionSpec``.
+
+The data are built deterministically from a seed (no download): ``ROWS`` points in ``FEATURES``
+dimensions around ``CLASSES`` random centres, labelled by their centre. The model is
+``FEATURES → HIDDEN (tanh) → CLASSES`` with softmax cross-entropy, ``N_PARAMS`` parameters; the
+flat vector is padded with zeros to a multiple of ``p · SCALE_BUCKET`` (the padding's gradient is
+zero, so it stays zero), which every scheme of part three can split evenly across p devices.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from course_utils.validate import positive_int
+
+# 3840 = 2^8·3·5 rows: equal shards on 1, 2, 3, 4, 5, 6 and 8 devices
+ROWS, FEATURES, CLASSES, HIDDEN = 3840, 32, 8, 256
+# one int8 scale per this many values (notebook 15); the flat vector is cut into such buckets
+SCALE_BUCKET = 64
+# (name, shape) of each parameter, in the order they sit in the flat vector
+LAYERS = (("w1", (FEATURES, HIDDEN)), ("b1", (HIDDEN,)),
+          ("w2", (HIDDEN, CLASSES)), ("b2", (CLASSES,)))
+N_PARAMS = sum(math.prod(shape) for _, shape in LAYERS)
+
+
+def classification_task(seed: int = 0, *, skewed: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs ``x`` (``ROWS × FEATURES``, float32) and labels ``y`` (``ROWS``, int32).
+
+    Args:
+        seed: the random seed of the centres and the noise.
+        skewed: if true, the rows are ordered by label, so that contiguous shards (``P(axis)``)
+            each see mostly a few classes; if false, the labels are shuffled and every shard has
+            the same distribution.
+
+    Examples:
+        >>> x, y = classification_task()
+        >>> x.shape, y.shape, x.dtype, sorted(set(y.tolist())) == list(range(CLASSES))
+        ((3840, 32), (3840,), dtype('float32'), True)
+    """
+    rng = np.random.default_rng(positive_int("seed", seed, low=0))
+    centres = rng.normal(size=(CLASSES, FEATURES))
+    y = rng.permutation(np.arange(ROWS) % CLASSES)
+    if skewed:
+        y = np.sort(y)
+    x = centres[y] + 2.0 * rng.normal(size=(ROWS, FEATURES))
+    return x.astype(np.float32), y.astype(np.int32)
+
+
+def padded_size(p: int) -> int:
+    """Length of the flat parameter vector on ``p`` devices: ``N_PARAMS`` rounded up to a
+    multiple of ``p · SCALE_BUCKET``.
+
+    Examples:
+        >>> N_PARAMS, padded_size(4), padded_size(3)
+        (10504, 10752, 10560)
+    """
+    unit = positive_int("p", p) * SCALE_BUCKET
+    return -(-N_PARAMS // unit) * unit
+
+
+def init_params(size: int, seed: int = 0) -> np.ndarray:
+    """The initial flat parameter vector of length ``size`` (≥ ``N_PARAMS``; the rest zeros):
+    weights scaled by 1/√fan-in, biases zero."""
+    rng = np.random.default_rng(seed + 1)
+    parts = []
+    for _, shape in LAYERS:
+        scale = 1 / math.sqrt(shape[0]) if len(shape) == 2 else 0.0
+        parts.append((scale * rng.normal(size=math.prod(shape))).astype(np.float32))
+    return np.concatenate([*parts, np.zeros(size - N_PARAMS, np.float32)])
+
+
+def unflatten(w) -> dict:
+    """The named layers of a flat parameter vector (the padding is dropped)."""
+    layers, start = {}, 0
+    for name, shape in LAYERS:
+        size = math.prod(shape)
+        layers[name] = w[start:start + size].reshape(shape)
+        start += size
+    return layers
+
+
+def loss_sum(w, x, y):
+    """Sum over the rows of ``x`` of the softmax cross-entropy of the MLP with flat parameters
+    ``w``. Divide by the number of rows that count (all of them, or one shard's) for a mean."""
+    layer = unflatten(w)
+    hidden = jnp.tanh(x @ layer["w1"] + layer["b1"])  # f32[rows, HIDDEN]
+    logits = hidden @ layer["w2"] + layer["b2"]  # f32[rows, CLASSES]
+    picked = jnp.take_along_axis(logits, y[:, None], axis=1)[:, 0]  # f32[rows]
+    return jnp.sum(jax.nn.logsumexp(logits, axis=1) - picked)

@@ -1,0 +1,121 @@
+"""train(): every strategy on the same task; ZeRO stages equal data parallelism, bf16 halves the
+bytes, local SGD divides them by H, error feedback loses nothing; bad input is refused."""
+
+import numpy as np
+import pytest
+
+from course_utils import (
+    N_PARAMS,
+    STRATEGIES,
+    classification_task,
+    data_mesh,
+    padded_size,
+    topk_select,
+    train,
+)
+
+EVERY_STRATEGY = """
+from course_utils import train, STRATEGIES
+mesh = data_mesh()
+runs = {s: train(mesh, s, steps=6, local_steps=3 if s == "local_sgd" else 1)
+        for s in STRATEGIES}
+print(json.dumps({s: {k: r[k] for k in ("loss", "bytes_per_step", "memory", "final_loss")}
+                  | {"params": r["params"].tolist(),
+                     "ops": [(c["op"], c["dtype"]) for c in r["collectives"]]}
+                  for s, r in runs.items()}))
+"""
+
+
+@pytest.fixture(scope="module", params=[2, 4, 8])
+def runs(request, run_with_devices):
+    return request.param, run_with_devices(request.param, EVERY_STRATEGY)
+
+
+def test_every_zero_stage_follows_the_data_parallel_run(runs):
+    _, r = runs
+    dp = r["data_parallel"]
+    for stage in ("zero1", "zero2", "zero3", "zero3_regather"):
+        np.testing.assert_allclose(r[stage]["loss"], dp["loss"], rtol=1e-5)
+        np.testing.assert_allclose(r[stage]["params"], dp["params"], rtol=1e-4, atol=1e-6)
+    assert dp["loss"][-1] < dp["loss"][0]
+
+
+def test_bytes_per_step_follow_the_ring_payload(runs):
+    p, r = runs
+    n_bytes = 4 * padded_size(p)
+    dp = r["data_parallel"]["bytes_per_step"]
+    assert dp == pytest.approx(2 * (p - 1) / p * n_bytes)
+    for stage in ("zero1", "zero2", "zero3"):
+        assert r[stage]["bytes_per_step"] == pytest.approx(dp)
+    assert r["zero3_regather"]["bytes_per_step"] == pytest.approx(1.5 * dp)
+    assert r["bf16"]["bytes_per_step"] == pytest.approx(dp / 2)
+    assert ("all-gather", "u16") in [tuple(o) for o in r["bf16"]["ops"]]
+    assert ("all-to-all", "s8") in [tuple(o) for o in r["int8"]["ops"]]
+    assert r["int8"]["bytes_per_step"] == pytest.approx(dp / 4 * (1 + 4 / 64))
+    # local SGD: 6 steps, averaged after steps 3 and 6, each averaging one all-reduce
+    assert r["local_sgd"]["bytes_per_step"] == pytest.approx(dp / 3)
+
+
+def test_memory_per_device_is_read_from_the_shards(runs):
+    p, r = runs
+    whole, piece = 4 * padded_size(p), 4 * padded_size(p) // p
+    expected = {
+        "data_parallel": (whole, whole, whole),
+        "zero1": (whole, whole, piece),
+        "zero2": (whole, piece, piece),
+        "zero3": (piece, piece, piece),
+        "topk_ef": (whole, whole, 2 * whole),
+    }
+    for strategy, (params, grads, optimizer) in expected.items():
+        assert r[strategy]["memory"] == {"parameters": params, "gradients": grads,
+                                         "optimizer": optimizer}, strategy
+
+
+def test_compressed_runs_still_learn(runs):
+    _, r = runs
+    for strategy in ("bf16", "int8", "topk_ef", "powersgd", "local_sgd"):
+        assert r[strategy]["final_loss"] < r[strategy]["loss"][0], strategy
+
+
+def test_error_feedback_loses_nothing():
+    rng = np.random.default_rng(0)
+    g, residual = rng.standard_normal((2, 1000)).astype(np.float32)
+    acc = g + residual
+    sent, kept, indices = topk_select(acc, 10)
+    new_residual = acc - sent
+    assert np.array_equal(np.asarray(sent) + np.asarray(new_residual), acc)
+    assert np.count_nonzero(np.asarray(sent)) == 10
+    assert set(np.asarray(indices).tolist()) == set(np.argsort(-np.abs(acc))[:10].tolist())
+    np.testing.assert_array_equal(np.asarray(kept), acc[np.asarray(indices)])
+
+
+def test_the_task_is_deterministic_and_its_skewed_shards_see_few_classes():
+    x1, y1 = classification_task(3)
+    x2, y2 = classification_task(3)
+    assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
+    _, skewed = classification_task(3, skewed=True)
+    quarter = len(skewed) // 4
+    assert len(set(skewed[:quarter].tolist())) <= 3
+    assert padded_size(4) % (4 * 64) == 0 and padded_size(4) >= N_PARAMS
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"strategy": "zero4"}, "unknown strategy 'zero4'; choose one of"),
+        ({"steps": 0}, "steps"),
+        ({"local_steps": 4}, "local_steps applies to local_sgd only"),
+        ({"topk_fraction": 2.0}, "topk_fraction must be a number in (0, 1]"),
+        ({"skewed": "yes"}, "skewed must be True or False"),
+    ],
+)
+def test_bad_arguments_get_a_short_error(kwargs, message):
+    args = {"strategy": "data_parallel", "steps": 1, **kwargs}
+    strategy = args.pop("strategy")
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        train(data_mesh(), strategy, **args)
+
+
+def test_strategies_list_every_scheme_of_the_issue():
+    assert {"data_parallel", "zero1", "zero2", "zero3", "bf16", "int8", "topk", "topk_ef",
+            "powersgd", "local_sgd"} <= set(STRATEGIES)
