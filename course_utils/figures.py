@@ -19,7 +19,9 @@ and a ``ylabel``; a line panel an ``xlabel`` too (units belong in the labels). O
 - panel ``vline``: an x value drawn as a thin line (to mark a best size);
 - series ``style``: ``'measured'`` (markers, the default) or ``'model'`` (dashed, no markers);
 - series ``low`` / ``high``: a band around the line (the interquartile range of a measurement);
-- series ``color``: a matplotlib colour (``'C0'``…), to pair a model with its measurement.
+- series ``color``: a matplotlib colour (``'C0'``…), to pair a model with its measurement;
+- series ``x`` (line panels): the series' own x values, when series are measured at different
+  x (a loss against the bytes each scheme has sent); the panel's ``x`` then sets the ticks.
 
 The house style: at most three panels in a row, legends below the axes (never over the data).
 """
@@ -207,10 +209,13 @@ def validate_figure_data(data) -> None:
         for j, s in enumerate(series):
             if not isinstance(s, dict) or not isinstance(s.get("y"), list):
                 raise ValueError(f"{where}.series[{j}].y must be a list of numbers")
-            if len(s["y"]) != len(ticks):
+            own_x = kind == "line" and "x" in s
+            if own_x and (not isinstance(s["x"], list) or not all(map(_is_number, s["x"]))):
+                raise ValueError(f"{where}.series[{j}].x must be a list of numbers")
+            expected, name = (len(s["x"]), "its x") if own_x else (len(ticks), axis_field)
+            if len(s["y"]) != expected:
                 raise ValueError(
-                    f"{where}.series[{j}].y has {len(s['y'])} values "
-                    f"but {axis_field} has {len(ticks)}"
+                    f"{where}.series[{j}].y has {len(s['y'])} values but {name} has {expected}"
                 )
             bad = [v for v in s["y"] if not _is_number(v)]
             if bad:
@@ -224,11 +229,11 @@ def validate_figure_data(data) -> None:
             for band in ("low", "high"):
                 if band in s and (
                     not isinstance(s[band], list)
-                    or len(s[band]) != len(ticks)
+                    or len(s[band]) != len(s["y"])
                     or not all(_is_number(v) for v in s[band])
                 ):
                     raise ValueError(
-                        f"{where}.series[{j}].{band} must be {len(ticks)} numbers, like y"
+                        f"{where}.series[{j}].{band} must be {len(s['y'])} numbers, like y"
                     )
         if panel.get("xunit") not in (None, "bytes"):
             raise ValueError(f"{where}.xunit is {panel['xunit']!r}; use 'bytes' or leave it out")
@@ -257,7 +262,9 @@ def _log2_ticks(ax, x: Sequence[float], unit: str | None) -> None:
 
 
 def _compact(value: float) -> str:
-    """A short tick label: 512, 65.5k, 4.19M."""
+    """A short tick label: 0.0151, 512, 65.5k, 4.19M."""
+    if value < 1:
+        return f"{value:.3g}"
     if value < 1e4:
         return f"{value:g}"
     if value < 1e6:
@@ -272,12 +279,14 @@ def _draw_bar(ax, panel: dict) -> None:
         positions = [i + (k - (n - 1) / 2) * width for i in range(len(panel["labels"]))]
         bars = ax.bar(positions, s["y"], width=width, label=s.get("label"))
         ax.bar_label(bars, fmt="%g", fontsize=8)
-    ax.set_xticks(range(len(panel["labels"])), panel["labels"])
+    crowded = len(panel["labels"]) > 4  # long labels side by side would overlap
+    ax.set_xticks(range(len(panel["labels"])), panel["labels"], rotation=35 if crowded else 0,
+                  ha="right" if crowded else "center")
 
 
 def _draw_line(ax, panel: dict) -> None:
-    x = panel["x"]
     for s in panel["series"]:
+        x = s.get("x", panel["x"])
         color = {"color": s["color"]} if "color" in s else {}
         if s.get("style") == "model":
             ax.plot(x, s["y"], linestyle="--", label=s.get("label"), **color)
@@ -294,9 +303,9 @@ def _draw_line(ax, panel: dict) -> None:
     ax.set_yscale(panel.get("yscale", "linear"))
     if panel.get("xscale") == "log":
         ax.set_xscale("log", base=2)
-        _log2_ticks(ax, x, panel.get("xunit"))
+        _log2_ticks(ax, panel["x"], panel.get("xunit"))
     elif panel.get("xunit") == "bytes":
-        _log2_ticks(ax, x, "bytes")
+        _log2_ticks(ax, panel["x"], "bytes")
 
 
 def _draw_grid(ax, panel: dict) -> None:

@@ -227,6 +227,8 @@ def test_full_plan_follows_the_protocol():
 def test_cli_errors_exit_2_with_a_message(capsys):
     assert main(["bench", "--repeats", "0"]) == 2
     assert "--repeats must be a positive integer" in capsys.readouterr().out
+    assert main(["bench", "--strategies", "--quick"]) == 2
+    assert "--strategies takes no --quick or --repeats" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exited:
         main(["bench", "--no-such-option"])
     assert (

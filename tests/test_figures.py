@@ -209,3 +209,16 @@ def test_array_holdings_reads_each_devices_shard_at_its_position():
     assert array_holdings(jax.device_put(values, replicated)) == [values.tolist()] * p
     with pytest.raises(ValueError, match="placed 1-D jax.Array"):
         array_holdings(values)
+
+
+def test_a_line_series_can_have_its_own_x():
+    panel = {"kind": "line", "title": "t", "x": [1, 4], "xlabel": "x", "ylabel": "y",
+             "series": [{"label": "a", "x": [1, 2, 4], "y": [3, 2, 1]},
+                        {"label": "b", "x": [4], "y": [5]}]}
+    ax = plot_figure({"panels": [panel]}).axes[0]
+    assert [list(line.get_xdata()) for line in ax.lines] == [[1, 2, 4], [4]]
+    with pytest.raises(ValueError, match=r"series\[1\]\.y has 1 values but its x has 2"):
+        validate_figure_data({"panels": [{**panel, "series": [
+            panel["series"][0], {"x": [1, 2], "y": [5]}]}]})
+    with pytest.raises(ValueError, match=r"series\[0\]\.x must be a list of numbers"):
+        validate_figure_data({"panels": [{**panel, "series": [{"x": "ab", "y": [1, 2]}]}]})

@@ -33,10 +33,52 @@ def _progress_text(medians: dict) -> str:
     return " · ".join(f"{LABELS[name]} {t:.0f} µs" for name, t in medians.items())
 
 
+def _run_strategies(console, out_dir: Path) -> int:
+    from course_utils.strategy_results import PLAN
+    from course_utils.tools.bench_strategies import run_strategies
+
+    start = time.perf_counter()
+    with progress_bar(console, with_eta=True) as progress:
+        task = progress.add_task("starting", total=len(PLAN), last="")
+
+        def on_run(label: str) -> None:
+            progress.update(task, advance=1, description=f"training {label}")
+
+        try:
+            results = run_strategies(out_dir, on_run)
+        except BenchError as exc:
+            console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+            return EXIT_FAILED
+        except KeyboardInterrupt:
+            console.print("[red]interrupted:[/] the worker was stopped; nothing was written")
+            return EXIT_INTERRUPTED
+    base = results["runs"][0]
+    for run in results["runs"]:
+        console.print(
+            f"{run['label']:<24} {run['bytes_per_step'] / base['bytes_per_step']:7.3f}× the bytes"
+            f"  final loss {run['final_loss']:.4f}  {run['state_bytes_per_device'] / 1024:.0f} KiB"
+            " per device",
+            highlight=False,
+        )
+    console.print(
+        f"{len(results['runs'])} runs on {results['devices']} devices in "
+        f"{time.perf_counter() - start:.0f} s; wrote strategies.json and strategies.png in "
+        f"{out_dir}",
+        highlight=False,
+    )
+    return EXIT_OK
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(width=max(Console().width, 150))
+    if args.strategies:
+        if args.quick or args.repeats is not None:
+            console.print("[red]error:[/] --strategies takes no --quick or --repeats; "
+                          "run it alone: course bench --strategies")
+            return EXIT_USAGE
+        return _run_strategies(console, Path(args.out))
     try:
         plan = make_plan(args.quick, args.repeats, args.max_log2)
     except ValueError as exc:
@@ -105,6 +147,12 @@ def add_bench_parser(sub) -> None:
         type=int,
         default=None,
         help="whole sweeps, each in fresh processes (default: 3; --quick: 1)",
+    )
+    bench.add_argument(
+        "--strategies",
+        action="store_true",
+        help="instead: train every strategy of part three (notebooks 14-16) and write "
+        "strategies.json and strategies.png (about a minute)",
     )
     bench.add_argument(
         "--max-log2",

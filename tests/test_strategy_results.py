@@ -1,0 +1,65 @@
+"""The saved strategy runs (course_utils/saved/strategies.json, read by notebooks 14-16) stay in
+sync with the code; their figure is valid.
+
+Regenerate them as ``course_utils.strategy_results.saved_strategy_results`` says when these fail.
+"""
+
+import numpy as np
+import pytest
+
+from course_utils import validate_figure_data
+from course_utils.strategy_results import (
+    DEVICES,
+    PLAN,
+    STEPS,
+    find_run,
+    loss_at,
+    run_label,
+    saved_strategy_results,
+    sent_bytes,
+    tradeoff_figure_data,
+)
+
+SAVED = saved_strategy_results()
+FIRST_STEPS = 16  # a multiple of every H: local SGD's bytes per step come out the same
+
+RERUN = f"""
+from course_utils.strategy_results import PLAN, run_plan
+short = [dict(o, steps={FIRST_STEPS}) for o in PLAN]
+print(json.dumps(run_plan(data_mesh(), short)))
+"""
+
+
+def test_the_saved_runs_are_the_plan():
+    assert SAVED["devices"] == DEVICES and SAVED["steps"] == STEPS
+    assert [r["label"] for r in SAVED["runs"]] == [run_label(o) for o in PLAN]
+    for run, options in zip(SAVED["runs"], PLAN):
+        assert len(run["loss"]) == options.get("steps", STEPS) == run["steps"]
+
+
+def test_the_saved_runs_start_as_the_code_runs_them_now(run_with_devices):
+    now = run_with_devices(DEVICES, RERUN)
+    for saved, fresh in zip(SAVED["runs"], now["runs"]):
+        np.testing.assert_allclose(saved["loss"][:FIRST_STEPS], fresh["loss"], rtol=1e-4,
+                                   err_msg=saved["label"])
+        assert saved["bytes_per_step"] == pytest.approx(fresh["bytes_per_step"]), saved["label"]
+        assert saved["memory"] == fresh["memory"], saved["label"]
+
+
+def test_the_closing_figure_is_valid_and_reads_each_run():
+    data = tradeoff_figure_data(SAVED)
+    validate_figure_data(data)
+    points = {s["label"]: (s["x"][0], s["y"][0]) for s in data["panels"][0]["series"]}
+    assert points["data_parallel"] == (1.0, find_run(SAVED, "data_parallel")["final_loss"])
+    assert points["bf16"][0] == pytest.approx(0.5)
+    h8 = find_run(SAVED, "local_sgd H=8")
+    assert points["local_sgd H=8"][1] == dict(map(tuple, h8["averaged_loss"]))[STEPS]
+
+
+def test_reading_a_run_that_is_not_there_says_which_are():
+    with pytest.raises(KeyError, match="no run 'zero4'; the runs are: data_parallel, zero1"):
+        find_run(SAVED, "zero4")
+    with pytest.raises(ValueError, match="ran 192 steps, not 10"):
+        loss_at(find_run(SAVED, "zero1"), 10)
+    run = find_run(SAVED, "zero1")
+    assert sent_bytes(run)[-1] == pytest.approx(STEPS * run["bytes_per_step"])
