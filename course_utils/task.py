@@ -33,9 +33,9 @@ def classification_task(seed: int = 0, *, skewed: bool = False) -> tuple[np.ndar
 
     Args:
         seed: the random seed of the centres and the noise.
-        skewed: if true, the rows are ordered by label, so that contiguous shards (``P(axis)``)
-            each see mostly a few classes; if false, the labels are shuffled and every shard has
-            the same distribution.
+        skewed: if true, the same rows ordered by label, so that contiguous shards
+            (``P(axis)``) each see only a few classes; if false, shuffled, so that every shard
+            has the same distribution.
 
     Examples:
         >>> x, y = classification_task()
@@ -45,10 +45,9 @@ def classification_task(seed: int = 0, *, skewed: bool = False) -> tuple[np.ndar
     rng = np.random.default_rng(positive_int("seed", seed, low=0))
     centres = rng.normal(size=(CLASSES, FEATURES))
     y = rng.permutation(np.arange(ROWS) % CLASSES)
-    if skewed:
-        y = np.sort(y)
     x = centres[y] + 2.0 * rng.normal(size=(ROWS, FEATURES))
-    return x.astype(np.float32), y.astype(np.int32)
+    order = np.argsort(y, kind="stable") if skewed else np.arange(ROWS)
+    return x[order].astype(np.float32), y[order].astype(np.int32)
 
 
 def padded_size(p: int) -> int:

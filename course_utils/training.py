@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from course_utils.devices import axis_of
 from course_utils.ir import hlo_collectives, ring_payload
-from course_utils.placement import values_per_device
+from course_utils.placement import shard_shapes, values_per_device
 from course_utils.strategies import STRATEGIES, STRATEGY_STEPS, Context, Strategy
 from course_utils.task import classification_task, init_params, loss_sum, padded_size
 from course_utils.validate import positive_int
@@ -81,7 +81,8 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         the data), ``averaged_loss`` (local SGD: ``(step, loss)`` of the averaged parameters on
         all the data after each averaging; else ``None``),
         ``collectives`` (the step program's compiled collectives) and ``params`` (the final flat
-        parameters, device 0's copy).
+        parameters, device 0's copy), ``shards`` (the shard shape on each device of every state
+        entry and of the held gradient ``g``).
     """
     _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed)
     axis, p = axis_of(mesh), mesh.size
@@ -147,6 +148,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         "final_loss": float(_mean_loss(params, x, y)),
         "collectives": collectives,
         "averaged_loss": averaged or None,
+        "shards": {name: shard_shapes(array) for name, array in {**state, "g": held}.items()},
         "params": params,
     }
 

@@ -149,6 +149,14 @@ WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
        "scatter_gather_bytes": nbytes, "shard_storage_bytes": nbytes // N_DEVICES}"""
 
 
+ZERO1_LIKE_DP = """predicted_memory = {
+    "data_parallel": 12 * n, "zero1": 12 * n, "zero2": 4 * n + 8 * n // p, "zero3": 12 * n // p
+}"""
+FEEDBACK_OF_G = """def my_error_feedback(g, residual, k):
+    _, idx = jax.lax.top_k(jnp.abs(g), k)
+    sent = jnp.zeros_like(g).at[idx].set(g[idx])
+    return sent, g + residual - sent"""
+
 @pytest.mark.parametrize(
     "name, code, message",
     [
@@ -198,6 +206,9 @@ WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
             "g_all = 1 / 0",
             "the solution cell raised ZeroDivisionError",
         ),
+        ("14_zero_stages.ipynb", ZERO1_LIKE_DP, "zero1 keeps its optimizer as 1/p slices"),
+        ("15_compressed_communication.ipynb", FEEDBACK_OF_G, "you send the top k of g alone"),
+        ("16_local_sgd.ipynb", "my_h = 16", "so does a smaller H"),
     ],
 )
 def test_wrong_solutions_fail_with_their_specific_message(edition, tmp_path, name, code, message):

@@ -119,3 +119,9 @@ def test_bad_arguments_get_a_short_error(kwargs, message):
 def test_strategies_list_every_scheme_of_the_issue():
     assert {"data_parallel", "zero1", "zero2", "zero3", "bf16", "int8", "topk", "topk_ef",
             "powersgd", "local_sgd"} <= set(STRATEGIES)
+
+
+def test_skewed_shards_hold_the_same_rows_in_another_order():
+    x, y = classification_task(0)
+    xs, ys = classification_task(0, skewed=True)
+    assert sorted(map(tuple, np.c_[x, y].tolist())) == sorted(map(tuple, np.c_[xs, ys].tolist()))

@@ -1,0 +1,100 @@
+"""Self-checks for steps 14–16: memory per ZeRO stage, error feedback, H for a byte budget."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from course_utils.algorithm_checks import _function_given
+from course_utils.check_helpers import _error_line, _fail, _number, _off_by, _passed
+
+STAGES = ("data_parallel", "zero1", "zero2", "zero3")
+# what each stage keeps in slices of 1/p, in the order parameters, gradient, optimizer state
+_SLICED = {"data_parallel": (), "zero1": ("optimizer",), "zero2": ("gradients", "optimizer"),
+           "zero3": ("parameters", "gradients", "optimizer")}
+
+
+def check_memory_prediction(predicted, measured: dict) -> None:
+    """Exercise 14: ``predicted[stage]``, bytes per device, for every stage of ``STAGES``,
+    against ``measured[stage]``, the ``memory`` dict ``train`` read from the shards."""
+    exercise = "memory per ZeRO stage"
+    if predicted is None:
+        _fail(exercise, "predicted_memory is not defined; store a dict {stage: bytes}")
+    if not isinstance(predicted, dict) or set(predicted) != set(STAGES):
+        _fail(exercise, f"give a dict with exactly the keys {', '.join(STAGES)}")
+    for stage in STAGES:
+        got, parts = _number(predicted[stage]), measured[stage]
+        want = sum(parts.values())
+        if got is None:
+            _fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
+        if np.isclose(got, want):
+            continue
+        whole = measured["data_parallel"]["parameters"]
+        sliced = _SLICED[stage]
+        if np.isclose(got * 4, want):
+            why = "count bytes: every value is a float32 of 4 bytes"
+        elif np.isclose(got, 3 * whole) and sliced:
+            why = f"{stage} keeps its {' and '.join(sliced)} as 1/p slices: count those at N/p"
+        else:
+            why = (f"{stage} holds the parameters, the gradient and the momentum, of which "
+                   + (" and ".join(sliced) + " in slices of N/p" if sliced else "none sliced")
+                   + " (N: the padded vector's length)")
+        _fail(exercise, f"{stage}: {_off_by(got, want)}; {why}")
+    _passed(exercise, ", ".join(f"{s} {sum(measured[s].values())} B" for s in STAGES))
+
+
+def check_error_feedback(fn) -> None:
+    """Exercise 15: ``fn(g, residual, k) -> (sent, new_residual)``: top-k of ``g + residual``
+    sent, the rest kept; checked on random vectors, with the identity to the last bit."""
+    exercise = "error feedback"
+    _function_given(exercise, "my_error_feedback", fn)
+    rng = np.random.default_rng(15)
+    g, residual = rng.standard_normal((2, 512)).astype(np.float32)
+    k = 16
+    try:
+        sent, new_residual = (np.asarray(a) for a in fn(g, residual, k))
+    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
+        _fail(exercise, f"my_error_feedback raised {_error_line(error)}")
+    acc = g + residual
+    if sent.shape != g.shape or new_residual.shape != g.shape:
+        _fail(exercise, f"return two vectors shaped like g {g.shape}: the dense sent vector "
+                        "(zeros where nothing is sent) and the new residual")
+    chosen = np.flatnonzero(sent)
+    top = np.argsort(-np.abs(acc))[:k]
+    if len(chosen) > k:
+        _fail(exercise, f"{len(chosen)} entries are sent; send only k = {k}")
+    if set(chosen) == set(np.argsort(-np.abs(g))[:k]) and set(chosen) != set(top):
+        _fail(exercise, "you send the top k of g alone: compress g + residual, so that what "
+                        "was held back before gets its turn")
+    if set(chosen) != set(top) or not np.array_equal(sent[top], acc[top]):
+        _fail(exercise, "sent must hold the k entries of g + residual of largest magnitude, "
+                        "unchanged, and zeros elsewhere (jax.lax.top_k of the absolute values)")
+    if not np.array_equal(sent + new_residual, acc):
+        if np.array_equal(new_residual, residual):
+            why = "the residual is returned unchanged: it must become what was not sent"
+        elif np.allclose(new_residual, g - sent):
+            why = "the new residual forgets the old one: it is (g + residual) − sent"
+        else:
+            why = "the new residual must be (g + residual) − sent"
+        _fail(exercise, f"sent + new_residual ≠ g + residual: {why}")
+    _passed(exercise, f"top {k} of 512 sent; sent + new residual = g + old residual, bit for bit")
+
+
+def check_local_steps(choice, *, budget: float, averaging_bytes: float, candidates) -> None:
+    """Exercise 16: the smallest H of ``candidates`` with ``averaging_bytes / H ≤ budget``."""
+    exercise = "H for a byte budget"
+    if choice is None:
+        _fail(exercise, "my_h is not defined; store your choice of H in my_h")
+    got = _number(choice)
+    if got is None or int(got) not in candidates or got != int(got):
+        _fail(exercise, f"choose H from {list(candidates)}, got {choice!r}")
+    h = int(got)
+    fits = [c for c in candidates if averaging_bytes / c <= budget]
+    if not fits:
+        _fail(exercise, "no candidate fits the budget")
+    if averaging_bytes / h > budget:
+        _fail(exercise, f"H = {h} sends {averaging_bytes / h:.0f} bytes per step on average, "
+                        f"over the budget of {budget:.0f}: average less often")
+    if h != min(fits):
+        _fail(exercise, f"H = {h} fits, but so does a smaller H, and every extra local step "
+                        "lets the devices' models drift further apart: take the smallest that fits")
+    _passed(exercise, f"H = {h}: {averaging_bytes / h:.0f} bytes per step ≤ {budget:.0f}")

@@ -1,0 +1,90 @@
+"""The self-checks of steps 14-16 pass right answers and name what is wrong in wrong ones."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from course_utils.check_helpers import ExerciseFailed
+from course_utils.training_checks import (
+    check_error_feedback,
+    check_local_steps,
+    check_memory_prediction,
+)
+
+N, P = 1024, 4
+WHOLE, PIECE = 4 * N, 4 * N // P
+MEASURED = {
+    "data_parallel": {"parameters": WHOLE, "gradients": WHOLE, "optimizer": WHOLE},
+    "zero1": {"parameters": WHOLE, "gradients": WHOLE, "optimizer": PIECE},
+    "zero2": {"parameters": WHOLE, "gradients": PIECE, "optimizer": PIECE},
+    "zero3": {"parameters": PIECE, "gradients": PIECE, "optimizer": PIECE},
+}
+RIGHT = {s: sum(parts.values()) for s, parts in MEASURED.items()}
+
+
+def test_memory_right_and_wrong(capsys):
+    check_memory_prediction(RIGHT, MEASURED)
+    assert "PASSED" in capsys.readouterr().out
+    cases = [
+        (None, "predicted_memory is not defined"),
+        ({"zero1": 1}, "exactly the keys"),
+        ({**RIGHT, "zero2": "a lot"}, "zero2: give a number of bytes"),
+        ({**RIGHT, "zero3": RIGHT["zero3"] / 4}, "every value is a float32 of 4 bytes"),
+        ({**RIGHT, "zero2": 3 * WHOLE}, "zero2 keeps its gradients and optimizer as 1/p slices"),
+        ({**RIGHT, "zero3": 2 * WHOLE}, "parameters and gradients and optimizer in slices"),
+    ]
+    for answer, message in cases:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_memory_prediction(answer, MEASURED)
+
+
+def _right(g, residual, k):
+    acc = g + residual
+    _, idx = jax.lax.top_k(jnp.abs(acc), k)
+    sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
+    return sent, acc - sent
+
+
+def test_error_feedback_right_and_wrong(capsys):
+    check_error_feedback(_right)
+    assert "bit for bit" in capsys.readouterr().out
+
+    def keeps_old_residual(g, residual, k):
+        return _right(g, residual, k)[0], residual
+
+    def forgets_old_residual(g, residual, k):
+        sent = _right(g, residual, k)[0]
+        return sent, g - sent
+
+    def sends_everything(g, residual, k):
+        return g + residual, 0 * g
+
+    def raises(g, residual, k):
+        raise ValueError("shapes do not match")
+
+    cases = [
+        (None, "my_error_feedback is not defined"),
+        (3, "is an object of type int, not a function"),
+        (keeps_old_residual, "the residual is returned unchanged"),
+        (forgets_old_residual, "the new residual forgets the old one"),
+        (sends_everything, "512 entries are sent; send only k = 16"),
+        (raises, "raised ValueError: shapes do not match"),
+        (lambda g, r, k: (g[:k], r), "return two vectors shaped like g"),
+    ]
+    for fn, message in cases:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_error_feedback(fn)
+
+
+def test_local_steps_right_and_wrong(capsys):
+    model = {"budget": 100.0, "averaging_bytes": 600.0, "candidates": [1, 2, 4, 8, 16]}
+    check_local_steps(8, **model)
+    assert "H = 8" in capsys.readouterr().out
+    for answer, message in [
+        (None, "my_h is not defined"),
+        (6, r"choose H from \[1, 2, 4, 8, 16\]"),
+        (4, "over the budget of 100"),
+        (16, "so does a smaller H"),
+    ]:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_local_steps(answer, **model)
