@@ -18,6 +18,7 @@ COMMANDS = {
     "student": "course_utils.tools.student:add_student_parser",
     "check-submission": "course_utils.tools.submission:add_check_parser",
     "book": "course_utils.tools.book:add_book_parser",
+    "cluster": "course_utils.tools.cluster:add_cluster_parser",
 }
 
 

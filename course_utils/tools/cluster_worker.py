@@ -1,0 +1,148 @@
+"""One host's process of ``course cluster``: join JAX's multi-process runtime (gloo), run the
+plan's timings in step with the other hosts, and (process 0) print the results as one JSON line.
+
+Run inside a host's namespace: ``python -m course_utils.tools.cluster_worker --process-id I
+--processes H --devices D --coordinator 10.77.0.1:PORT --plan quick``. Every process runs the
+same programs in the same order (a collective waits for all); each call is timed from dispatch
+until its result is ready, and process 0's times are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+# per-device vector sizes (bytes) of each plan's sweep
+PLANS = {
+    "quick": {"sizes": [2**18, 2**20, 2**22], "repeats": 3, "buckets": (64, 1024)},
+    "full": {"sizes": [2**k for k in range(16, 25, 2)], "repeats": 5, "buckets": (64, 4096)},
+}
+# a test may make one host's process fail, to see that everything is still cleaned up
+FAULT = "COURSE_CLUSTER_FAULT"
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="cluster_worker")
+    parser.add_argument("--process-id", type=int, required=True)
+    parser.add_argument("--processes", type=int, required=True)
+    parser.add_argument("--devices", type=int, required=True)
+    parser.add_argument("--coordinator", required=True)
+    parser.add_argument("--plan", choices=PLANS, default="quick")
+    return parser.parse_args(argv)
+
+
+def _timer(repeats: int):
+    import jax
+
+    def median_s(fn, *args) -> float:
+        jax.block_until_ready(fn(*args))  # compile, first touch
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+
+    return median_s
+
+
+def _blocks(mesh, spec, shape, seed=0):
+    """A global f32 array of ``shape`` (one row per device); each process fills its own rows."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return jax.make_array_from_callback(shape, NamedSharding(mesh, spec), lambda i: data[i])
+
+
+def _f32_ring(axis: str, p: int):
+    """The f32 twin of ``compression.bf16_all_reduce``: the same ring, 32-bit messages."""
+    import jax
+
+    from course_utils.ring import ring_permutation
+
+    def all_reduce(g):
+        chunks = g.reshape(p, -1)
+        i = jax.lax.axis_index(axis)
+        partial = chunks[(i - 1) % p]
+        for s in range(p - 1):
+            partial = jax.lax.ppermute(partial, axis, ring_permutation(p)) + chunks[(i - s - 2) % p]
+        return jax.lax.all_gather(partial, axis, tiled=True)
+
+    return all_reduce
+
+
+def measure(plan: dict, hosts: int) -> dict:
+    """Every timing of the plan on the global devices (``hosts`` × the devices per host)."""
+    import jax
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from course_utils.compression import bf16_all_reduce
+    from course_utils.hierarchy import hierarchical_all_reduce
+    from course_utils.kernels import block_collective
+
+    devices = np.asarray(jax.devices())
+    p = devices.size
+    flat = Mesh(devices, ("d",))
+    two_level = Mesh(devices.reshape(hosts, -1), ("node", "local"))
+    median_s = _timer(plan["repeats"])
+    rows = P("d", None)
+    result = {"collectives": [], "hierarchy": [], "ring16": [], "buckets": {}}
+    for nbytes in plan["sizes"]:
+        m = nbytes // 4
+        x = _blocks(flat, rows, (p, m))
+        row = {"bytes": nbytes}
+        for kind in ("all_reduce", "reduce_scatter"):
+            row[kind] = median_s(block_collective(flat, kind).jitted, x)
+        row["all_gather"] = median_s(block_collective(flat, "all_gather").jitted,
+                                     _blocks(flat, rows, (p, m // p)))
+        result["collectives"].append(row)
+        y = _blocks(two_level, P(("node", "local"), None), (p, m))
+        result["hierarchy"].append({
+            "bytes": nbytes, "flat": row["all_reduce"],
+            "hierarchical": median_s(hierarchical_all_reduce(two_level).jitted, y)})
+        rings = {}
+        u16_ring = lambda g: bf16_all_reduce(g, "d", p)  # noqa: E731 - beside its f32 twin
+        for name, body in (("f32", _f32_ring("d", p)), ("u16", u16_ring)):
+            fn = jax.jit(jax.shard_map(lambda b, body=body: body(b[0])[None], mesh=flat,
+                                       in_specs=rows, out_specs=rows, check_vma=False))
+            rings[name] = median_s(fn, x)
+        result["ring16"].append({"bytes": nbytes, **rings})
+    count, small = plan["buckets"]
+    pieces = [_blocks(flat, rows, (p, small // 4), seed=k) for k in range(count)]
+    one = block_collective(flat, "all_reduce").jitted
+    median_one = _timer(1)
+    start = time.perf_counter()
+    for piece in pieces:  # separate calls, each waited for (see step 12)
+        jax.block_until_ready(one(piece))
+    separate = time.perf_counter() - start
+    bucket = _blocks(flat, rows, (p, count * small // 4))
+    result["buckets"] = {"count": count, "bytes": small, "separate": separate,
+                         "one_bucket": median_one(one, bucket)}
+    return result
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    fault = os.environ.get(FAULT)
+    if fault == "die" and args.process_id == args.processes - 1:
+        return 3
+    if fault == "hang" and args.process_id == args.processes - 1:
+        time.sleep(3600)
+    from course_utils.multiprocess import join_runtime
+
+    join_runtime(args.coordinator, args.process_id, args.processes, args.devices)
+    result = measure(PLANS[args.plan], args.processes)
+    if args.process_id == 0:
+        print(json.dumps({"event": "result", **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Hosts on one machine: network namespaces joined by a bridge, each host's link rate-limited.
+
+``Cluster(hosts, rate)`` is a context manager. On entry it creates one namespace per host
+(``d03h0``, ``d03h1``, …) and a switch namespace (``d03sw``) holding a bridge; each host has one
+veth link ``eth0`` into the bridge, with a private address 10.77.0.(i+1)/24 that exists only
+inside these namespaces, and its outgoing traffic shaped by ``tc … tbf rate RATE``. It writes
+``/etc/netns/d03hI/hosts`` mapping this machine's hostname to the host's address (``ip netns
+exec`` bind-mounts it over ``/etc/hosts``, so a JAX process finds its own address through the
+public API alone). On exit, on an error and on Ctrl-C, ``teardown()`` kills whatever still runs in
+the namespaces and removes every namespace, link and file with the prefix.
+
+Needs root (``CAP_NET_ADMIN``) and the ``ip`` and ``tc`` programs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from course_utils.links import check_rate
+
+PREFIX = "d03"
+SUBNET = "10.77.0"
+NETNS_ETC = Path("/etc/netns")
+
+
+class ClusterError(RuntimeError):
+    """Setting up the hosts failed; the message says what to do."""
+
+
+def _ip(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise ClusterError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def check_can_run() -> str | None:
+    """``None`` if this process can create namespaces, else one line saying what to do."""
+    if os.geteuid() != 0:
+        return ("course cluster needs root to create network namespaces: run it as root "
+                "(e.g. sudo .venv/bin/course cluster …) or read the saved results in step 17")
+    for program in ("ip", "tc"):
+        if shutil.which(program) is None:
+            return f"course cluster needs the {program!r} program (Debian: apt install iproute2)"
+    return None
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host: its namespace and its address."""
+
+    namespace: str
+    address: str
+
+
+def names(prefix: str = PREFIX) -> list[str]:
+    """The namespaces that exist with ``prefix``."""
+    listed = _ip("netns", "list", check=False).split("\n")
+    return [line.split()[0] for line in listed if line.startswith(prefix)]
+
+
+def leftovers(prefix: str = PREFIX) -> list[str]:
+    """Everything with ``prefix`` that exists: namespaces, root links, /etc/netns folders."""
+    links = re.findall(rf"^\d+: ({prefix}[^:@]*)", _ip("-o", "link", check=False), re.MULTILINE)
+    folders = [str(p) for p in NETNS_ETC.glob(f"{prefix}*")] if NETNS_ETC.is_dir() else []
+    return names(prefix) + links + folders
+
+
+def teardown(prefix: str = PREFIX) -> None:
+    """Kill the processes in, and delete, every namespace, link and hosts folder of ``prefix``."""
+    for namespace in names(prefix):
+        for pid in _ip("netns", "pids", namespace, check=False).split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _ip("netns", "del", namespace, check=False)
+    for link in re.findall(rf"^\d+: ({prefix}[^:@]*)", _ip("-o", "link", check=False),
+                           re.MULTILINE):
+        _ip("link", "del", link, check=False)
+    if NETNS_ETC.is_dir():
+        for folder in NETNS_ETC.glob(f"{prefix}*"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+class Cluster:
+    """``hosts`` namespaces on one bridge, outgoing links shaped to ``rate`` (``None``: not
+    shaped). Use as ``with Cluster(2, "200mbit") as hosts: …``."""
+
+    def __init__(self, hosts: int, rate: str | None, prefix: str = PREFIX):
+        if not isinstance(hosts, int) or not 2 <= hosts <= 200:
+            raise ValueError(f"--hosts must be from 2 to 200, got {hosts!r}")
+        self.rate = None if rate is None else check_rate(rate)
+        self.prefix = prefix
+        self.hosts = [Host(f"{prefix}h{i}", f"{SUBNET}.{i + 1}") for i in range(hosts)]
+
+    def __enter__(self) -> list[Host]:
+        teardown(self.prefix)  # what a killed run may have left
+        try:
+            self._create()
+        except BaseException:
+            teardown(self.prefix)
+            raise
+        return self.hosts
+
+    def __exit__(self, *exc) -> None:
+        teardown(self.prefix)
+
+    def _create(self) -> None:
+        switch = f"{self.prefix}sw"
+        _ip("netns", "add", switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        hostname = socket.gethostname()
+        for i, host in enumerate(self.hosts):
+            _ip("netns", "add", host.namespace)
+            inside, outside = f"{self.prefix}v{i}a", f"{self.prefix}v{i}b"
+            _ip("link", "add", inside, "type", "veth", "peer", "name", outside)
+            _ip("link", "set", inside, "netns", host.namespace)
+            _ip("link", "set", outside, "netns", switch)
+            _ip("-n", host.namespace, "link", "set", inside, "name", "eth0")
+            _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
+            for link in ("lo", "eth0"):
+                _ip("-n", host.namespace, "link", "set", link, "up")
+            _ip("-n", switch, "link", "set", outside, "master", "br0")
+            _ip("-n", switch, "link", "set", outside, "up")
+            if self.rate is not None:
+                shaped = subprocess.run(
+                    ["ip", "netns", "exec", host.namespace, "tc", "qdisc", "add", "dev", "eth0",
+                     "root", "tbf", "rate", self.rate, "burst", "256kb", "latency", "500ms"],
+                    capture_output=True, text=True)
+                if shaped.returncode != 0:
+                    raise ClusterError(f"tc could not shape the link: {shaped.stderr.strip()}")
+            folder = NETNS_ETC / host.namespace
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "hosts").write_text(
+                f"127.0.0.1 localhost\n{host.address} {hostname}\n")
+
+    def command(self, host: Host, argv: list[str]) -> list[str]:
+        """``argv`` run inside ``host``'s namespace."""
+        return ["ip", "netns", "exec", host.namespace, *argv]
