@@ -1,5 +1,9 @@
 """Reading a ``course cluster`` run against the link models (``links``): the table, the goals and
-the figure that ``course cluster`` prints and step 17 shows."""
+the figure that ``course cluster`` prints and step 17 shows.
+
+A run (``run["runs"][i]``) is one link rate: ``hosts``, ``devices_per_host``, ``link_rate``
+and the times in seconds (``collectives``, ``hierarchy``, ``ring16``, ``buckets``).
+"""
 
 from __future__ import annotations
 
@@ -10,18 +14,18 @@ from course_utils.links import fitted_link_rate, link_time_s, rate_bytes_per_s, 
 RATE_TOLERANCE = 0.15  # fitted rate within 15 % of the configured one
 RATIO_TOLERANCE = 0.15  # all-reduce / reduce-scatter within 15 % of 2 at the largest size
 HIERARCHY_GOAL = 1.4  # two-level ≥ 1.4× faster than flat (at 4 MiB per device)
+GOAL_RATE = "200mbit"  # the goals are set at this link rate
 
 
-def _shape(results: dict) -> tuple[int, int, float]:
-    return (results["hosts"], results["devices_per_host"],
-            rate_bytes_per_s(results["link_rate"]))
+def _shape(run: dict) -> tuple[int, int, float]:
+    return run["hosts"], run["devices_per_host"], rate_bytes_per_s(run["link_rate"])
 
 
-def fits(results: dict) -> dict:
+def fits(run: dict) -> dict:
     """Per collective, the link rate fitted from the measured times and its gap to the
     configured rate (a fraction)."""
-    hosts, devices, rate = _shape(results)
-    rows = results["collectives"]
+    hosts, devices, rate = _shape(run)
+    rows = run["collectives"]
     sizes = [r["bytes"] for r in rows]
     out = {}
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
@@ -31,14 +35,14 @@ def fits(results: dict) -> dict:
     return out
 
 
-def goals(results: dict) -> dict:
+def goals(run: dict) -> dict:
     """Each goal's measured figure and whether it is met."""
-    largest = results["collectives"][-1]
+    largest = run["collectives"][-1]
     ratio = largest["all_reduce"] / largest["reduce_scatter"]
-    gaps = {k: f["gap"] for k, f in fits(results).items()}
-    target = min(results["hierarchy"], key=lambda r: abs(r["bytes"] - 4 * 2**20))
+    gaps = {k: f["gap"] for k, f in fits(run).items()}
+    target = min(run["hierarchy"], key=lambda r: abs(r["bytes"] - 4 * 2**20))
     speedup = target["flat"] / target["hierarchical"]
-    rings = results["ring16"][-1]
+    rings = run["ring16"][-1]
     return {
         "fitted rates": {"value": gaps, "met": all(
             g is not None and abs(g) <= RATE_TOLERANCE for g in gaps.values())},
@@ -51,12 +55,12 @@ def goals(results: dict) -> dict:
     }
 
 
-def summary_lines(results: dict) -> list[str]:
+def summary_lines(run: dict) -> list[str]:
     """The measured times beside the models, then the goals."""
-    hosts, devices, rate = _shape(results)
-    lines = [f"{hosts} hosts × {devices} devices, each host's link {results['link_rate']} "
+    hosts, devices, rate = _shape(run)
+    lines = [f"{hosts} hosts × {devices} devices, each host's link {run['link_rate']} "
              f"({rate / 1e6:.1f} MB/s); times in ms, measured / model"]
-    for row, hier, ring in zip(results["collectives"], results["hierarchy"], results["ring16"]):
+    for row, hier, ring in zip(run["collectives"], run["hierarchy"], run["ring16"]):
         n = row["bytes"]
         cells = [f"{k} {row[k] * 1e3:.1f}/{link_time_s(k, n, hosts, devices, rate) * 1e3:.1f}"
                  for k in ("all_reduce", "reduce_scatter", "all_gather")]
@@ -65,10 +69,10 @@ def summary_lines(results: dict) -> list[str]:
                      + f"; two-level {hier['hierarchical'] * 1e3:.1f}/{model * 1e3:.1f}"
                      + f"; ring f32 {ring['f32'] * 1e3:.1f}, u16 {ring['u16'] * 1e3:.1f}"
                      + f" (collective_time ring {ring_time_s(n, hosts, devices, rate) * 1e3:.1f})")
-    b = results["buckets"]
+    b = run["buckets"]
     lines.append(f"bucketing: {b['count']} all-reduces of {format_bytes(b['bytes'])} "
                  f"{b['separate'] * 1e3:.1f} ms, one bucket {b['one_bucket'] * 1e3:.1f} ms")
-    for name, goal in goals(results).items():
+    for name, goal in goals(run).items() if run["link_rate"] == GOAL_RATE else ():
         value = goal["value"]
         shown = (", ".join(f"{k} {v:+.0%}" if v is not None else f"{k} none"
                            for k, v in value.items()) if isinstance(value, dict)
@@ -77,37 +81,45 @@ def summary_lines(results: dict) -> list[str]:
     return lines
 
 
-def figure_data(results: dict) -> dict:
-    """Three panels: the collectives, flat against two-level, and the two rings; measured
-    (markers) against the link model (dashed)."""
-    hosts, devices, rate = _shape(results)
-    sizes = [r["bytes"] for r in results["collectives"]]
+def figure_data(results: dict, rate: str | None = None) -> dict:
+    """The run at ``rate`` (default: the first): the collectives, flat against two-level, the two
+    rings, measured (markers) against the link model (dashed, unlabelled); with several rates a
+    fourth panel, the two-level schedule's speed-up against the rate."""
+    run = next(r for r in results["runs"] if rate in (None, r["link_rate"]))
+    hosts, devices, bytes_per_s = _shape(run)
+    sizes = [r["bytes"] for r in run["collectives"]]
 
     def model(kind):
-        return [link_time_s(kind, n, hosts, devices, rate) * 1e3 for n in sizes]
+        return [link_time_s(kind, n, hosts, devices, bytes_per_s) * 1e3 for n in sizes]
 
     def panel(title, series):
         return {"kind": "line", "title": title, "x": sizes, "xscale": "log", "yscale": "log",
                 "xunit": "bytes", "xlabel": "vector per device", "ylabel": "time (ms)",
                 "series": series}
 
+    def pair(label, measured, modelled, color):
+        line = {"label": label, "y": [t * 1e3 for t in measured], "color": color}
+        return [line] + ([{"y": modelled, "style": "model", "color": color}] if modelled else [])
+
     kinds = ("all_reduce", "reduce_scatter", "all_gather")
-    collectives = [{"label": k, "y": [r[k] * 1e3 for r in results["collectives"]],
-                    "color": f"C{i}"} for i, k in enumerate(kinds)]
-    collectives += [{"label": f"{k} (model)", "y": model(k), "style": "model",
-                     "color": f"C{i}"} for i, k in enumerate(kinds)]
-    hierarchy = [
-        {"label": "flat", "y": [r["flat"] * 1e3 for r in results["hierarchy"]], "color": "C0"},
-        {"label": "two-level", "y": [r["hierarchical"] * 1e3 for r in results["hierarchy"]],
-         "color": "C1"},
-        {"label": "flat (model)", "y": model("all_reduce"), "style": "model", "color": "C0"},
-        {"label": "two-level (model)", "y": model("hierarchical"), "style": "model",
-         "color": "C1"},
-    ]
-    rings = [{"label": f"ring, {k} messages", "y": [r[k] * 1e3 for r in results["ring16"]]}
-             for k in ("f32", "u16")]
-    rings.append({"label": "f32 ring (model)", "y": model("all_reduce"), "style": "model"})
-    where = f"{hosts} hosts × {devices}, {results['link_rate']}"
-    return {"panels": [panel(f"collectives, {where}", collectives),
-                       panel("flat against two-level all-reduce", hierarchy),
-                       panel("hand-built ring: 32 against 16 bits", rings)]}
+    collectives = [s for i, k in enumerate(kinds)
+                   for s in pair(k, [r[k] for r in run["collectives"]], model(k), f"C{i}")]
+    hierarchy = (pair("flat", [r["flat"] for r in run["hierarchy"]], model("all_reduce"), "C0")
+                 + pair("two-level", [r["hierarchical"] for r in run["hierarchy"]],
+                        model("hierarchical"), "C1"))
+    rings = (pair("f32 messages", [r["f32"] for r in run["ring16"]], model("all_reduce"), "C0")
+             + pair("u16 messages", [r["u16"] for r in run["ring16"]], None, "C1"))
+    where = f"{hosts} hosts × {devices}, {run['link_rate']}"
+    panels = [panel(f"collectives, {where} (dashed: model)", collectives),
+              panel("flat against two-level all-reduce", hierarchy),
+              panel("hand-built ring all-reduce", rings)]
+    if len(results["runs"]) > 1:
+        rates = [rate_bytes_per_s(r["link_rate"]) * 8 / 1e6 for r in results["runs"]]
+        largest = [r["hierarchy"][-1] for r in results["runs"]]
+        speedup = [h["flat"] / h["hierarchical"] for h in largest]
+        panels.append({
+            "kind": "line", "title": f"two-level speed-up at {format_bytes(largest[0]['bytes'])}",
+            "x": rates, "xscale": "log", "hline": 1, "xlabel": "link rate (Mbit/s)",
+            "ylabel": "flat time / two-level time",
+            "series": [{"label": "measured", "y": speedup}]})
+    return {"panels": panels}

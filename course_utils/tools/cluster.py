@@ -29,46 +29,68 @@ def _raise_stopped(*_) -> None:
     raise _Stopped
 
 
-def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
-    """Set up the hosts, run one worker per host, tear down; ``(exit status, results)``."""
-    from course_utils.tools.netns import Cluster, ClusterError, check_can_run, check_rate
+class _Failed(Exception):
+    """One run failed; the message is the line to print."""
 
-    problem = check_can_run()
-    if problem:
-        say(f"error: {problem}")
-        return EXIT_USAGE, None
+
+def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
+    """One cluster shaped at ``rate``: set up, one worker per host, results, torn down."""
+    from course_utils.tools.netns import Cluster
+
+    popens, files = [], []
     try:
-        check_rate(args.link_rate)
-        cluster = Cluster(args.hosts, args.link_rate)
-    except ValueError as exc:
-        say(f"error: {exc}")
-        return EXIT_USAGE, None
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
-    popens, started = [], time.monotonic()
-    try:
-        with cluster as hosts, tempfile.TemporaryDirectory() as logs:
+        with Cluster(args.hosts, rate) as hosts, tempfile.TemporaryDirectory() as logs:
             coordinator = f"{hosts[0].address}:{PORT}"
             for i, host in enumerate(hosts):
                 argv = [sys.executable, "-m", "course_utils.tools.cluster_worker",
                         "--process-id", str(i), "--processes", str(len(hosts)),
                         "--devices", str(args.devices_per_host), "--coordinator", coordinator,
                         "--plan", args.plan]
-                out = open(Path(logs) / f"out{i}", "w+")
-                err = open(Path(logs) / f"err{i}", "w+")
-                popens.append(spawn(cluster.command(host, argv), out, err))
-            for done in first_exit(popens, args.timeout):
+                files += [open(Path(logs) / f"out{i}", "w+"), open(Path(logs) / f"err{i}", "w+")]
+                popens.append(spawn(["ip", "netns", "exec", host.namespace, *argv], *files[-2:]))
+            for done in first_exit(popens, max(0.0, deadline - time.monotonic())):
                 if done.returncode != 0:
                     i = popens.index(done)
                     tail = (Path(logs) / f"err{i}").read_text().strip().splitlines()[-3:]
-                    say(f"error: host {i}'s process exited with status {done.returncode}"
-                        + (f": {' / '.join(tail)}" if tail else "")
-                        + "; everything it made was removed")
-                    return EXIT_FAILED, None
+                    raise _Failed(f"host {i}'s process exited with status {done.returncode}"
+                                  + (f": {' / '.join(tail)}" if tail else ""))
             lines = (Path(logs) / "out0").read_text().splitlines()
             result = next((json.loads(x) for x in lines if x.startswith("{")), None)
             if result is None:
-                say("error: host 0 finished without results; everything was removed")
-                return EXIT_FAILED, None
+                raise _Failed("host 0 finished without results")
+    finally:
+        stop(popens)
+        for f in files:
+            f.close()
+    result.pop("event")
+    return {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "link_rate": rate,
+            **result}
+
+
+def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
+    """Every rate of ``--link-rate`` in turn; ``(exit status, results)``. Whatever happens,
+    nothing the runs made is left."""
+    from course_utils.links import check_rate
+    from course_utils.tools.netns import ClusterError, check_can_run
+
+    problem = check_can_run()
+    if problem:
+        say(f"error: {problem}")
+        return EXIT_USAGE, None
+    try:
+        rates = [check_rate(r) for r in args.link_rate.split(",")]
+        if not 2 <= args.hosts <= 200:
+            raise ValueError(f"--hosts must be from 2 to 200, got {args.hosts}")
+    except ValueError as exc:
+        say(f"error: {exc}")
+        return EXIT_USAGE, None
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    started = time.monotonic()
+    runs = []
+    try:
+        for rate in rates:
+            runs.append(_one_rate(args, rate, started + args.timeout))
+            say(f"{rate}: done")
     except TimeoutError:
         say(f"error: the plan ran past --timeout {args.timeout:.0f} s; the processes were "
             "stopped and everything was removed (try --plan quick or a larger --timeout)")
@@ -76,20 +98,18 @@ def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
     except (KeyboardInterrupt, _Stopped):
         say("interrupted: the processes were stopped and every namespace, link and file removed")
         return EXIT_INTERRUPTED, None
-    except ClusterError as exc:
-        say(f"error: {exc}")
+    except (ClusterError, _Failed) as exc:
+        say(f"error: {exc}; everything the run made was removed")
         return EXIT_FAILED, None
     finally:
-        stop(popens)
         signal.signal(signal.SIGTERM, previous)
-    result.pop("event")
     return EXIT_OK, {"hosts": args.hosts, "devices_per_host": args.devices_per_host,
-                     "link_rate": args.link_rate, "plan": args.plan,
-                     "seconds": time.monotonic() - started, **result}
+                     "plan": args.plan, "seconds": time.monotonic() - started, "runs": runs}
 
 
 def _run(args: argparse.Namespace) -> int:
     from course_utils.cluster_results import figure_data, summary_lines
+    from course_utils.figures import plot_figure
 
     status, results = run_cluster(args, lambda line: print(line, flush=True))
     if results is None:
@@ -97,11 +117,10 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cluster.json").write_text(json.dumps(results, indent=1))
-    from course_utils.figures import plot_figure
-
     plot_figure(figure_data(results)).savefig(out / "cluster.png", dpi=110)
-    for line in summary_lines(results):
-        print(line)
+    for run in results["runs"]:
+        for line in summary_lines(run):
+            print(line)
     print(f"wrote cluster.json and cluster.png in {out}; no namespace, link or file is left")
     return EXIT_OK
 
@@ -120,7 +139,8 @@ def add_cluster_parser(sub) -> None:
     cluster.add_argument("--devices-per-host", type=positive_int_arg, default=2,
                          help="logical CPU devices per host (default 2)")
     cluster.add_argument("--link-rate", default="200mbit",
-                         help="each host's outgoing link, in tc units (default 200mbit)")
+                         help="each host's outgoing link, in tc units (default 200mbit); "
+                         "several, comma-separated, run the plan at each rate")
     cluster.add_argument("--plan", choices=("quick", "full"), default="quick",
                          help="quick: 3 sizes up to 4 MiB; full: 5 sizes up to 16 MiB")
     cluster.add_argument("--timeout", type=float, default=900.0,

@@ -143,6 +143,3 @@ class Cluster:
             (folder / "hosts").write_text(
                 f"127.0.0.1 localhost\n{host.address} {hostname}\n")
 
-    def command(self, host: Host, argv: list[str]) -> list[str]:
-        """``argv`` run inside ``host``'s namespace."""
-        return ["ip", "netns", "exec", host.namespace, *argv]

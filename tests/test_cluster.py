@@ -1,0 +1,120 @@
+"""course cluster: hosts as network namespaces. Every exit path removes every namespace, link
+and file it made: success, a dead process, a hung one (the time limit), Ctrl-C and SIGTERM.
+Nothing here asserts a time; the measured figures are the command's output, not a test's."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from course_utils import validate_figure_data
+from course_utils.cluster_results import figure_data, goals, summary_lines
+from course_utils.links import link_time_s, rate_bytes_per_s, ring_time_s
+from course_utils.tools.cli import main
+from course_utils.tools.netns import check_can_run, leftovers
+
+CAN_RUN = check_can_run() is None
+needs_root = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
+COURSE = [sys.executable, "-m", "course_utils.tools.cli", "cluster"]
+SMALL = ["--hosts", "2", "--devices-per-host", "1", "--plan", "quick"]
+
+
+def _cluster(tmp_path, *extra, fault=None, timeout=240):
+    env = {**os.environ, **({"COURSE_CLUSTER_FAULT": fault} if fault else {})}
+    return subprocess.run([*COURSE, *SMALL, "--out", str(tmp_path), *extra], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@needs_root
+def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
+    done = _cluster(tmp_path, "--link-rate", "200mbit,1gbit")
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((tmp_path / "cluster.json").read_text())
+    assert [r["link_rate"] for r in results["runs"]] == ["200mbit", "1gbit"]
+    assert (tmp_path / "cluster.png").stat().st_size > 0
+    assert "goal hierarchical speed-up" in done.stdout
+    assert leftovers() == []
+
+
+@needs_root
+def test_a_dead_process_is_reported_and_everything_removed(tmp_path):
+    done = _cluster(tmp_path, fault="die")
+    assert done.returncode == 1
+    assert "host 1's process exited with status 3" in done.stdout
+    assert leftovers() == []
+
+
+@needs_root
+def test_a_hung_process_meets_the_time_limit_and_everything_is_removed(tmp_path):
+    done = _cluster(tmp_path, "--timeout", "6", fault="hang")
+    assert done.returncode == 1 and "ran past --timeout 6 s" in done.stdout
+    assert leftovers() == []
+
+
+@needs_root
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status):
+    popen = subprocess.Popen([*COURSE, *SMALL, "--out", str(tmp_path)],
+                             env={**os.environ, "COURSE_CLUSTER_FAULT": "hang"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(name.endswith("h1") for name in leftovers()):
+        assert time.monotonic() < deadline and popen.poll() is None
+        time.sleep(0.1)
+    time.sleep(0.5)  # the workers are starting
+    popen.send_signal(sig)
+    out, _ = popen.communicate(timeout=60)
+    assert popen.returncode == status and "interrupted" in out
+    assert leftovers() == []
+
+
+def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["cluster"]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0 and "needs root" in out and "saved results" in out
+
+
+@needs_root
+@pytest.mark.parametrize("argv, message", [
+    (["--link-rate", "fast"], "--link-rate must look like 200mbit"),
+    (["--hosts", "1"], "--hosts must be from 2 to 200"),
+])
+def test_bad_arguments_get_one_line(capsys, argv, message):
+    assert main(["cluster", *argv]) == 2
+    assert message in capsys.readouterr().out
+    assert leftovers() == []
+
+
+RUN = {
+    "hosts": 2, "devices_per_host": 2, "link_rate": "200mbit",
+    "collectives": [{"bytes": b, "all_reduce": 1.5 * b / 25e6, "reduce_scatter": 0.75 * b / 25e6,
+                     "all_gather": 0.75 * b / 25e6} for b in (2**20, 2**22)],
+    "hierarchy": [{"bytes": b, "flat": 1.5 * b / 25e6, "hierarchical": b / 25e6}
+                  for b in (2**20, 2**22)],
+    "ring16": [{"bytes": b, "f32": 1.5 * b / 25e6, "u16": 0.75 * b / 25e6}
+               for b in (2**20, 2**22)],
+    "buckets": {"count": 64, "bytes": 1024, "separate": 0.2, "one_bucket": 0.002},
+}
+
+
+def test_a_run_that_follows_the_model_meets_every_goal():
+    met = goals(RUN)
+    assert all(g["met"] for g in met.values()), met
+    assert met["hierarchical speed-up"]["value"] == pytest.approx(1.5)
+    lines = summary_lines(RUN)
+    assert "4 MiB: all_reduce 251.7/251.7" in "\n".join(lines)
+    data = figure_data({"runs": [RUN, {**RUN, "link_rate": "1gbit"}]})
+    validate_figure_data(data)
+    assert len(data["panels"]) == 4
+
+
+def test_the_link_model_is_collective_time_of_a_ring():
+    rate = rate_bytes_per_s("200mbit")
+    for hosts, devices in [(2, 2), (2, 4), (4, 2)]:
+        assert link_time_s("all_reduce", 2**22, hosts, devices, rate) == pytest.approx(
+            ring_time_s(2**22, hosts, devices, rate))
