@@ -139,7 +139,7 @@ def browser(lab):
 
 
 def test_the_browser_runs_the_first_and_last_steps_a_figure_and_the_processes():
-    assert [p.name[:2] for p in IN_THE_BROWSER] == ["01", "03", "09", "16"]
+    assert [p.name[:2] for p in IN_THE_BROWSER] == ["01", "03", "09", "17"]
 
 
 @pytest.mark.parametrize("path", IN_THE_BROWSER, ids=lambda p: p.stem)

@@ -152,6 +152,9 @@ WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
 ZERO1_LIKE_DP = """predicted_memory = {
     "data_parallel": 12 * n, "zero1": 12 * n, "zero2": 4 * n + 8 * n // p, "zero3": 12 * n // p
 }"""
+LINK_IN_BITS = """p = H * D
+my_flat_ms = 2 * (p - 1) / p * N_BYTES / RATE_BITS * 1e3
+my_two_level_ms = 2 * (H - 1) / H * N_BYTES / RATE_BITS * 1e3"""
 FEEDBACK_OF_G = """def my_error_feedback(g, residual, k):
     _, idx = jax.lax.top_k(jnp.abs(g), k)
     sent = jnp.zeros_like(g).at[idx].set(g[idx])
@@ -209,6 +212,7 @@ FEEDBACK_OF_G = """def my_error_feedback(g, residual, k):
         ("14_zero_stages.ipynb", ZERO1_LIKE_DP, "zero1 keeps its optimizer as 1/p slices"),
         ("15_compressed_communication.ipynb", FEEDBACK_OF_G, "you send the top k of g alone"),
         ("16_local_sgd.ipynb", "my_h = 16", "so does a smaller H"),
+        ("17_simulated_cluster.ipynb", LINK_IN_BITS, "the rate is in bits per second"),
     ],
 )
 def test_wrong_solutions_fail_with_their_specific_message(edition, tmp_path, name, code, message):

@@ -88,3 +88,22 @@ def test_local_steps_right_and_wrong(capsys):
     ]:
         with pytest.raises(ExerciseFailed, match=message):
             check_local_steps(answer, **model)
+
+
+def test_link_prediction_right_and_wrong(capsys):
+    from course_utils.link_checks import check_link_prediction
+
+    model = {"nbytes": 4 * 2**20, "hosts": 2, "devices": 4, "bytes_per_s": 25e6}
+    flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3
+    check_link_prediction(flat, two, **model)
+    assert "PASSED" in capsys.readouterr().out
+    for answer, message in [
+        ((None, two), "my_flat_ms is not defined"),
+        (("fast", two), "must be a number of milliseconds"),
+        ((flat / 8, two), "bits per second"),
+        ((flat / 2, two), "two passes of the ring"),
+        ((flat, two / 4), "share its one link"),
+        ((flat, two * 3), "only the middle phase crosses"),
+    ]:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_link_prediction(*answer, **model)

@@ -1,0 +1,41 @@
+"""Self-check for step 17: a flat and a two-level all-reduce's time, predicted from the link."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from course_utils.check_helpers import _fail, _number, _off_by, _passed
+from course_utils.links import link_time_s
+
+
+def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, devices: int,
+                          bytes_per_s: float) -> None:
+    """Exercise 17: both times in ms within 2 % of the link model (``links.link_time_s``)."""
+    exercise = "times from the link rate"
+    p = hosts * devices
+    for name, got, kind in (("my_flat_ms", flat_ms, "all_reduce"),
+                            ("my_two_level_ms", two_level_ms, "hierarchical")):
+        value = _number(got)
+        if got is None:
+            _fail(exercise, f"{name} is not defined; store your prediction in milliseconds")
+        if value is None:
+            _fail(exercise, f"{name} must be a number of milliseconds, got {got!r}")
+        want = link_time_s(kind, nbytes, hosts, devices, bytes_per_s) * 1e3
+        if np.isclose(value, want, rtol=0.02):
+            continue
+        if np.isclose(value * 8, want, rtol=0.02):
+            why = "the rate is in bits per second: divide it by 8 for bytes"
+        elif kind == "all_reduce" and np.isclose(value, want / 2, rtol=0.02):
+            why = "an all-reduce is two passes of the ring, 2(p-1)/p of the vector"
+        elif kind == "all_reduce" and np.isclose(value, want / (2 * (p - 1) / p), rtol=0.02):
+            why = "each host's link carries 2(p-1)/p of the vector, not the vector once"
+        elif kind == "hierarchical" and np.isclose(value * devices, want, rtol=0.02):
+            why = (f"the {devices} devices of a host share its one link: their slices add up "
+                   "on it")
+        else:
+            why = ("count the bytes that cross one host's link, then divide by the rate"
+                   if kind == "all_reduce" else
+                   "only the middle phase crosses: an all-reduce of N/devices across the hosts, "
+                   "for each device of the host, on the host's one link")
+        _fail(exercise, f"{name}: {_off_by(value, want)}; {why}")
+    _passed(exercise, f"flat {float(flat_ms):.0f} ms, two-level {float(two_level_ms):.0f} ms")
