@@ -118,3 +118,19 @@ def test_the_link_model_is_collective_time_of_a_ring():
     for hosts, devices in [(2, 2), (2, 4), (4, 2)]:
         assert link_time_s("all_reduce", 2**22, hosts, devices, rate) == pytest.approx(
             ring_time_s(2**22, hosts, devices, rate))
+
+
+@pytest.mark.parametrize("shape, hosts, devices", [("2x2", 2, 2), ("2x4", 2, 4)])
+def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devices):
+    from course_utils.cluster_results import saved_cluster_results
+    from course_utils.tools.cluster_worker import PLANS
+
+    saved = saved_cluster_results(shape)
+    assert (saved["hosts"], saved["devices_per_host"], saved["plan"]) == (hosts, devices, "full")
+    for run in saved["runs"]:
+        for key in ("collectives", "hierarchy", "ring16"):
+            assert [r["bytes"] for r in run[key]] == PLANS["full"]["sizes"]
+        assert run["buckets"]["count"] == PLANS["full"]["buckets"][0]
+        rate_bytes_per_s(run["link_rate"])
+    assert "200mbit" in [r["link_rate"] for r in saved["runs"]]
+    validate_figure_data(figure_data(saved))
