@@ -6,7 +6,8 @@ receiver rebuilds the summed gradient. Every function runs inside ``shard_map`` 
   ring reduce-scatter built from ``ppermute`` (sums kept in f32 on arrival) and an ``all_gather``.
 - ``int8_all_reduce``: values scaled per bucket of ``SCALE_BUCKET`` to int8, exchanged with
   ``all_to_all`` (each device receives its slice from everyone), summed, quantized again and
-  all-gathered — integers cannot be summed by the network without overflow.
+  all-gathered — each device's codes have scales of their own, so they cannot simply be summed
+  by an int8 all-reduce (and int8 sums would overflow).
 - ``topk_select`` and ``sparse_all_gather``: the k largest entries and their indices, gathered by
   all devices and added into a dense vector (Lin et al., 2018, *Deep Gradient Compression*).
 - ``powersgd_round``: one step of power iteration on each weight matrix, two small all-reduces
