@@ -23,7 +23,12 @@ class ExerciseFailed(AssertionError):
 
 
 def _number(value) -> float | None:
-    """``value`` as a float if it is a real number (Python or NumPy, not bool), else None."""
+    """``value`` as a float if it is a real number (Python, NumPy or a 0-d NumPy or JAX array;
+    not bool), else None."""
+    dtype = getattr(value, "dtype", None)
+    if getattr(value, "shape", None) == () and dtype is not None and np.issubdtype(
+            dtype, np.number):
+        value = value.item()
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
         return None
     return float(value)

@@ -80,6 +80,11 @@ def summary_lines(run: dict) -> list[str]:
     b = run["buckets"]
     lines.append(f"bucketing: {b['count']} all-reduces of {format_bytes(b['bytes'])} "
                  f"{b['separate'] * 1e3:.1f} ms, one bucket {b['one_bucket'] * 1e3:.1f} ms")
+    t = run["training"]
+    lines.append(f"training step: data parallelism {t['dp_step'] * 1e3:.1f} ms, local SGD "
+                 f"H={t['local_steps']} {t['local_sgd_step'] * 1e3:.1f} ms (local step "
+                 f"{t['local_step'] * 1e3:.1f} ms + averaging {t['averaging'] * 1e3:.1f} ms "
+                 f"/ {t['local_steps']})")
     for name, goal in goals(run).items() if run["link_rate"] == GOAL_RATE else ():
         value = goal["value"]
         shown = (", ".join(f"{k} {v:+.0%}" if v is not None else f"{k} none"

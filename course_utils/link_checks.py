@@ -18,13 +18,19 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
         value = _number(got)
         if got is None:
             _fail(exercise, f"{name} is not defined; store your prediction in milliseconds")
-        if value is None:
-            _fail(exercise, f"{name} must be a number of milliseconds, got {got!r}")
+        if value is None or not np.isfinite(value):
+            _fail(exercise, f"{name} must be a finite number of milliseconds, got {got!r}")
         want = link_time_s(kind, nbytes, hosts, devices, bytes_per_s) * 1e3
         if np.isclose(value, want, rtol=0.02):
             continue
         if np.isclose(value * 8, want, rtol=0.02):
             why = "the rate is in bits per second: divide it by 8 for bytes"
+        elif np.isclose(value * 1e3, want, rtol=0.02):
+            why = "give milliseconds, not seconds"
+        elif np.isclose(value * 2**20 / 1e6, want, rtol=0.02):
+            why = "4 MiB is 4 · 2^20 bytes, not 4 · 10^6"
+        elif kind == "hierarchical" and np.isclose(value * 2, want, rtol=0.02):
+            why = "the middle phase is an all-reduce across the hosts: two passes, 2(H-1)/H"
         elif kind == "all_reduce" and np.isclose(value, want / 2, rtol=0.02):
             why = "an all-reduce is two passes of the ring, 2(p-1)/p of the vector"
         elif kind == "all_reduce" and np.isclose(value, want / (2 * (p - 1) / p), rtol=0.02):

@@ -37,7 +37,7 @@ def check_memory_prediction(predicted, measured: dict) -> None:
         else:
             why = (f"{stage} holds the parameters, the gradient and the momentum, of which "
                    + (" and ".join(sliced) + " in slices of N/p" if sliced else "none sliced")
-                   + " (N: the padded vector's length)")
+                   + " (n: the padded vector's length, not N_PARAMS)")
         _fail(exercise, f"{stage}: {_off_by(got, want)}; {why}")
     _passed(exercise, ", ".join(f"{s} {sum(measured[s].values())} B" for s in STAGES))
 
@@ -48,10 +48,17 @@ def check_error_feedback(fn) -> None:
     exercise = "error feedback"
     _function_given(exercise, "my_error_feedback", fn)
     rng = np.random.default_rng(15)
-    g, residual = rng.standard_normal((2, 512)).astype(np.float32)
-    k = 16
-    try:
-        sent, new_residual = (np.asarray(a) for a in fn(g, residual, k))
+    for n, k in ((512, 16), (300, 7)):  # two sizes: a k written into the function fails one
+        g, residual = rng.standard_normal((2, n)).astype(np.float32)
+        _one_error_feedback(exercise, fn, g, residual, k)
+    _passed(exercise, "top k sent; sent + new residual = g + old residual, bit for bit")
+
+
+def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, k: int) -> None:
+    import jax.numpy as jnp
+
+    try:  # JAX arrays, as inside a training step (and immutable: the inputs stay as they are)
+        sent, new_residual = (np.asarray(a) for a in fn(jnp.asarray(g), jnp.asarray(residual), k))
     except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
         _fail(exercise, f"my_error_feedback raised {_error_line(error)}")
     acc = g + residual
@@ -76,7 +83,6 @@ def check_error_feedback(fn) -> None:
         else:
             why = "the new residual must be (g + residual) − sent"
         _fail(exercise, f"sent + new_residual ≠ g + residual: {why}")
-    _passed(exercise, f"top {k} of 512 sent; sent + new residual = g + old residual, bit for bit")
 
 
 def check_local_steps(choice, *, budget: float, averaging_bytes: float, candidates) -> None:
@@ -85,7 +91,7 @@ def check_local_steps(choice, *, budget: float, averaging_bytes: float, candidat
     if choice is None:
         _fail(exercise, "my_h is not defined; store your choice of H in my_h")
     got = _number(choice)
-    if got is None or int(got) not in candidates or got != int(got):
+    if got is None or not np.isfinite(got) or got != int(got) or int(got) not in candidates:
         _fail(exercise, f"choose H from {list(candidates)}, got {choice!r}")
     h = int(got)
     fits = [c for c in candidates if averaging_bytes / c <= budget]

@@ -99,6 +99,8 @@ RUN = {
     "ring16": [{"bytes": b, "f32": 1.5 * b / 25e6, "u16": 0.75 * b / 25e6}
                for b in (2**20, 2**22)],
     "buckets": {"count": 64, "bytes": 1024, "separate": 0.2, "one_bucket": 0.002},
+    "training": {"dp_step": 0.01, "local_step": 0.004, "averaging": 0.008, "local_steps": 8,
+                 "local_sgd_step": 0.005},
 }
 
 
@@ -131,6 +133,7 @@ def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devic
         for key in ("collectives", "hierarchy", "ring16"):
             assert [r["bytes"] for r in run[key]] == PLANS["full"]["sizes"]
         assert run["buckets"]["count"] == PLANS["full"]["buckets"][0]
+        assert run["training"]["local_sgd_step"] > 0
         rate_bytes_per_s(run["link_rate"])
     assert "200mbit" in [r["link_rate"] for r in saved["runs"]]
     validate_figure_data(figure_data(saved))

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from course_utils.check_helpers import ExerciseFailed
@@ -68,6 +69,7 @@ def test_error_feedback_right_and_wrong(capsys):
         (keeps_old_residual, "the residual is returned unchanged"),
         (forgets_old_residual, "the new residual forgets the old one"),
         (sends_everything, "512 entries are sent; send only k = 16"),
+        (lambda g, r, k: _right(g, r, 16), "entries are sent; send only k = 7"),
         (raises, "raised ValueError: shapes do not match"),
         (lambda g, r, k: (g[:k], r), "return two vectors shaped like g"),
     ]
@@ -79,10 +81,13 @@ def test_error_feedback_right_and_wrong(capsys):
 def test_local_steps_right_and_wrong(capsys):
     model = {"budget": 100.0, "averaging_bytes": 600.0, "candidates": [1, 2, 4, 8, 16]}
     check_local_steps(8, **model)
+    check_local_steps(np.array(8.0), **model)  # a 0-d array holding a number is a number
     assert "H = 8" in capsys.readouterr().out
     for answer, message in [
         (None, "my_h is not defined"),
         (6, r"choose H from \[1, 2, 4, 8, 16\]"),
+        (float("nan"), "choose H from"),
+        (float("inf"), "choose H from"),
         (4, "over the budget of 100"),
         (16, "so does a smaller H"),
     ]:
@@ -99,11 +104,26 @@ def test_link_prediction_right_and_wrong(capsys):
     assert "PASSED" in capsys.readouterr().out
     for answer, message in [
         ((None, two), "my_flat_ms is not defined"),
-        (("fast", two), "must be a number of milliseconds"),
+        (("fast", two), "must be a finite number of milliseconds"),
         ((flat / 8, two), "bits per second"),
         ((flat / 2, two), "two passes of the ring"),
         ((flat, two / 4), "share its one link"),
         ((flat, two * 3), "only the middle phase crosses"),
+    ]:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_link_prediction(*answer, **model)
+
+
+def test_link_prediction_names_units(capsys):
+    from course_utils.link_checks import check_link_prediction
+
+    model = {"nbytes": 4 * 2**20, "hosts": 2, "devices": 4, "bytes_per_s": 25e6}
+    flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3
+    for answer, message in [
+        ((flat / 1e3, two), "milliseconds, not seconds"),
+        ((flat * 1e6 / 2**20, two), "4 · 2\\^20 bytes"),
+        ((flat, two / 2), "two passes, 2\\(H-1\\)/H"),
+        ((float("nan"), two), "finite number"),
     ]:
         with pytest.raises(ExerciseFailed, match=message):
             check_link_prediction(*answer, **model)

@@ -121,6 +121,12 @@ def _run(args: argparse.Namespace) -> int:
     for run in results["runs"]:
         for line in summary_lines(run):
             print(line)
+    from course_utils.tools.netns import leftovers
+
+    left = leftovers()
+    if left:
+        print(f"error: left behind: {', '.join(left)}; remove them with ip netns del")
+        return EXIT_FAILED
     print(f"wrote cluster.json and cluster.png in {out}; no namespace, link or file is left")
     return EXIT_OK
 

@@ -20,7 +20,7 @@ import numpy as np
 # per-device vector sizes (bytes) of each plan's sweep
 PLANS = {
     "quick": {"sizes": [2**18, 2**20, 2**22], "repeats": 3, "buckets": (64, 1024)},
-    "full": {"sizes": [2**k for k in range(16, 25, 2)], "repeats": 3, "buckets": (64, 4096)},
+    "full": {"sizes": [2**k for k in range(16, 25, 2)], "repeats": 5, "buckets": (64, 4096)},
 }
 # a test may make one host's process fail, to see that everything is still cleaned up
 FAULT = "COURSE_CLUSTER_FAULT"
@@ -77,6 +77,47 @@ def _f32_ring(axis: str, p: int):
     return all_reduce
 
 
+def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
+    """Seconds of one data-parallel step (gradient + all-reduce), one local step (gradient only)
+    and one averaging (``pmean`` of the parameters) of step 16's task on ``mesh``."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from course_utils.task import classification_task, init_params, loss_sum, padded_size
+
+    axis, p = mesh.axis_names[0], mesh.size
+    n, (x, y) = padded_size(p), classification_task()
+    w = init_params(n)
+
+    def placed(value, spec):
+        from jax.sharding import NamedSharding
+
+        return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec),
+                                            lambda i: value[i])
+
+    def program(body, in_specs, out_specs):
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                     check_vma=False))
+
+    def dp(w, xs, ys):
+        return w - 0.05 * jax.lax.psum(jax.grad(loss_sum)(w, xs, ys), axis) / len(y)
+
+    def local(w, xs, ys):
+        return w - 0.05 * jax.grad(loss_sum)(w, xs, ys) / (len(y) // p)
+
+    data = (placed(x, P(axis, None)), placed(y, P(axis)))
+    own = placed(np.tile(w, p), P(axis))
+    times = {
+        "dp_step": median_s(program(dp, (P(), P(axis, None), P(axis)), P()),
+                            placed(w, P()), *data),
+        "local_step": median_s(program(local, (P(axis), P(axis, None), P(axis)), P(axis)),
+                               own, *data),
+        "averaging": median_s(program(lambda v: jax.lax.pmean(v, axis), P(axis), P(axis)), own),
+    }
+    return {**times, "local_steps": local_steps,
+            "local_sgd_step": times["local_step"] + times["averaging"] / local_steps}
+
+
 def measure(plan: dict, hosts: int) -> dict:
     """Every timing of the plan on the global devices (``hosts`` × the devices per host)."""
     import jax
@@ -117,14 +158,16 @@ def measure(plan: dict, hosts: int) -> dict:
     count, small = plan["buckets"]
     pieces = [_blocks(flat, rows, (p, small // 4), seed=k) for k in range(count)]
     one = block_collective(flat, "all_reduce").jitted
-    median_one = _timer(1)
-    start = time.perf_counter()
-    for piece in pieces:  # separate calls, each waited for (see step 12)
-        jax.block_until_ready(one(piece))
-    separate = time.perf_counter() - start
+
+    def separate_calls():
+        for piece in pieces:  # separate calls, each waited for (see step 12)
+            summed = jax.block_until_ready(one(piece))
+        return summed
+
     bucket = _blocks(flat, rows, (p, count * small // 4))
-    result["buckets"] = {"count": count, "bytes": small, "separate": separate,
-                         "one_bucket": median_one(one, bucket)}
+    result["buckets"] = {"count": count, "bytes": small, "separate": median_s(separate_calls),
+                         "one_bucket": median_s(one, bucket)}
+    result["training"] = _training_steps(flat, median_s)
     return result
 
 

@@ -14,6 +14,7 @@ Needs root (``CAP_NET_ADMIN``) and the ``ip`` and ``tc`` programs.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -26,6 +27,8 @@ from pathlib import Path
 from course_utils.links import check_rate
 
 PREFIX = "d03"
+# held while a cluster exists: a second `course cluster` refuses instead of removing the first's
+LOCK = Path("/run/course-cluster-d03.lock")
 SUBNET = "10.77.0"
 NETNS_ETC = Path("/etc/netns")
 
@@ -74,7 +77,16 @@ def leftovers(prefix: str = PREFIX) -> list[str]:
 
 
 def teardown(prefix: str = PREFIX) -> None:
-    """Kill the processes in, and delete, every namespace, link and hosts folder of ``prefix``."""
+    """Kill the processes in, and delete, every namespace, link and hosts folder of ``prefix``;
+    Ctrl-C and SIGTERM wait until it is done."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        _remove(prefix)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _remove(prefix: str) -> None:
     for namespace in names(prefix):
         for pid in _ip("netns", "pids", namespace, check=False).split():
             try:
@@ -102,16 +114,26 @@ class Cluster:
         self.hosts = [Host(f"{prefix}h{i}", f"{SUBNET}.{i + 1}") for i in range(hosts)]
 
     def __enter__(self) -> list[Host]:
-        teardown(self.prefix)  # what a killed run may have left
+        self._lock = open(LOCK, "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise ClusterError("another course cluster is running; wait for it to end") from None
+        self._made_netns_etc = not NETNS_ETC.exists()
+        teardown(self.prefix)  # what a killed run may have left (no other run holds the lock)
         try:
             self._create()
         except BaseException:
-            teardown(self.prefix)
+            self.__exit__()
             raise
         return self.hosts
 
     def __exit__(self, *exc) -> None:
         teardown(self.prefix)
+        if self._made_netns_etc and NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
+            NETNS_ETC.rmdir()
+        self._lock.close()  # releases the lock
 
     def _create(self) -> None:
         switch = f"{self.prefix}sw"
