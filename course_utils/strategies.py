@@ -124,9 +124,9 @@ def _regathering_loss(ctx: Context, x, y):
 
     The backward pass re-gathers from ``w_mine + 0·c`` with ``c`` an entry of the incoming
     cotangent: a data dependence on the backward pass that XLA does not fold (x·0 is not 0 for
-    floats: NaN, ∞), so the two gathers are not merged into one. XLA:CPU removes optimization
-    barriers before it eliminates common subexpressions, so ``jax.checkpoint`` (whose barrier
-    keeps the recomputation apart on GPU) leaves a single all-gather on this backend.
+    floats: NaN, ∞), so the two gathers are not merged into one, whatever the release. (The XLA:CPU
+    of jax 0.10 removes optimization barriers before it eliminates common subexpressions, so
+    ``jax.checkpoint`` leaves a single all-gather there; that of jax 0.12 keeps both.)
     """
 
     def logits_of_full(w, xs):
