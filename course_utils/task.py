@@ -83,11 +83,20 @@ def unflatten(w) -> dict:
     return layers
 
 
+def logits(w, x):
+    """The MLP's class scores f32[rows, CLASSES] for the rows of ``x``, flat parameters ``w``."""
+    layer = unflatten(w)
+    hidden = jnp.tanh(x @ layer["w1"] + layer["b1"])  # f32[rows, HIDDEN]
+    return hidden @ layer["w2"] + layer["b2"]
+
+
+def cross_entropy_sum(scores, y):
+    """Sum over the rows of the softmax cross-entropy of class ``scores`` against labels ``y``."""
+    picked = jnp.take_along_axis(scores, y[:, None], axis=1)[:, 0]  # f32[rows]
+    return jnp.sum(jax.nn.logsumexp(scores, axis=1) - picked)
+
+
 def loss_sum(w, x, y):
     """Sum over the rows of ``x`` of the softmax cross-entropy of the MLP with flat parameters
     ``w``. Divide by the number of rows that count (all of them, or one shard's) for a mean."""
-    layer = unflatten(w)
-    hidden = jnp.tanh(x @ layer["w1"] + layer["b1"])  # f32[rows, HIDDEN]
-    logits = hidden @ layer["w2"] + layer["b2"]  # f32[rows, CLASSES]
-    picked = jnp.take_along_axis(logits, y[:, None], axis=1)[:, 0]  # f32[rows]
-    return jnp.sum(jax.nn.logsumexp(logits, axis=1) - picked)
+    return cross_entropy_sum(logits(w, x), y)
