@@ -60,23 +60,6 @@ def _blocks(mesh, spec, shape, seed=0):
     return jax.make_array_from_callback(shape, NamedSharding(mesh, spec), lambda i: data[i])
 
 
-def _f32_ring(axis: str, p: int):
-    """The f32 twin of ``compression.bf16_all_reduce``: the same ring, 32-bit messages."""
-    import jax
-
-    from course_utils.ring import ring_permutation
-
-    def all_reduce(g):
-        chunks = g.reshape(p, -1)
-        i = jax.lax.axis_index(axis)
-        partial = chunks[(i - 1) % p]
-        for s in range(p - 1):
-            partial = jax.lax.ppermute(partial, axis, ring_permutation(p)) + chunks[(i - s - 2) % p]
-        return jax.lax.all_gather(partial, axis, tiled=True)
-
-    return all_reduce
-
-
 def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
     """Seconds of one data-parallel step (gradient + all-reduce), one local step (gradient only)
     and one averaging (``pmean`` of the parameters) of step 16's task on ``mesh``."""
@@ -124,7 +107,7 @@ def measure(plan: dict, hosts: int) -> dict:
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
 
-    from course_utils.compression import bf16_all_reduce
+    from course_utils.compression import bf16_all_reduce, ring_all_reduce
     from course_utils.hierarchy import hierarchical_all_reduce
     from course_utils.kernels import block_collective
 
@@ -149,9 +132,8 @@ def measure(plan: dict, hosts: int) -> dict:
             "bytes": nbytes, "flat": row["all_reduce"],
             "hierarchical": median_s(hierarchical_all_reduce(two_level).jitted, y)})
         rings = {}
-        u16_ring = lambda g: bf16_all_reduce(g, "d", p)  # noqa: E731 - beside its f32 twin
-        for name, body in (("f32", _f32_ring("d", p)), ("u16", u16_ring)):
-            fn = jax.jit(jax.shard_map(lambda b, body=body: body(b[0])[None], mesh=flat,
+        for name, body in (("f32", ring_all_reduce), ("u16", bf16_all_reduce)):
+            fn = jax.jit(jax.shard_map(lambda b, body=body: body(b[0], "d", p)[None], mesh=flat,
                                        in_specs=rows, out_specs=rows, check_vma=False))
             rings[name] = median_s(fn, x)
         result["ring16"].append({"bytes": nbytes, **rings})
