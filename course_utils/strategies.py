@@ -72,10 +72,11 @@ class Strategy:
     Attributes:
         body: ``body(state, x, y, ctx) -> (state, loss, g_used, g_local)``; ``g_used`` is the
             gradient the update used, ``g_local`` this device's own gradient before any
-            communication (``None`` if the strategy never forms it).
+            communication (``None`` where ``forms_local`` is false).
         forms: form of each state entry: ``replicated``, ``sliced`` or ``own``.
         used_form: the form of ``g_used``.
         holds_local: the gradient a device holds is ``g_local`` (whole) rather than ``g_used``.
+        forms_local: the body forms ``g_local`` (ZeRO-3's gradient arrives already reduced).
         extra_state: ``(p, n) -> {name: (global array, form)}`` beyond ``w`` and ``v``.
     """
 
@@ -83,6 +84,7 @@ class Strategy:
     forms: dict
     used_form: str = "replicated"
     holds_local: bool = False
+    forms_local: bool = True
     extra_state: Callable = field(default=lambda p, n: {})
 
 
@@ -225,8 +227,9 @@ STRATEGY_STEPS: dict[str, Strategy] = {
     "zero1": Strategy(sliced_update, {"w": "replicated", "v": "sliced"}, "sliced",
                       holds_local=True),
     "zero2": Strategy(sliced_update, {"w": "replicated", "v": "sliced"}, "sliced"),
-    "zero3": Strategy(zero3, {"w": "sliced", "v": "sliced"}, "sliced"),
-    "zero3_regather": Strategy(zero3_regather, {"w": "sliced", "v": "sliced"}, "sliced"),
+    "zero3": Strategy(zero3, {"w": "sliced", "v": "sliced"}, "sliced", forms_local=False),
+    "zero3_regather": Strategy(zero3_regather, {"w": "sliced", "v": "sliced"}, "sliced",
+                               forms_local=False),
     "bf16": Strategy(_compressed(compression.bf16_all_reduce), _WHOLE),
     "int8": Strategy(_compressed(compression.int8_all_reduce), _WHOLE),
     "topk": Strategy(topk, _WHOLE),

@@ -30,10 +30,10 @@ def _spec(form: str, axis: str) -> P:
 
 def _initial_state(strategy: Strategy, p: int, n: int, seed: int) -> dict:
     w0 = init_params(n, seed)
-    own = {"own": lambda a: np.tile(a, p)}
-    state = {"w": (own.get(strategy.forms["w"], np.asarray)(w0), strategy.forms["w"]),
-             "v": (own.get(strategy.forms["v"], np.asarray)(np.zeros_like(w0)),
-                   strategy.forms["v"])}
+    state = {}
+    for name, value in (("w", w0), ("v", np.zeros_like(w0))):
+        form = strategy.forms[name]
+        state[name] = (np.tile(value, p) if form == "own" else value, form)  # own: p copies
     return {**state, **strategy.extra_state(p, n)}
 
 
@@ -99,7 +99,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     data = (jax.device_put(x, NamedSharding(mesh, P(axis, None))),
             jax.device_put(y, NamedSharding(mesh, P(axis))))
 
-    local_out = () if strategy.startswith("zero3") else (P(axis),)
+    local_out = (P(axis),) if spec.forms_local else ()
 
     def body(state, x, y):
         new_state, loss, g_used, g_local = spec.body(state, x, y, ctx)
