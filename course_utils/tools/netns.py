@@ -69,11 +69,19 @@ def names(prefix: str = PREFIX) -> list[str]:
     return [line.split()[0] for line in listed if line.startswith(prefix)]
 
 
+def _links(prefix: str) -> list[str]:
+    """The links of the root namespace named with ``prefix``."""
+    return re.findall(rf"^\d+: ({prefix}[^:@]*)", _ip("-o", "link", check=False), re.MULTILINE)
+
+
+def _folders(prefix: str) -> list[Path]:
+    """The /etc/netns folders named with ``prefix``."""
+    return list(NETNS_ETC.glob(f"{prefix}*")) if NETNS_ETC.is_dir() else []
+
+
 def leftovers(prefix: str = PREFIX) -> list[str]:
     """Everything with ``prefix`` that exists: namespaces, root links, /etc/netns folders."""
-    links = re.findall(rf"^\d+: ({prefix}[^:@]*)", _ip("-o", "link", check=False), re.MULTILINE)
-    folders = [str(p) for p in NETNS_ETC.glob(f"{prefix}*")] if NETNS_ETC.is_dir() else []
-    return names(prefix) + links + folders
+    return names(prefix) + _links(prefix) + [str(f) for f in _folders(prefix)]
 
 
 def teardown(prefix: str = PREFIX) -> None:
@@ -94,12 +102,10 @@ def _remove(prefix: str) -> None:
             except ProcessLookupError:
                 pass
         _ip("netns", "del", namespace, check=False)
-    for link in re.findall(rf"^\d+: ({prefix}[^:@]*)", _ip("-o", "link", check=False),
-                           re.MULTILINE):
+    for link in _links(prefix):
         _ip("link", "del", link, check=False)
-    if NETNS_ETC.is_dir():
-        for folder in NETNS_ETC.glob(f"{prefix}*"):
-            shutil.rmtree(folder, ignore_errors=True)
+    for folder in _folders(prefix):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class Cluster:
