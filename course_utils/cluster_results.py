@@ -24,6 +24,11 @@ def _shape(run: dict) -> tuple[int, int, float]:
     return run["hosts"], run["devices_per_host"], rate_bytes_per_s(run["link_rate"])
 
 
+def _at_goal_size(rows: list[dict]) -> dict:
+    """The row whose size is ``GOAL_BYTES``, or the nearest to it."""
+    return min(rows, key=lambda r: abs(r["bytes"] - GOAL_BYTES))
+
+
 def fits(run: dict) -> dict:
     """Per collective, the link rate fitted from the measured times and its gap to the
     configured rate (a fraction)."""
@@ -41,16 +46,12 @@ def fits(run: dict) -> dict:
 def goals(run: dict) -> dict:
     """Each goal's measured figure and whether it is met; ratios at ``GOAL_BYTES`` (or the size
     nearest to it)."""
-
-    def at_goal_size(rows):
-        return min(rows, key=lambda r: abs(r["bytes"] - GOAL_BYTES))
-
-    row = at_goal_size(run["collectives"])
+    row = _at_goal_size(run["collectives"])
     ratio = row["all_reduce"] / row["reduce_scatter"]
     gaps = {k: f["gap"] for k, f in fits(run).items()}
-    target = at_goal_size(run["hierarchy"])
+    target = _at_goal_size(run["hierarchy"])
     speedup = target["flat"] / target["hierarchical"]
-    rings = at_goal_size(run["ring16"])
+    rings = _at_goal_size(run["ring16"])
     return {
         "fitted rates": {"value": gaps, "met": all(
             g is not None and abs(g) <= RATE_TOLERANCE for g in gaps.values())},
@@ -128,8 +129,7 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
               panel("hand-built ring all-reduce", rings)]
     if len(results["runs"]) > 1:
         rates = [rate_bytes_per_s(r["link_rate"]) * 8 / 1e6 for r in results["runs"]]
-        rows = [min(r["hierarchy"], key=lambda h: abs(h["bytes"] - GOAL_BYTES))
-                for r in results["runs"]]
+        rows = [_at_goal_size(r["hierarchy"]) for r in results["runs"]]
         speedup = [h["flat"] / h["hierarchical"] for h in rows]
         panels.append({
             "kind": "line", "title": f"two-level speed-up at {format_bytes(rows[0]['bytes'])}",
