@@ -51,51 +51,52 @@ def _timer(repeats: int):
     return median_s
 
 
-def _blocks(mesh, spec, shape, seed=0):
-    """A global f32 array of ``shape`` (one row per device); each process fills its own rows."""
+def _placed(mesh, value: np.ndarray, spec):
+    """``value`` (the same on every process) as a global array; each process fills its own
+    shards."""
     import jax
     from jax.sharding import NamedSharding
 
-    data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    return jax.make_array_from_callback(shape, NamedSharding(mesh, spec), lambda i: data[i])
+    return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec),
+                                        lambda i: value[i])
+
+
+def _blocks(mesh, spec, shape, seed=0):
+    """A global random f32 array of ``shape`` (one row per device)."""
+    return _placed(mesh, np.random.default_rng(seed).standard_normal(shape).astype(np.float32),
+                   spec)
 
 
 def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
-    """Seconds of one data-parallel step (gradient + all-reduce), one local step (gradient only)
-    and one averaging (``pmean`` of the parameters) of step 16's task on ``mesh``."""
+    """Seconds of one data-parallel step (gradient + all-reduce), one local SGD step (gradient
+    only) and one averaging (``pmean`` of the parameters): the step bodies of ``train``, on step
+    16's task."""
     import jax
     from jax.sharding import PartitionSpec as P
 
-    from course_utils.task import classification_task, init_params, loss_sum, padded_size
+    from course_utils.strategies import Context, data_parallel, local_sgd
+    from course_utils.task import classification_task, init_params, padded_size
 
     axis, p = mesh.axis_names[0], mesh.size
     n, (x, y) = padded_size(p), classification_task()
-    w = init_params(n)
+    ctx = Context(axis, p, n, len(y), k=1)
+    w, v = init_params(n), np.zeros(n, np.float32)
+    data = (_placed(mesh, x, P(axis, None)), _placed(mesh, y, P(axis)))
 
-    def placed(value, spec):
-        from jax.sharding import NamedSharding
+    def step(body, spec):
+        specs = {"w": spec, "v": spec}
+        return jax.jit(jax.shard_map(lambda s, xs, ys: body(s, xs, ys, ctx)[0], mesh=mesh,
+                                     in_specs=(specs, P(axis, None), P(axis)),
+                                     out_specs=specs, check_vma=False))
 
-        return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec),
-                                            lambda i: value[i])
-
-    def program(body, in_specs, out_specs):
-        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                     check_vma=False))
-
-    def dp(w, xs, ys):
-        return w - 0.05 * jax.lax.psum(jax.grad(loss_sum)(w, xs, ys), axis) / len(y)
-
-    def local(w, xs, ys):
-        return w - 0.05 * jax.grad(loss_sum)(w, xs, ys) / (len(y) // p)
-
-    data = (placed(x, P(axis, None)), placed(y, P(axis)))
-    own = placed(np.tile(w, p), P(axis))
+    whole = {"w": _placed(mesh, w, P()), "v": _placed(mesh, v, P())}
+    own = {"w": _placed(mesh, np.tile(w, p), P(axis)), "v": _placed(mesh, np.tile(v, p), P(axis))}
+    average = jax.jit(jax.shard_map(lambda a: jax.lax.pmean(a, axis), mesh=mesh,
+                                    in_specs=P(axis), out_specs=P(axis), check_vma=False))
     times = {
-        "dp_step": median_s(program(dp, (P(), P(axis, None), P(axis)), P()),
-                            placed(w, P()), *data),
-        "local_step": median_s(program(local, (P(axis), P(axis, None), P(axis)), P(axis)),
-                               own, *data),
-        "averaging": median_s(program(lambda v: jax.lax.pmean(v, axis), P(axis), P(axis)), own),
+        "dp_step": median_s(step(data_parallel, P()), whole, *data),
+        "local_step": median_s(step(local_sgd, P(axis)), own, *data),
+        "averaging": median_s(average, own["w"]),
     }
     return {**times, "local_steps": local_steps,
             "local_sgd_step": times["local_step"] + times["averaging"] / local_steps}
