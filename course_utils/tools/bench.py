@@ -33,6 +33,19 @@ def _progress_text(medians: dict) -> str:
     return " · ".join(f"{LABELS[name]} {t:.0f} µs" for name, t in medians.items())
 
 
+def _workers(console, run):
+    """``run()``'s result, or the exit status after a worker failed or Ctrl-C stopped it (the
+    one line that says so is printed)."""
+    try:
+        return run()
+    except BenchError as exc:
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        console.print("[red]interrupted:[/] the running worker was stopped; nothing was written")
+        return EXIT_INTERRUPTED
+
+
 def _run_strategies(console, out_dir: Path) -> int:
     from course_utils.strategy_results import PLAN
     from course_utils.tools.bench_strategies import run_strategies
@@ -44,14 +57,9 @@ def _run_strategies(console, out_dir: Path) -> int:
         def on_run(label: str) -> None:
             progress.update(task, advance=1, description=f"training {label}")
 
-        try:
-            results = run_strategies(out_dir, on_run)
-        except BenchError as exc:
-            console.print(f"[red]error:[/] {exc}", soft_wrap=True)
-            return EXIT_FAILED
-        except KeyboardInterrupt:
-            console.print("[red]interrupted:[/] the worker was stopped; nothing was written")
-            return EXIT_INTERRUPTED
+        results = _workers(console, lambda: run_strategies(out_dir, on_run))
+        if isinstance(results, int):
+            return results
     base = results["runs"][0]
     for run in results["runs"]:
         console.print(
@@ -101,16 +109,9 @@ def _run_bench(args: argparse.Namespace) -> int:
                 description=f"repeat {repeat + 1}/{plan.repeats} · {p} devices · {event['label']}",
             )
 
-        try:
-            reports = run_sweep(plan, on_progress)
-        except BenchError as exc:
-            console.print(f"[red]error:[/] {exc}", soft_wrap=True)
-            return EXIT_FAILED
-        except KeyboardInterrupt:
-            console.print(
-                "[red]interrupted:[/] the running worker was stopped; nothing was written"
-            )
-            return EXIT_INTERRUPTED
+        reports = _workers(console, lambda: run_sweep(plan, on_progress))
+        if isinstance(reports, int):
+            return reports
     results = build_results(plan, reports, load_before, time.perf_counter() - start)
     out_dir = Path(args.out)
     write_outputs(results, out_dir)
