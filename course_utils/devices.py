@@ -9,6 +9,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from course_utils.compile_cache import use_compilation_cache
 from course_utils.validate import positive_int
 
 
@@ -30,7 +31,9 @@ def use_cpu_devices(n: int = 4) -> None:
     """Configure ``n`` logical CPU devices; call it before any other JAX operation.
 
     Calling it again with the same ``n`` does nothing. Once JAX has started, the device
-    count is fixed for the life of the process (kernel).
+    count is fixed for the life of the process (kernel). It also turns on JAX's persistent
+    compilation cache (``course_utils.compile_cache``), so a rerun loads compiled programs
+    from disk instead of compiling them again.
 
     Args:
         n: the number of logical CPU devices, a positive integer.
@@ -52,6 +55,7 @@ def use_cpu_devices(n: int = 4) -> None:
             f"JAX already started with {len(started)} {kind} device(s), not the {n} requested; "
             f"restart the kernel and call use_cpu_devices({n}) before any other JAX call"
         ) from None
+    use_compilation_cache()
 
 
 def data_mesh(axis_name: str = "data") -> Mesh:
