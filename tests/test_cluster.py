@@ -15,7 +15,7 @@ from course_utils import validate_figure_data
 from course_utils.cluster_results import figure_data, goals, summary_lines
 from course_utils.links import link_time_s, rate_bytes_per_s, ring_time_s
 from course_utils.tools.cli import main
-from course_utils.tools.netns import check_can_run, leftovers
+from course_utils.tools.netns import Cluster, check_can_run, host_command, leftovers
 
 CAN_RUN = check_can_run() is None
 needs_root = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
@@ -69,6 +69,21 @@ def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status):
     popen.send_signal(sig)
     out, _ = popen.communicate(timeout=60)
     assert popen.returncode == status and "interrupted" in out
+    assert leftovers() == []
+
+
+@needs_root
+def test_a_host_process_runs_without_capabilities():
+    probe = ("import subprocess\n"
+             "caps = open('/proc/self/status').read().split('CapEff:')[1].split()[0]\n"
+             "done = subprocess.run(['ip', 'link', 'add', 'd03probe', 'type', 'dummy'],\n"
+             "                      capture_output=True, text=True)\n"
+             "print(caps, done.returncode, done.stderr.strip())")
+    with Cluster(2, None) as hosts:
+        done = subprocess.run(host_command(hosts[1], [sys.executable, "-c", probe]),
+                              capture_output=True, text=True, timeout=60)
+    caps, status, why = done.stdout.split(maxsplit=2)
+    assert int(caps, 16) == 0 and status != "0" and "not permitted" in why
     assert leftovers() == []
 
 

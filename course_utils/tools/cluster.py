@@ -35,7 +35,7 @@ class _Failed(Exception):
 
 def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
     """One cluster shaped at ``rate``: set up, one worker per host, results, torn down."""
-    from course_utils.tools.netns import Cluster
+    from course_utils.tools.netns import Cluster, host_command
 
     popens, files = [], []
     try:
@@ -47,7 +47,7 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
                         "--devices", str(args.devices_per_host), "--coordinator", coordinator,
                         "--plan", args.plan]
                 files += [open(Path(logs) / f"out{i}", "w+"), open(Path(logs) / f"err{i}", "w+")]
-                popens.append(spawn(["ip", "netns", "exec", host.namespace, *argv], *files[-2:]))
+                popens.append(spawn(host_command(host, argv), *files[-2:]))
             for done in first_exit(popens, max(0.0, deadline - time.monotonic())):
                 if done.returncode != 0:
                     i = popens.index(done)

@@ -9,7 +9,8 @@ exec`` bind-mounts it over ``/etc/hosts``, so a JAX process finds its own addres
 public API alone). On exit, on an error and on Ctrl-C, ``teardown()`` kills whatever still runs in
 the namespaces and removes every namespace, link and file with the prefix.
 
-Needs root (``CAP_NET_ADMIN``) and the ``ip`` and ``tc`` programs.
+Needs root (``CAP_NET_ADMIN``) and the ``ip``, ``tc`` and ``setpriv`` programs. A host's
+processes start through ``host_command``, with every capability dropped.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ def check_can_run() -> str | None:
     if os.geteuid() != 0:
         return ("course cluster needs root to create network namespaces: run it as root "
                 "(e.g. sudo .venv/bin/course cluster …) or read the saved results in step 17")
-    for program in ("ip", "tc"):
+    for program, package in (("ip", "iproute2"), ("tc", "iproute2"), ("setpriv", "util-linux")):
         if shutil.which(program) is None:
-            return f"course cluster needs the {program!r} program (Debian: apt install iproute2)"
+            return f"course cluster needs the {program!r} program (Debian: apt install {package})"
     return None
 
 
@@ -61,6 +62,14 @@ class Host:
 
     namespace: str
     address: str
+
+
+def host_command(host: Host, argv: list[str]) -> list[str]:
+    """``argv`` run inside ``host``'s namespace with no capabilities (``setpriv``): the process
+    keeps root's user id, so it reads the Python interpreter wherever that is installed (here, in
+    root's home), but it cannot change links, namespaces or mounts, nor regain what it dropped."""
+    return ["ip", "netns", "exec", host.namespace,
+            "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", *argv]
 
 
 def names(prefix: str = PREFIX) -> list[str]:
