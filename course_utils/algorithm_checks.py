@@ -7,7 +7,8 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.check_helpers import _error_line, _fail, _number, _passed, _tiled_hint
+from course_utils.check_helpers import _fail, _number, _passed, _tiled_hint
+from course_utils.display import error_line
 from course_utils.ir import collectives_in
 from course_utils.kernels import block_collective
 from course_utils.latency import bucketed_step_time
@@ -31,7 +32,7 @@ def _run(exercise: str, ring, blocks: np.ndarray) -> np.ndarray:
         if "Abstract tracer" in str(error) or "TracerIntegerConversion" in type(error).__name__:
             hint = ("; the device index is a traced value inside the kernel: index arrays with "
                     "it (chunks[...]) instead of converting it with int()")
-        _fail(exercise, f"running the ring with your step raised {_error_line(error)}{hint}")
+        _fail(exercise, f"running the ring with your step raised {error_line(error)}{hint}")
 
 
 def check_ring_step(step, mesh: Mesh) -> None:
@@ -131,7 +132,7 @@ def check_two_level(fn, mesh: Mesh) -> None:
     try:
         got = np.asarray(kernel(blocks))
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
-        _fail(exercise, f"running my_two_level on every device raised {_error_line(error)}"
+        _fail(exercise, f"running my_two_level on every device raised {error_line(error)}"
                         f"{_tiled_hint(error, 'local')}")
     if got.ndim != 2:
         _fail(exercise, f"my_two_level must return a vector, f32[m]; yours returns shape "

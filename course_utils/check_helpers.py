@@ -48,13 +48,6 @@ def _off_by(got: float, expected: float) -> str:
     return f"it is off by a factor {ratio:.3g}"
 
 
-def _error_line(error: BaseException) -> str:
-    """``TypeName: first line`` of an exception raised by the student's code (JAX puts its
-    explanation on later lines; the first says what failed)."""
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0].rstrip(':') if text else ''}"
-
-
 def _tiled_hint(error: BaseException, pieces: str) -> str:
     """A hint for ``psum_scatter`` called without ``tiled=True`` on a vector, else ``""``."""
     if "scatter dimension size" not in str(error):

@@ -16,7 +16,6 @@ import numpy as np
 from course_utils.check_helpers import (
     ExerciseFailed,
     _common_ratio,
-    _error_line,
     _fail,
     _number,
     _off_by,
@@ -28,6 +27,7 @@ from course_utils.check_helpers import (
 from course_utils.constants import ATOL
 from course_utils.cost import communication_budget
 from course_utils.data import reference_gradient
+from course_utils.display import error_line
 from course_utils.ir import collectives_in
 from course_utils.kernels import Kernel
 from course_utils.placement import values_per_device
@@ -62,7 +62,7 @@ def _program(exercise: str, fn, args: tuple) -> list[str]:
     except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
         _fail(
             exercise,
-            f"your function does not compile as one JAX program ({_error_line(error)}); "
+            f"your function does not compile as one JAX program ({error_line(error)}); "
             "build it from jax.shard_map and wrap it in jax.jit",
         )
 
@@ -93,7 +93,7 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
             hint = ("; out_specs=P() declares one value on every device, but after psum_scatter "
                     "each device holds a different slice: give out_specs the spec of a vector "
                     "split over 'data' (switching check_vma off would hide the mistake)")
-        _fail(exercise, f"calling {name}(x, y, w) raised {_error_line(error)}{hint}")
+        _fail(exercise, f"calling {name}(x, y, w) raised {error_line(error)}{hint}")
     expected = reference_gradient(
         np.asarray(x_host), np.asarray(y_host), np.asarray(w_host)
     ).astype(np.float32)

@@ -44,3 +44,15 @@ def format_gbps(value: float | None) -> str:
         ('3.14', '∞')
     """
     return "∞" if value is None else f"{value:.2f}"
+
+
+def error_line(error: BaseException) -> str:
+    r"""``TypeName: first line`` of an exception: what a one-line report shows (JAX and XLA put
+    their explanation on later lines; the first says what failed).
+
+    Examples:
+        >>> error_line(ValueError("shapes differ:\n  (4,) and (8,)"))
+        'ValueError: shapes differ'
+    """
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0].rstrip(':') if text else ''}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from course_utils.algorithm_checks import _function_given
-from course_utils.check_helpers import _error_line, _fail, _number, _off_by, _passed
+from course_utils.check_helpers import _fail, _number, _off_by, _passed
+from course_utils.display import error_line
 
 STAGES = ("data_parallel", "zero1", "zero2", "zero3")
 # what each stage keeps in slices of 1/p, in the order parameters, gradient, optimizer state
@@ -60,7 +61,7 @@ def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, 
     try:  # JAX arrays, as inside a training step (and immutable: the inputs stay as they are)
         sent, new_residual = (np.asarray(a) for a in fn(jnp.asarray(g), jnp.asarray(residual), k))
     except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
-        _fail(exercise, f"my_error_feedback raised {_error_line(error)}")
+        _fail(exercise, f"my_error_feedback raised {error_line(error)}")
     acc = g + residual
     if sent.shape != g.shape or new_residual.shape != g.shape:
         _fail(exercise, f"return two vectors shaped like g {g.shape}: the dense sent vector "

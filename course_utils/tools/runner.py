@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 
 from course_utils.constants import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from course_utils.display import error_line
 from course_utils.tools.cli import positive_int_arg, progress_bar
 
 PARAMETERS_TAG = "parameters"
@@ -94,7 +95,7 @@ def execute(path: Path, *, parameters: dict | None = None, timeout: int = 600):
     except CellExecutionError as exc:
         return nb, _first_line_of_error(exc)
     except (CellTimeoutError, DeadKernelError) as exc:
-        return nb, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        return nb, error_line(exc)
     return nb, ""
 
 
@@ -180,9 +181,7 @@ def _run(args: argparse.Namespace) -> int:
                 try:
                     result = future.result()
                 except Exception as exc:  # an unreadable notebook or a kernel that would not start
-                    result = NotebookResult(
-                        futures[future], 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0]
-                    )
+                    result = NotebookResult(futures[future], 0.0, error_line(exc))
                 results[result.path] = result
                 progress.update(task, advance=1, description=f"done {result.path.name}")
     wall = time.perf_counter() - start

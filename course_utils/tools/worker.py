@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 from course_utils.constants import ATOL, BETA, EXIT_NO_JOIN, EXIT_USAGE, EXIT_WRONG_VALUES, LR
 from course_utils.data import reference_gradient
 from course_utils.devices import data_mesh
+from course_utils.display import error_line
 from course_utils.kernels import (
     all_gather_shards,
     all_reduce_gradient,
@@ -58,11 +59,6 @@ def fail(message: str, status: int) -> None:
     os._exit(status)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-
-
 def join(
     process_id: int, processes: int, devices_per_process: int, port: int, timeout: int
 ) -> None:
@@ -83,7 +79,7 @@ def join(
         join_runtime(address, process_id, processes, devices_per_process, timeout_s=timeout)
     except Exception as exc:  # JAX raises its own runtime error types here
         fail(
-            f"could not join the {processes} processes on {address}: {_first_line(exc)}; "
+            f"could not join the {processes} processes on {address}: {error_line(exc)}; "
             f"if port {port} is taken, pick another with --port or omit --port",
             EXIT_NO_JOIN,
         )
