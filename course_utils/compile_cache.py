@@ -1,16 +1,19 @@
 """JAX's persistent compilation cache, on for the course: compiled programs kept on disk.
 
 XLA compiles every jitted function once per process. JAX can also keep the compiled program on
-disk, keyed by the program, the JAX and XLA versions, the devices and the compiler options, and
-load it in a later process instead of compiling again (the persistent compilation cache,
-https://docs.jax.dev/en/latest/persistent_compilation_cache.html). For this course that means a
-second Run All of a notebook, or a later notebook that compiles the same program, skips most of
-the compilation; the results are the same programs, so the same numbers.
+disk, keyed by the program, the jaxlib version, the devices, ``XLA_FLAGS`` and the compiler
+options, and load it in a later process instead of compiling again (the persistent compilation
+cache, https://docs.jax.dev/en/latest/persistent_compilation_cache.html). For this course that
+means a second Run All of a notebook, or a later notebook that compiles the same program, skips
+most of the compilation; what it loads is the program XLA compiled before, so the numbers are the
+same. JAX does not store programs with host callbacks (``jax.debug.print``), and the multi-process
+runs (``course launch``, ``course cluster``) do not use this cache.
 
 ``use_cpu_devices`` calls ``use_compilation_cache``. The folder is
 ``$XDG_CACHE_HOME/course-distributed-03/jax`` (``~/.cache/…`` without ``XDG_CACHE_HOME``); a
-cache you configured yourself (``JAX_COMPILATION_CACHE_DIR``) is left as it is; and
-``COURSE_COMPILATION_CACHE=off`` turns the course's cache off (to time cold compiles).
+cache you configured yourself (``JAX_COMPILATION_CACHE_DIR``) is left as it is, with its own
+settings; and ``COURSE_COMPILATION_CACHE=off`` turns the course's cache off (to time cold
+compiles). Deleting the folder is always safe: it only costs the compilations again.
 """
 
 from __future__ import annotations
@@ -36,11 +39,15 @@ def use_compilation_cache() -> Path | None:
 
     Every compiled program is stored, however quick its compilation (JAX's default keeps only
     those that took a second or more, and none of the course's do). With a size limit set, JAX
-    takes a file lock for every read and write, so notebooks and tests that run at once share the
-    folder safely.
+    takes an exclusive file lock for every read and write, so processes that run at once (two
+    notebooks, the test workers) never read a half-written entry. A process killed in the middle
+    of a write can still leave a broken entry; JAX then warns and compiles again, and deleting the
+    folder clears it.
 
     Returns:
-        The folder in use, or ``None`` when ``COURSE_COMPILATION_CACHE`` is ``off`` (or ``0``).
+        The folder in use (the course's, or the one you configured), or ``None`` when
+        ``COURSE_COMPILATION_CACHE`` is ``off`` (or ``0``): the course then sets nothing, and a
+        cache you configured yourself stays on.
     """
     if os.environ.get(OFF_VARIABLE, "").strip().lower() in ("off", "0", "false", "no"):
         return None
@@ -50,6 +57,6 @@ def use_compilation_cache() -> Path | None:
     folder = default_cache_dir()
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # any size, no override
     jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     return folder

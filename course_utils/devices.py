@@ -31,9 +31,9 @@ def use_cpu_devices(n: int = 4) -> None:
     """Configure ``n`` logical CPU devices; call it before any other JAX operation.
 
     Calling it again with the same ``n`` does nothing. Once JAX has started, the device
-    count is fixed for the life of the process (kernel). It also turns on JAX's persistent
-    compilation cache (``course_utils.compile_cache``), so a rerun loads compiled programs
-    from disk instead of compiling them again.
+    count is fixed for the life of the process (kernel). The first call also turns on JAX's
+    persistent compilation cache in the course's folder (``course_utils.compile_cache``), so a
+    rerun loads compiled programs from disk instead of compiling them again.
 
     Args:
         n: the number of logical CPU devices, a positive integer.

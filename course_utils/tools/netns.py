@@ -67,7 +67,9 @@ class Host:
 def host_command(host: Host, argv: list[str]) -> list[str]:
     """``argv`` run inside ``host``'s namespace with no capabilities (``setpriv``): the process
     keeps root's user id, so it reads the Python interpreter wherever that is installed (here, in
-    root's home), but it cannot change links, namespaces or mounts, nor regain what it dropped."""
+    root's home, closed to other users), but it cannot change links, namespaces or mounts, nor
+    gain capabilities through exec. It still owns root's files: this is not a sandbox, only the
+    network and system privileges taken away from code that needs none of them."""
     return ["ip", "netns", "exec", host.namespace,
             "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", *argv]
 
