@@ -158,6 +158,8 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
     """Exercise 05: predicted bytes one device stores after each collective, against the bytes
     measured on the devices (device 0's shard of each array in ``arrays``)."""
     exercise = "bytes one device stores"
+    if predicted is None:
+        _fail(exercise, "predicted_stored is not defined; store a dict of bytes per collective")
     if not isinstance(predicted, dict) or set(predicted) != set(arrays):
         _fail(exercise, f"predict a dict with the keys {sorted(arrays)}, got {predicted!r}")
     measured = {key: values_per_device(a) * a.dtype.itemsize for key, a in arrays.items()}
@@ -179,6 +181,12 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
                 causes.append("that is what a ring sends per rank, not what a device keeps")
             if math.isclose(got * 4, value):
                 causes.append("count bytes (4 per float32 value), not values")
+            if math.isclose(got, value * 8):
+                causes.append("count bytes, not bits")
+            if ranks > 1 and math.isclose(got, value * ranks):
+                causes.append(f"count what one device holds, not all {ranks} together")
+            if value < whole and math.isclose(got * 2, whole):
+                causes.append(f"reduce-scatter leaves 1/{ranks} of the sum on each device")
             hint = "; ".join([_off_by(got, value), *([" — or ".join(causes)] if causes else [])])
             _fail(exercise, f"{key}: {hint}")
     found = ", ".join(f"{key} {value} B" for key, value in measured.items())

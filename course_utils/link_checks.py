@@ -27,12 +27,18 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
             why = "the rate is in bits per second: divide it by 8 for bytes"
         elif np.isclose(value * 1e3, want, rtol=0.02):
             why = "give milliseconds, not seconds"
-        elif np.isclose(value * 2**20 / 1e6, want, rtol=0.02):
-            why = "4 MiB is 4 · 2^20 bytes, not 4 · 10^6"
+        elif np.isclose(value * 0.96, want, rtol=0.002):  # not the MiB slip: 0.96 · 1.049 ≈ 1.007
+            why = "the model uses the configured rate; leave TCP's 96 % out"
+        elif np.isclose(value * 2**20 / 1e6, want, rtol=0.003) or np.isclose(
+                value * 1e6 / 2**20, want, rtol=0.003):
+            why = ("check both units: the vector's MiB are 2^20 bytes, the rate's Mbit and Gbit "
+                   "are 10^6 and 10^9 bit")
         elif kind == "hierarchical" and np.isclose(value * 2, want, rtol=0.02):
             why = "the middle phase is an all-reduce across the hosts: two passes, 2(H-1)/H"
         elif kind == "all_reduce" and np.isclose(value, want / 2, rtol=0.02):
             why = "an all-reduce is two passes of the ring, 2(p-1)/p of the vector"
+        elif kind == "all_reduce" and np.isclose(value * (p - 1) / p, want, rtol=0.02):
+            why = "a rank never sends its own chunk: the ring moves (p-1)/p of the vector per pass"
         elif kind == "all_reduce" and np.isclose(value, want / (2 * (p - 1) / p), rtol=0.02):
             why = "each host's link carries 2(p-1)/p of the vector, not the vector once"
         elif kind == "hierarchical" and np.isclose(value * devices, want, rtol=0.02):
