@@ -186,7 +186,7 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
             if ranks > 1 and math.isclose(got, value * ranks):
                 causes.append(f"count what one device holds, not all {ranks} together")
             if value < whole and math.isclose(got * 2, whole):
-                causes.append(f"reduce-scatter leaves 1/{ranks} of the sum on each device")
+                causes.append("reduce-scatter splits the sum into one slice per device, not two")
             hint = "; ".join([_off_by(got, value), *([" — or ".join(causes)] if causes else [])])
             _fail(exercise, f"{key}: {hint}")
     found = ", ".join(f"{key} {value} B" for key, value in measured.items())

@@ -221,7 +221,7 @@ def test_stored_prediction(setup):
         ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": "32"}, "give a number of bytes"),
         ({"all_reduce": 256, "reduce_scatter": 8, "all_gather": 32}, "bytes, not bits"),
         ({"all_reduce": 128, "reduce_scatter": 8, "all_gather": 32}, "not all 4 together"),
-        ({"all_reduce": 32, "reduce_scatter": 16, "all_gather": 32}, "1/4 of the sum"),
+        ({"all_reduce": 32, "reduce_scatter": 16, "all_gather": 32}, "one slice per device"),
         (None, "predicted_stored is not defined"),
         ({"all_reduce": 32}, "keys"),
         (32, "keys"),
