@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from course_utils.tools.cli import COMMANDS, main
-from course_utils.tools.runner import find_notebooks, run_one, set_parameters
+from course_utils.tools.runner import find_notebooks, merge_streams, run_one, set_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,6 +37,29 @@ def test_set_parameters_rewrites_only_the_tagged_cell(tmp_path):
     nb.cells[1].metadata["tags"] = ["parameters"]
     with pytest.raises(ValueError, match="found 2"):
         set_parameters(nb, {"N_DEVICES": 2})
+
+
+def test_merge_streams_joins_only_neighbouring_outputs_of_one_stream():
+    out, err = nbformat.v4.new_output, nbformat.v4.new_output
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [
+        out("stream", name="stdout", text="a\n"),
+        out("stream", name="stdout", text="b\n"),
+        err("stream", name="stderr", text="warn\n"),
+        out("stream", name="stdout", text="c\n"),
+        out("execute_result", data={"text/plain": "1"}, execution_count=1),
+        out("stream", name="stdout", text="d\n"),
+        out("stream", name="stdout", text="e\n"),
+    ]
+    nb = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_markdown_cell("text")])
+    merge_streams(nb)
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in cell.outputs] == [
+        ("stream", "stdout", "a\nb\n"),
+        ("stream", "stderr", "warn\n"),
+        ("stream", "stdout", "c\n"),
+        ("execute_result", None, None),
+        ("stream", "stdout", "d\ne\n"),
+    ]
 
 
 def test_run_one_reports_success_figures_and_errors_without_touching_the_original(tmp_path):

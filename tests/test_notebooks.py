@@ -54,6 +54,10 @@ def test_hygiene(path):
     )
     for cell in nb["cells"]:
         assert "execution" not in cell["metadata"], "per-cell timing metadata"
+        kinds = [(o["output_type"], o.get("name")) for o in cell.get("outputs", [])]
+        assert all(a != b or a[0] != "stream" for a, b in zip(kinds, kinds[1:])), (
+            "consecutive stream outputs: save with course run --in-place"
+        )
         for output in cell.get("outputs", []):
             assert output["output_type"] != "error"
             assert not SECRETS.search(json.dumps(output)), (
