@@ -330,13 +330,27 @@ def check_budget_row(row: dict, nbytes: int, ranks: int) -> None:
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (numbers.Integral, np.integer)):
             _fail(exercise, f"{key}: give a whole number (an int), got {got!r}")
         if got != value:
-            hint = _off_by(int(got), value)
             sent = key != "shard_storage_bytes" and key != "ranks"
+            slips = []
+            other_n = int(got) * nbytes // value
+            if (
+                key != "ranks"
+                and 0 < other_n != nbytes
+                and other_n * value == int(got) * nbytes
+                and other_n & (other_n - 1) == 0  # a power of two, like the table's N
+            ):
+                slips.append(
+                    f"that is the value for N = {other_n} bytes, but this exercise's gradient "
+                    f"is nbytes = {nbytes} bytes"
+                )
             if sent and got in (nbytes, 2 * nbytes):
-                hint += "; the factor (p-1)/p is missing"
+                slips.append("the factor (p-1)/p is missing")
             elif sent and 2 * got == value:
-                hint += "; count both passes, reduce-scatter and all-gather"
+                slips.append("count both passes, reduce-scatter and all-gather")
             elif 4 * got == value:
-                hint += "; count bytes (4 per float32 value), not values"
+                slips.append("count bytes (4 per float32 value), not values")
+            hint = _off_by(int(got), value)
+            if slips:
+                hint += "; " + "; or ".join(slips)
             _fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
     _passed(exercise, f"all-reduce {expected['all_reduce_bytes']} bytes per rank")

@@ -372,3 +372,14 @@ def test_budget_row():
     assert "1966080" not in str(failed.value)  # the answer is not given away
     with pytest.raises(ExerciseFailed, match=r"count bytes \(4 per float32 value\)"):
         check_budget_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
+    # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
+    table_n = {"ranks": 4, "all_reduce_bytes": 1572864, "scatter_gather_bytes": 1572864,
+               "shard_storage_bytes": 262144}
+    with pytest.raises(ExerciseFailed, match="for N = 1048576 bytes, .* nbytes = 786432 bytes; or"
+                       r" the factor \(p-1\)/p is missing"):
+        check_budget_row(table_n, 786432, 4)
+    right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
+    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .* N = 1048576 bytes, "):
+        check_budget_row(right_sent, 786432, 4)
+    with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
+        check_budget_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
