@@ -114,16 +114,15 @@ def execute(path: Path, *, parameters: dict | None = None, timeout: int = 600):
     nb = nbformat.read(path, as_version=4)
     if parameters:
         set_parameters(nb, parameters)
+    error = ""
     try:
         run_in_fresh_kernel(nb, Path(path).parent, timeout)
     except CellExecutionError as exc:
-        merge_streams(nb)
-        return nb, _first_line_of_error(exc)
+        error = _first_line_of_error(exc)
     except (CellTimeoutError, DeadKernelError) as exc:
-        merge_streams(nb)
-        return nb, error_line(exc)
+        error = error_line(exc)
     merge_streams(nb)
-    return nb, ""
+    return nb, error
 
 
 def _first_line_of_error(exc) -> str:
