@@ -36,6 +36,8 @@ def _number(value) -> float | None:
 
 def _off_by(got: float, expected: float) -> str:
     """How a number is off, without giving the answer away."""
+    if not math.isfinite(got):
+        return f"it is {got}: give a finite number"
     if expected == 0:
         return "it should be 0"
     if got == 0:

@@ -56,9 +56,9 @@ def test_shares(setup, capsys):
         check_shares(_shares(xh, yh, wh, 16).sum(axis=0), xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match="dtype int64"):
         check_shares(np.zeros((4, 8), np.int64), xh, yh, wh, 4)
-    with pytest.raises(ExerciseFailed, match="shares is None"):
+    with pytest.raises(ExerciseFailed, match="my_shares is None"):
         check_shares(None, xh, yh, wh, 4)
-    with pytest.raises(ExerciseFailed, match=r"shares is a list; stack it into one array"):
+    with pytest.raises(ExerciseFailed, match=r"my_shares is a list; stack it into one array"):
         check_shares(list(_shares(xh, yh, wh, 16)), xh, yh, wh, 4)
     twice = 2 * _shares(xh, yh, wh, 16)  # off by 2, not by p: the row-count hint would mislead
     with pytest.raises(ExerciseFailed, match=r"2× the expected value") as failed:
@@ -222,6 +222,7 @@ def test_stored_prediction(setup):
         ({"all_reduce": 256, "reduce_scatter": 8, "all_gather": 32}, "bytes, not bits"),
         ({"all_reduce": 128, "reduce_scatter": 8, "all_gather": 32}, "not all 4 together"),
         ({"all_reduce": 32, "reduce_scatter": 16, "all_gather": 32}, "one slice per device"),
+        ({"all_reduce": float("nan"), "reduce_scatter": 8, "all_gather": 32}, "finite number"),
         (None, "predicted_stored is not defined"),
         ({"all_reduce": 32}, "keys"),
         (32, "keys"),
@@ -383,3 +384,9 @@ def test_budget_row():
         check_budget_row(right_sent, 786432, 4)
     with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
         check_budget_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
+    with pytest.raises(ExerciseFailed, match=r"N = 1048576 bytes, .*; or a device keeps 1 of p"):
+        check_budget_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4)
+    one = {"ranks": 1, "all_reduce_bytes": 2 * 786432, "scatter_gather_bytes": 0,
+           "shard_storage_bytes": 786432}
+    with pytest.raises(ExerciseFailed, match="all_reduce_bytes: it should be 0"):
+        check_budget_row(one, 786432, 1)
