@@ -38,7 +38,7 @@ def use_compilation_cache() -> Path | None:
     first compilation.
 
     Every compiled program is stored, however quick its compilation (JAX's default keeps only
-    those that took a second or more, and none of the course's do). With a size limit set, JAX
+    those that took a second or more, and few if any of the course's do). With a size limit set, JAX
     takes an exclusive file lock for every read and write, so processes that run at once (two
     notebooks, the test workers) never read a half-written entry. A process killed in the middle
     of a write can still leave a broken entry; JAX then warns and compiles again, and deleting the
