@@ -66,12 +66,17 @@ def _png_sizes(nb) -> list[list[int]]:
     return sizes
 
 
+CODE_SPAN = re.compile(r"`[^`]*`")  # a $ inside code (`$XDG_CACHE_HOME`) is not math
+
+
 def _pages() -> list[tuple[str, str, list[list[int]], bool]]:
     """Each page of the site: file, title, sizes of its figures, whether its notebook has math."""
     pages = [("index.html", book.UNIT_TITLE, [], False)]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
-        math = any("$" in c.source for c in nb.cells if c.cell_type == "markdown")
+        math = any(
+            "$" in CODE_SPAN.sub("", c.source) for c in nb.cells if c.cell_type == "markdown"
+        )
         pages.append((f"{path.stem}.html", _heading(nb), _png_sizes(nb), math))
     return pages
 
