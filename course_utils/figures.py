@@ -28,6 +28,8 @@ The house style: at most three panels in a row, legends below the axes (never ov
 
 from __future__ import annotations
 
+import functools
+import io
 import numbers
 from typing import Sequence
 
@@ -301,11 +303,22 @@ def _draw_line(ax, panel: dict) -> None:
         ax.axvline(panel["vline"], color="0.4", linewidth=0.8, linestyle=":")
     ax.set_xlabel(panel["xlabel"])
     ax.set_yscale(panel.get("yscale", "linear"))
+    if panel.get("yscale") == "log":
+        _plain_log_labels(ax.yaxis)
     if panel.get("xscale") == "log":
         ax.set_xscale("log", base=2)
         _log2_ticks(ax, panel["x"], panel.get("xunit"))
     elif panel.get("xunit") == "bytes":
         _log2_ticks(ax, panel["x"], "bytes")
+
+
+def _plain_log_labels(axis) -> None:
+    """Label a log axis in plain numbers (100, 1000, 2e+04) instead of matplotlib's default
+    10^k in mathtext, whose parser costs a noticeable part of a second to build in each kernel."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter(10))
+    axis.set_minor_formatter(LogFormatter(10, labelOnlyBase=False))
 
 
 def _draw_grid(ax, panel: dict) -> None:
@@ -330,20 +343,37 @@ def _draw_grid(ax, panel: dict) -> None:
     ax.set_xlabel(panel["xlabel"])
 
 
+@functools.cache
+def _figure_class():
+    """``Figure`` with a PNG representation, so that Jupyter shows it as a cell's value without
+    pyplot or ``%matplotlib inline`` (importing pyplot costs each kernel about half a second)."""
+    from matplotlib import figure
+
+    class Figure(figure.Figure):  # the same name, so a cell's text output reads as usual
+        def _repr_png_(self) -> bytes:
+            buffer = io.BytesIO()
+            self.savefig(buffer, format="png", bbox_inches="tight")
+            return buffer.getvalue()
+
+    return Figure
+
+
 def plot_figure(data: dict):
     """Render valid figure data as a matplotlib ``Figure``: one axes per panel, at most three in
     a row.
 
     The figure is built without pyplot, so nothing global changes; in Jupyter it displays as the
-    cell's value, and ``fig.savefig(path)`` writes it to disk.
+    cell's value (a PNG, cropped to what is drawn), and ``fig.savefig(path)`` writes it to disk.
+    The spacing between panels is fixed rather than computed by a layout engine, which would draw
+    the figure once more.
     """
     validate_figure_data(data)
-    from matplotlib.figure import Figure
-
     panels = data["panels"]
     columns = 2 if len(panels) == 4 else min(len(panels), PER_ROW)
     rows = -(-len(panels) // columns)
-    fig = Figure(figsize=(4.4 * columns, 3.9 * rows), layout="constrained")
+    legends = any(s.get("label") for panel in panels[:-columns] for s in panel.get("series", []))
+    fig = _figure_class()(figsize=(4.4 * columns, 3.9 * rows))
+    fig.subplots_adjust(left=0.1, right=0.97, wspace=0.32, hspace=0.75 if legends else 0.45)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax in axes[len(panels):]:
         ax.remove()

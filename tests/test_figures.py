@@ -1,4 +1,7 @@
 
+import subprocess
+import sys
+
 import pytest
 from matplotlib.figure import Figure
 
@@ -222,3 +225,27 @@ def test_a_line_series_can_have_its_own_x():
             panel["series"][0], {"x": [1, 2], "y": [5]}]}]})
     with pytest.raises(ValueError, match=r"series\[0\]\.x must be a list of numbers"):
         validate_figure_data({"panels": [{**panel, "series": [{"x": "ab", "y": [1, 2]}]}]})
+
+
+def test_a_figure_shows_as_png_without_pyplot_or_mathtext():
+    """Jupyter displays the figure through ``_repr_png_`` (no ``%matplotlib inline``), and
+    neither pyplot nor the mathtext parser is loaded to draw it: both cost each kernel time."""
+    script = (
+        "import sys\n"
+        "from course_utils.figures import plot_figure\n"
+        "panel = {'kind': 'line', 'title': 't', 'x': [1, 2, 4], 'xscale': 'log',"
+        " 'yscale': 'log', 'xlabel': 'p', 'ylabel': 'µs',"
+        " 'series': [{'label': 'a', 'y': [3.0, 30.0, 3000.0]}]}\n"
+        "fig = plot_figure({'panels': [panel, panel]})\n"
+        "png = fig._repr_png_()\n"
+        "assert png[:4] == b'\\x89PNG', png[:8]\n"
+        "labels = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]\n"
+        "assert labels and not any('$' in t for t in labels), labels\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+        "from matplotlib.mathtext import MathTextParser\n"
+        "assert MathTextParser._parser is None, 'the mathtext parser was built'\n"
+        "print(repr(fig))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "<Figure size 880x390 with 2 Axes>"
