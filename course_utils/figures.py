@@ -373,7 +373,7 @@ def plot_figure(data: dict):
     rows = -(-len(panels) // columns)
     legends = any(s.get("label") for panel in panels[:-columns] for s in panel.get("series", []))
     fig = _figure_class()(figsize=(4.4 * columns, 3.9 * rows))
-    fig.subplots_adjust(left=0.1, right=0.97, wspace=0.32, hspace=0.75 if legends else 0.45)
+    fig.subplots_adjust(left=0.1, right=0.97, wspace=0.32, hspace=0.9 if legends else 0.45)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax in axes[len(panels):]:
         ax.remove()
