@@ -35,7 +35,8 @@ def _number(value) -> float | None:
 
 
 def _off_by(got: float, expected: float) -> str:
-    """How a number is off, without giving the answer away."""
+    """How a number is off, without giving the answer away: a whole factor, a percentage, a
+    wrong sign."""
     if not math.isfinite(got):
         return f"it is {got}: give a finite number"
     if expected == 0:
@@ -43,10 +44,18 @@ def _off_by(got: float, expected: float) -> str:
     if got == 0:
         return "it is 0, but it should not be"
     ratio = got / expected
+    if ratio < 0:
+        size = "" if math.isclose(ratio, -1) else ", and its size is off too"
+        return f"it has the wrong sign{size}"
     if math.isclose(ratio, round(ratio)) and round(ratio) > 1:
         return f"it is {round(ratio)}× too large"
-    if ratio > 0 and math.isclose(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
+    if math.isclose(1 / ratio, round(1 / ratio)) and round(1 / ratio) > 1:
         return f"it is {round(1 / ratio)}× too small"
+    if 0.5 < ratio < 2:
+        percent = abs(ratio - 1) * 100
+        way = "too large" if ratio > 1 else "too small"
+        close = ": close, so check for rounding too early" if percent < 1 else ""
+        return f"it is {percent:.2g} % {way}{close}"
     return f"it is off by a factor {ratio:.3g}"
 
 

@@ -13,20 +13,29 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
     """Exercise 17: both times in ms within 2 % of the link model (``links.link_time_s``)."""
     exercise = "times from the link rate"
     p = hosts * devices
-    for name, got, kind in (("my_flat_ms", flat_ms, "all_reduce"),
-                            ("my_two_level_ms", two_level_ms, "hierarchical")):
+    names, kinds = ("my_flat_ms", "my_two_level_ms"), ("all_reduce", "hierarchical")
+    wants = [link_time_s(kind, nbytes, hosts, devices, bytes_per_s) * 1e3 for kind in kinds]
+    values = []
+    for name, got in zip(names, (flat_ms, two_level_ms)):
         value = _number(got)
         if got is None:
-            _fail(exercise, f"{name} is not defined; store your prediction in milliseconds")
+            _fail(exercise, f"{name} is not defined (or is None); store your prediction in "
+                            "milliseconds")
         if value is None or not np.isfinite(value):
             _fail(exercise, f"{name} must be a finite number of milliseconds, got {got!r}")
-        want = link_time_s(kind, nbytes, hosts, devices, bytes_per_s) * 1e3
+        values.append(value)
+    if not np.allclose(values, wants, rtol=0.02) and np.allclose(values[::-1], wants, rtol=0.02):
+        _fail(exercise, "the two answers are swapped: my_flat_ms is the flat all-reduce, "
+                        "my_two_level_ms the two-level one")
+    for name, kind, value, want in zip(names, kinds, values, wants):
         if np.isclose(value, want, rtol=0.02):
             continue
         if np.isclose(value * 8, want, rtol=0.02):
             why = "the rate is in bits per second: divide it by 8 for bytes"
         elif np.isclose(value * 1e3, want, rtol=0.02):
             why = "give milliseconds, not seconds"
+        elif np.isclose(value / 1e3, want, rtol=0.02):
+            why = "give milliseconds, not microseconds"
         elif np.isclose(value * 0.96, want, rtol=0.002):  # not the MiB slip: 0.96 · 1.049 ≈ 1.007
             why = "the model uses the configured rate; leave TCP's 96 % out"
         elif any(np.isclose(value * f, want, rtol=0.003) or np.isclose(value / f, want, rtol=0.003)

@@ -1,5 +1,7 @@
 """Each self-check passes the reference answer and names what is wrong in typical wrong answers."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -365,7 +367,7 @@ def test_budget_row():
     ):
         check_budget_row({**good, "shard_storage_bytes": 65536.0}, 2**20, 16)
     with pytest.raises(
-        ExerciseFailed, match=r"all_reduce_bytes: it is off by a factor 1.07; the factor \(p-1\)/p"
+        ExerciseFailed, match=r"all_reduce_bytes: it is 6.7 % too large; the factor \(p-1\)/p"
     ):
         check_budget_row({**good, "all_reduce_bytes": 2**21}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match="count both passes") as failed:
@@ -390,3 +392,24 @@ def test_budget_row():
            "shard_storage_bytes": 786432}
     with pytest.raises(ExerciseFailed, match="all_reduce_bytes: it should be 0"):
         check_budget_row(one, 786432, 1)
+
+
+@pytest.mark.parametrize(
+    "got, expected, message",
+    [
+        (8.0, 4.0, "it is 2× too large"),
+        (1.0, 4.0, "it is 4× too small"),
+        (-4.0, 4.0, "it has the wrong sign$"),
+        (-6.0, 4.0, "it has the wrong sign, and its size is off too"),
+        (4.4, 4.0, "it is 10 % too large$"),
+        (3.0, 4.0, "it is 25 % too small$"),
+        (4.01, 4.0, "it is 0.25 % too large: close, so check for rounding too early"),
+        (9.0, 4.0, "it is off by a factor 2.25"),
+        (0.0, 4.0, "it is 0, but it should not be"),
+        (float("inf"), 4.0, "give a finite number"),
+    ],
+)
+def test_off_by_names_the_kind_of_miss(got, expected, message):
+    from course_utils.check_helpers import _off_by
+
+    assert re.search(message, _off_by(got, expected))

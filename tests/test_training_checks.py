@@ -128,6 +128,9 @@ def test_link_prediction_names_units(capsys):
         ((flat / 0.96, two), "leave TCP's 96 % out"),
         ((flat, two / 2), "two passes, 2\\(H-1\\)/H"),
         ((float("nan"), two), "finite number"),
+        ((flat * 1e3, two), "milliseconds, not microseconds"),
+        ((two, flat), "the two answers are swapped"),
+        ((flat * 1.1, two), "my_flat_ms: it is 10 % too large; count the bytes"),
     ]:
         with pytest.raises(ExerciseFailed, match=message):
             check_link_prediction(*answer, **model)
