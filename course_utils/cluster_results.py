@@ -10,7 +10,13 @@ from __future__ import annotations
 import json
 
 from course_utils.display import format_bytes
-from course_utils.links import fitted_link_rate, link_time_s, rate_bytes_per_s, ring_time_s
+from course_utils.links import (
+    fitted_link_rate,
+    link_bytes,
+    link_time_s,
+    rate_bytes_per_s,
+    ring_time_s,
+)
 
 # the goals of the cluster measurements (issue: "a cluster on one machine")
 RATE_TOLERANCE = 0.15  # fitted rate within 15 % of the configured one
@@ -31,16 +37,38 @@ def _at_goal_size(rows: list[dict]) -> dict:
 
 def fits(run: dict) -> dict:
     """Per collective, the link rate fitted from the measured times and its gap to the
-    configured rate (a fraction)."""
+    configured rate (a fraction): ``gap`` from the bytes the host's link counted (when the run
+    has them, else from the ring model's bytes) and ``model_gap`` from the ring model's bytes."""
     hosts, devices, rate = _shape(run)
     rows = run["collectives"]
     sizes = [r["bytes"] for r in rows]
+    counted = all("link_bytes" in r for r in rows)
     out = {}
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
-        fit = fitted_link_rate(kind, sizes, [r[kind] for r in rows], hosts, devices)
-        gap = None if fit["bytes_per_s"] is None else fit["bytes_per_s"] / rate - 1
-        out[kind] = {**fit, "gap": gap}
+        times = [r[kind] for r in rows]
+        model = fitted_link_rate(kind, sizes, times, hosts, devices)
+        fit = fitted_link_rate(kind, sizes, times, hosts, devices,
+                               [r["link_bytes"][kind] for r in rows]) if counted else model
+        out[kind] = {**fit, "gap": _gap(fit, rate), "model_gap": _gap(model, rate),
+                     "counted": counted}
     return out
+
+
+def _gap(fit: dict, rate: float) -> float | None:
+    return None if fit["bytes_per_s"] is None else fit["bytes_per_s"] / rate - 1
+
+
+def counted_against_model(run: dict) -> dict | None:
+    """At ``GOAL_BYTES`` (or the nearest size): per collective, the bytes host 0's link counted
+    per call and the ring model's ``link_bytes``; ``None`` for a run saved without counts."""
+    row = _at_goal_size(run["collectives"])
+    if "link_bytes" not in row:
+        return None
+    hosts, devices, _ = _shape(run)
+    return {"bytes": row["bytes"],
+            **{kind: {"counted": row["link_bytes"][kind],
+                      "model": link_bytes(kind, row["bytes"], hosts, devices)}
+               for kind in ("all_reduce", "reduce_scatter", "all_gather")}}
 
 
 def goals(run: dict) -> dict:
@@ -81,6 +109,16 @@ def summary_lines(run: dict) -> list[str]:
     b = run["buckets"]
     lines.append(f"bucketing: {b['count']} all-reduces of {format_bytes(b['bytes'])} "
                  f"{b['separate'] * 1e3:.1f} ms, one bucket {b['one_bucket'] * 1e3:.1f} ms")
+    counts = counted_against_model(run)
+    if counts is not None:
+        lines.append(f"bytes over host 0's link per call at {format_bytes(counts['bytes'])}, "
+                     "counted / ring model: " + ", ".join(
+                         f"{k} {c['counted'] / 2**20:.2f}/{c['model'] / 2**20:.2f} MiB "
+                         f"({c['counted'] / c['model']:.2f})"
+                         for k, c in counts.items() if k != "bytes"))
+        lines.append("rates fitted from the ring model's bytes instead: " + ", ".join(
+            f"{k} {f['model_gap']:+.0%}" if f["model_gap"] is not None else f"{k} none"
+            for k, f in fits(run).items()))
     t = run["training"]
     lines.append(f"training step: data parallelism {t['dp_step'] * 1e3:.1f} ms, local SGD "
                  f"H={t['local_steps']} {t['local_sgd_step'] * 1e3:.1f} ms (local step "

@@ -10,7 +10,8 @@ Time = link bytes / rate (the latency of each message and the work inside a host
 
 What gloo runs (XLA's CPU collectives over gloo): all-reduce and all-gather are rings, as above;
 reduce-scatter is recursive halving, whose bytes over a host's link equal the ring's for 2 hosts ×
-2 devices but not in general (3/4 · N rather than 7/8 · N for 2 × 4). The model below is the ring's.
+2 devices but not in general (3/4 · N rather than 7/8 · N for 2 × 4; ``course cluster`` counts the
+bytes on host 0's link and finds both). The model below is the ring's.
 ``tc``'s rate counts whole Ethernet frames, so TCP's payload gets at most about 1448/1514 ≈ 96 %
 of it.
 """
@@ -80,17 +81,21 @@ def ring_time_s(nbytes: float, hosts: int, devices: int, bytes_per_s: float) -> 
 FIT_FROM_BYTES = 2**20
 
 
-def fitted_link_rate(kind: str, sizes, times_s, hosts: int, devices: int) -> dict:
+def fitted_link_rate(kind: str, sizes, times_s, hosts: int, devices: int,
+                     counted_bytes=None) -> dict:
     """Fit T = α + (link bytes)/B to the measured times of sizes ≥ ``FIT_FROM_BYTES``; B is the
     rate the link delivered.
+
+    The link bytes are the ring model's (``link_bytes``), or ``counted_bytes`` (one per size:
+    what the host's link counter saw per call) when given.
 
     Returns ``alpha_s``, ``bytes_per_s`` (``None`` if the times do not grow) and the fit's worst
     relative error.
     """
-    kept = [(s, t) for s, t in zip(sizes, times_s) if s >= FIT_FROM_BYTES]
-    sizes, times_s = [s for s, _ in kept], [t for _, t in kept]
-    crossing = [link_bytes(kind, s, hosts, devices) for s in sizes]
-    fit = fit_alpha_beta(crossing, [t * 1e6 for t in times_s])
+    if counted_bytes is None:
+        counted_bytes = [link_bytes(kind, s, hosts, devices) for s in sizes]
+    kept = [(c, t) for s, c, t in zip(sizes, counted_bytes, times_s) if s >= FIT_FROM_BYTES]
+    fit = fit_alpha_beta([c for c, _ in kept], [t * 1e6 for _, t in kept])
     rate = None if fit["bandwidth_gbps"] is None else fit["bandwidth_gbps"] * 1e9
     return {"alpha_s": fit["alpha_us"] / 1e6, "bytes_per_s": rate,
             "max_rel_error": fit["max_rel_error"]}

@@ -37,6 +37,10 @@ def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
     assert [r["link_rate"] for r in results["runs"]] == ["200mbit", "1gbit"]
     assert (tmp_path / "cluster.png").stat().st_size > 0
     assert "goal hierarchical speed-up" in done.stdout
+    for run in results["runs"]:  # host 0's link counter saw the collectives' bytes
+        for row in run["collectives"]:
+            assert all(row["link_bytes"][k] > 0 for k in ("all_reduce", "all_gather")), row
+    assert "counted / ring model" in done.stdout
     assert leftovers() == []
 
 
@@ -128,6 +132,26 @@ def test_a_run_that_follows_the_model_meets_every_goal():
     data = figure_data({"runs": [RUN, {**RUN, "link_rate": "1gbit"}]})
     validate_figure_data(data)
     assert len(data["panels"]) == 4
+
+
+def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
+    # the reduce-scatter sends 4/3 of the ring model's bytes, all at the configured rate
+    sent = {"all_reduce": 1.5, "reduce_scatter": 1.0, "all_gather": 0.75}
+    rows = [{**row, "reduce_scatter": row["bytes"] / 25e6,
+             "link_bytes": {k: f * row["bytes"] for k, f in sent.items()}}
+            for row in RUN["collectives"]]
+    from course_utils.cluster_results import counted_against_model, fits
+
+    fitted = fits({**RUN, "collectives": rows})
+    assert fitted["reduce_scatter"]["gap"] == pytest.approx(0, abs=1e-9)
+    assert fitted["reduce_scatter"]["model_gap"] == pytest.approx(-0.25)
+    assert fits(RUN)["reduce_scatter"]["counted"] is False
+    counts = counted_against_model({**RUN, "collectives": rows})
+    assert counts["reduce_scatter"]["counted"] / counts["reduce_scatter"]["model"] == (
+        pytest.approx(4 / 3))
+    assert counted_against_model(RUN) is None
+    text = "\n".join(summary_lines({**RUN, "collectives": rows}))
+    assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25%" in text
 
 
 def test_the_link_model_is_collective_time_of_a_ring():

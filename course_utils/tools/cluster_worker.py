@@ -4,7 +4,9 @@ plan's timings in step with the other hosts, and (process 0) print the results a
 Run inside a host's namespace: ``python -m course_utils.tools.cluster_worker --process-id I
 --processes H --devices D --coordinator 10.77.0.1:PORT --plan quick``. Every process runs the
 same programs in the same order (a collective waits for all); each call is timed from dispatch
-until its result is ready, and process 0's times are reported.
+until its result is ready, and process 0's times are reported. For the three collectives, process
+0 also counts the bytes its host sent over its link during the timed calls (the kernel's counter
+of the bytes sent on ``eth0`` in the host's namespace).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +27,8 @@ PLANS = {
 }
 # a test may make one host's process fail, to see that everything is still cleaned up
 FAULT = "COURSE_CLUSTER_FAULT"
+# inside a host's namespace (``ip netns exec`` mounts its own /sys): what the host's link sent
+LINK_COUNTER = Path("/sys/class/net/eth0/statistics/tx_bytes")
 
 
 def _parse(argv):
@@ -36,19 +41,34 @@ def _parse(argv):
     return parser.parse_args(argv)
 
 
+def _sent_bytes() -> int | None:
+    """Bytes this host has sent over its link so far, or ``None`` outside a host's namespace."""
+    try:
+        return int(LINK_COUNTER.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _timer(repeats: int):
     import jax
 
     def median_s(fn, *args) -> float:
+        return timed(fn, *args)[0]
+
+    def timed(fn, *args) -> tuple[float, float | None]:
+        """The median seconds of ``repeats`` completed calls, and the bytes the host's link sent
+        per call meanwhile (``None`` without a counter)."""
         jax.block_until_ready(fn(*args))  # compile, first touch
-        times = []
+        times, before = [], _sent_bytes()
         for _ in range(repeats):
             start = time.perf_counter()
             jax.block_until_ready(fn(*args))
             times.append(time.perf_counter() - start)
-        return float(np.median(times))
+        after = _sent_bytes()
+        sent = None if before is None or after is None else (after - before) / repeats
+        return float(np.median(times)), sent
 
-    return median_s
+    return median_s, timed
 
 
 def _placed(mesh, value: np.ndarray, spec):
@@ -116,17 +136,19 @@ def measure(plan: dict, hosts: int) -> dict:
     p = devices.size
     flat = Mesh(devices, ("d",))
     two_level = Mesh(devices.reshape(hosts, -1), ("node", "local"))
-    median_s = _timer(plan["repeats"])
+    median_s, timed = _timer(plan["repeats"])
     rows = P("d", None)
     result = {"collectives": [], "hierarchy": [], "ring16": [], "buckets": {}}
     for nbytes in plan["sizes"]:
         m = nbytes // 4
         x = _blocks(flat, rows, (p, m))
-        row = {"bytes": nbytes}
+        row, sent = {"bytes": nbytes}, {}
         for kind in ("all_reduce", "reduce_scatter"):
-            row[kind] = median_s(block_collective(flat, kind).jitted, x)
-        row["all_gather"] = median_s(block_collective(flat, "all_gather").jitted,
-                                     _blocks(flat, rows, (p, m // p)))
+            row[kind], sent[kind] = timed(block_collective(flat, kind).jitted, x)
+        row["all_gather"], sent["all_gather"] = timed(
+            block_collective(flat, "all_gather").jitted, _blocks(flat, rows, (p, m // p)))
+        if None not in sent.values():
+            row["link_bytes"] = sent
         result["collectives"].append(row)
         y = _blocks(two_level, P(("node", "local"), None), (p, m))
         result["hierarchy"].append({
