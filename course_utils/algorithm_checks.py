@@ -99,7 +99,7 @@ def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     if choice is None:
         _fail(exercise, "my_bucket is not defined; store your choice (bytes) in my_bucket")
     got = _number(choice)
-    if got is None or got != int(got):
+    if got is None or not np.isfinite(got) or got != int(got):
         _fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")
     if int(got) not in candidates:
         _fail(exercise, f"{int(got)} is not one of the candidates {list(candidates)}")

@@ -56,7 +56,9 @@ def _off_by(got: float, expected: float) -> str:
         way = "too large" if ratio > 1 else "too small"
         close = ": close, so check for rounding too early" if percent < 1 else ""
         return f"it is {percent:.2g} % {way}{close}"
-    return f"it is off by a factor {ratio:.3g}"
+    if ratio > 1:
+        return f"it is about {ratio:.3g}× too large"
+    return f"it is about {1 / ratio:.3g}× too small"
 
 
 def _tiled_hint(error: BaseException, pieces: str) -> str:

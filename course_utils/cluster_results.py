@@ -58,10 +58,12 @@ def _gap(fit: dict, rate: float) -> float | None:
     return None if fit["bytes_per_s"] is None else fit["bytes_per_s"] / rate - 1
 
 
-def counted_against_model(run: dict) -> dict | None:
-    """At ``GOAL_BYTES`` (or the nearest size): per collective, the bytes host 0's link counted
-    per call and the ring model's ``link_bytes``; ``None`` for a run saved without counts."""
-    row = _at_goal_size(run["collectives"])
+def counted_against_model(run: dict, nbytes: int | None = None) -> dict | None:
+    """At ``nbytes`` per device (default: ``GOAL_BYTES`` or the nearest size): per collective,
+    the bytes host 0's link counted per call and the ring model's ``link_bytes``; ``None`` for a
+    run saved without counts."""
+    rows = run["collectives"]
+    row = _at_goal_size(rows) if nbytes is None else next(r for r in rows if r["bytes"] == nbytes)
     if "link_bytes" not in row:
         return None
     hosts, devices, _ = _shape(run)

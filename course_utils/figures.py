@@ -313,12 +313,18 @@ def _draw_line(ax, panel: dict) -> None:
 
 
 def _plain_log_labels(axis) -> None:
-    """Label a log axis in plain numbers (100, 1000, 2e+04) instead of matplotlib's default
-    10^k in mathtext, whose parser costs a noticeable part of a second to build in each kernel."""
+    """Label a log axis in the short plain numbers of ``_compact`` (100, 2k, 10k, 1M) instead of
+    matplotlib's default 10^k in mathtext, whose parser costs a noticeable part of a second to
+    build in each kernel. Which ticks get a label stays matplotlib's choice (minor ticks only
+    when the axis spans few decades)."""
     from matplotlib.ticker import LogFormatter
 
-    axis.set_major_formatter(LogFormatter(10))
-    axis.set_minor_formatter(LogFormatter(10, labelOnlyBase=False))
+    class Plain(LogFormatter):
+        def __call__(self, x, pos=None):
+            return _compact(x) if super().__call__(x, pos) else ""
+
+    axis.set_major_formatter(Plain(10))
+    axis.set_minor_formatter(Plain(10, labelOnlyBase=False))
 
 
 def _draw_grid(ax, panel: dict) -> None:

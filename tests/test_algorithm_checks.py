@@ -77,3 +77,6 @@ def test_bucket_choice():
         check_bucket_choice(None, SIZES, CANDIDATES, **MODEL)
     with pytest.raises(ExerciseFailed, match="whole bytes"):
         check_bucket_choice("1 MiB", SIZES, CANDIDATES, **MODEL)
+    for endless in (float("nan"), float("inf")):
+        with pytest.raises(ExerciseFailed, match="whole bytes"):
+            check_bucket_choice(endless, SIZES, CANDIDATES, **MODEL)

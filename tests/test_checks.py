@@ -380,14 +380,21 @@ def test_budget_row():
                "shard_storage_bytes": 262144}
     with pytest.raises(ExerciseFailed, match="for N = 1048576 bytes, .* nbytes = 786432 bytes; or"
                        r" the factor \(p-1\)/p is missing"):
-        check_budget_row(table_n, 786432, 4)
+        check_budget_row(table_n, 786432, 4, table_nbytes=2**20)
     right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
     with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .* N = 1048576 bytes, "):
-        check_budget_row(right_sent, 786432, 4)
+        check_budget_row(right_sent, 786432, 4, table_nbytes=2**20)
     with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
         check_budget_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
     with pytest.raises(ExerciseFailed, match=r"N = 1048576 bytes, .*; or a device keeps 1 of p"):
-        check_budget_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4)
+        check_budget_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4,
+                         table_nbytes=2**20)
+    # a wrong formula whose implied N is some other power of two is not called a wrong N
+    with pytest.raises(ExerciseFailed, match=r"all_reduce_bytes: it is 6× too small \(p = 4"):
+        check_budget_row({**right_sent, "all_reduce_bytes": 786432 // 4}, 786432, 4,
+                         table_nbytes=2**20)
+    with pytest.raises(ExerciseFailed, match="row is not defined"):
+        check_budget_row(None, 786432, 4)
     one = {"ranks": 1, "all_reduce_bytes": 2 * 786432, "scatter_gather_bytes": 0,
            "shard_storage_bytes": 786432}
     with pytest.raises(ExerciseFailed, match="all_reduce_bytes: it should be 0"):
@@ -404,7 +411,8 @@ def test_budget_row():
         (4.4, 4.0, "it is 10 % too large$"),
         (3.0, 4.0, "it is 25 % too small$"),
         (4.01, 4.0, "it is 0.25 % too large: close, so check for rounding too early"),
-        (9.0, 4.0, "it is off by a factor 2.25"),
+        (9.0, 4.0, "it is about 2.25× too large"),
+        (1.0, 234.88, "it is about 235× too small"),
         (0.0, 4.0, "it is 0, but it should not be"),
         (float("inf"), 4.0, "give a finite number"),
     ],
