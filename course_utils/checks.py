@@ -183,6 +183,8 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
                 causes.append("count bytes (4 per float32 value), not values")
             if math.isclose(got, value * 8):
                 causes.append("count bytes, not bits")
+            if math.isclose(got * 2**20, value) or math.isclose(got * 2**10, value):
+                causes.append("give bytes, not KiB or MiB")
             if ranks > 1 and math.isclose(got, value * ranks):
                 causes.append(f"count what one device holds, not all {ranks} together")
             if value < whole and math.isclose(got * 2, whole):
@@ -353,6 +355,8 @@ def check_budget_row(
                 slips.append("count both passes, reduce-scatter and all-gather")
             elif 4 * got == value:
                 slips.append("count bytes (4 per float32 value), not values")
+            elif got == 8 * value:
+                slips.append("count bytes, not bits")
             elif key == "shard_storage_bytes" and ranks > 1 and got * (ranks - 1) == nbytes:
                 slips.append("a device keeps 1 of p slices: divide by p, not p-1")
             hint = _off_by(int(got), value)

@@ -222,6 +222,7 @@ def test_stored_prediction(setup):
         ({"all_reduce": 32, "reduce_scatter": 24, "all_gather": 32}, "what a ring sends per rank"),
         ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": "32"}, "give a number of bytes"),
         ({"all_reduce": 256, "reduce_scatter": 8, "all_gather": 32}, "bytes, not bits"),
+        ({"all_reduce": 32 / 2**20, "reduce_scatter": 8, "all_gather": 32}, "not KiB or MiB"),
         ({"all_reduce": 128, "reduce_scatter": 8, "all_gather": 32}, "not all 4 together"),
         ({"all_reduce": 32, "reduce_scatter": 16, "all_gather": 32}, "one slice per device"),
         ({"all_reduce": float("nan"), "reduce_scatter": 8, "all_gather": 32}, "finite number"),
@@ -393,6 +394,8 @@ def test_budget_row():
     with pytest.raises(ExerciseFailed, match=r"all_reduce_bytes: it is 6× too small \(p = 4"):
         check_budget_row({**right_sent, "all_reduce_bytes": 786432 // 4}, 786432, 4,
                          table_nbytes=2**20)
+    with pytest.raises(ExerciseFailed, match="it is 8× too large; count bytes, not bits"):
+        check_budget_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
     with pytest.raises(ExerciseFailed, match="row is not defined"):
         check_budget_row(None, 786432, 4)
     one = {"ranks": 1, "all_reduce_bytes": 2 * 786432, "scatter_gather_bytes": 0,
