@@ -11,6 +11,7 @@ import json
 
 from course_utils.display import format_bytes
 from course_utils.links import (
+    COLLECTIVES,
     fitted_link_rate,
     link_bytes,
     link_time_s,
@@ -44,7 +45,7 @@ def fits(run: dict) -> dict:
     sizes = [r["bytes"] for r in rows]
     counted = all("link_bytes" in r for r in rows)
     out = {}
-    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+    for kind in COLLECTIVES:
         times = [r[kind] for r in rows]
         model = fitted_link_rate(kind, sizes, times, hosts, devices)
         fit = fitted_link_rate(kind, sizes, times, hosts, devices,
@@ -70,7 +71,7 @@ def counted_against_model(run: dict, nbytes: int | None = None) -> dict | None:
     return {"bytes": row["bytes"],
             **{kind: {"counted": row["link_bytes"][kind],
                       "model": link_bytes(kind, row["bytes"], hosts, devices)}
-               for kind in ("all_reduce", "reduce_scatter", "all_gather")}}
+               for kind in COLLECTIVES}}
 
 
 def goals(run: dict) -> dict:
@@ -102,7 +103,7 @@ def summary_lines(run: dict) -> list[str]:
     for row, hier, ring in zip(run["collectives"], run["hierarchy"], run["ring16"]):
         n = row["bytes"]
         cells = [f"{k} {row[k] * 1e3:.1f}/{link_time_s(k, n, hosts, devices, rate) * 1e3:.1f}"
-                 for k in ("all_reduce", "reduce_scatter", "all_gather")]
+                 for k in COLLECTIVES]
         model = link_time_s("hierarchical", n, hosts, devices, rate)
         lines.append(f"{format_bytes(n):>8s}: " + ", ".join(cells)
                      + f"; two-level {hier['hierarchical'] * 1e3:.1f}/{model * 1e3:.1f}"
@@ -155,8 +156,7 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
         line = {"label": label, "y": [t * 1e3 for t in measured], "color": color}
         return [line] + ([{"y": modelled, "style": "model", "color": color}] if modelled else [])
 
-    kinds = ("all_reduce", "reduce_scatter", "all_gather")
-    collectives = [s for i, k in enumerate(kinds)
+    collectives = [s for i, k in enumerate(COLLECTIVES)
                    for s in pair(k, [r[k] for r in run["collectives"]], model(k), f"C{i}")]
     hierarchy = (pair("flat", [r["flat"] for r in run["hierarchy"]], model("all_reduce"), "C0")
                  + pair("two-level", [r["hierarchical"] for r in run["hierarchy"]],

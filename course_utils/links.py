@@ -23,7 +23,8 @@ import re
 from course_utils.cost import fit_alpha_beta
 from course_utils.latency import collective_time
 
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "hierarchical")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+KINDS = (*COLLECTIVES, "hierarchical")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
 
