@@ -59,6 +59,11 @@ def _gap(fit: dict, rate: float) -> float | None:
     return None if fit["bytes_per_s"] is None else fit["bytes_per_s"] / rate - 1
 
 
+def _gaps_text(gaps: dict) -> str:
+    """``all_reduce -4%, reduce_scatter none, …``: gaps as signed percentages."""
+    return ", ".join(f"{k} {v:+.0%}" if v is not None else f"{k} none" for k, v in gaps.items())
+
+
 def counted_against_model(run: dict, nbytes: int | None = None) -> dict | None:
     """At ``nbytes`` per device (default: ``GOAL_BYTES`` or the nearest size): per collective,
     the bytes host 0's link counted per call and the ring model's ``link_bytes``; ``None`` for a
@@ -119,9 +124,8 @@ def summary_lines(run: dict) -> list[str]:
                          f"{k} {c['counted'] / 2**20:.2f}/{c['model'] / 2**20:.2f} MiB "
                          f"({c['counted'] / c['model']:.2f})"
                          for k, c in counts.items() if k != "bytes"))
-        lines.append("rates fitted from the ring model's bytes instead: " + ", ".join(
-            f"{k} {f['model_gap']:+.0%}" if f["model_gap"] is not None else f"{k} none"
-            for k, f in fits(run).items()))
+        lines.append("rates fitted from the ring model's bytes instead: "
+                     + _gaps_text({k: f["model_gap"] for k, f in fits(run).items()}))
     t = run["training"]
     lines.append(f"training step: data parallelism {t['dp_step'] * 1e3:.1f} ms, local SGD "
                  f"H={t['local_steps']} {t['local_sgd_step'] * 1e3:.1f} ms (local step "
@@ -129,9 +133,7 @@ def summary_lines(run: dict) -> list[str]:
                  f"/ {t['local_steps']})")
     for name, goal in goals(run).items() if run["link_rate"] == GOAL_RATE else ():
         value = goal["value"]
-        shown = (", ".join(f"{k} {v:+.0%}" if v is not None else f"{k} none"
-                           for k, v in value.items()) if isinstance(value, dict)
-                 else f"{value:.2f}")
+        shown = _gaps_text(value) if isinstance(value, dict) else f"{value:.2f}"
         lines.append(f"goal {name}: {shown} — {'MET' if goal['met'] else 'NOT MET'}")
     return lines
 

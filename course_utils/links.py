@@ -93,9 +93,9 @@ def fitted_link_rate(kind: str, sizes, times_s, hosts: int, devices: int,
     Returns ``alpha_s``, ``bytes_per_s`` (``None`` if the times do not grow) and the fit's worst
     relative error.
     """
-    if counted_bytes is None:
-        counted_bytes = [link_bytes(kind, s, hosts, devices) for s in sizes]
-    kept = [(c, t) for s, c, t in zip(sizes, counted_bytes, times_s) if s >= FIT_FROM_BYTES]
+    crossing = (counted_bytes if counted_bytes is not None
+                else [link_bytes(kind, s, hosts, devices) for s in sizes])
+    kept = [(c, t) for s, c, t in zip(sizes, crossing, times_s) if s >= FIT_FROM_BYTES]
     fit = fit_alpha_beta([c for c, _ in kept], [t * 1e6 for _, t in kept])
     rate = None if fit["bandwidth_gbps"] is None else fit["bandwidth_gbps"] * 1e9
     return {"alpha_s": fit["alpha_us"] / 1e6, "bytes_per_s": rate,
