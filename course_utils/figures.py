@@ -377,7 +377,8 @@ def plot_figure(data: dict):
     panels = data["panels"]
     columns = 2 if len(panels) == 4 else min(len(panels), PER_ROW)
     rows = -(-len(panels) // columns)
-    legends = any(s.get("label") for panel in panels[:-columns] for s in panel.get("series", []))
+    above_last_row = panels[: (rows - 1) * columns]
+    legends = any(s.get("label") for panel in above_last_row for s in panel.get("series", []))
     fig = _figure_class()(figsize=(4.4 * columns, 3.9 * rows))
     fig.subplots_adjust(left=0.1, right=0.97, wspace=0.32, hspace=0.9 if legends else 0.45)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()

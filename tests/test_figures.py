@@ -250,3 +250,13 @@ def test_a_figure_shows_as_png_without_pyplot_or_mathtext():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "<Figure size 880x390 with 2 Axes>"
+
+
+def test_rows_get_room_for_the_legends_of_every_panel_above_the_last_row():
+    line = {"kind": "line", "title": "t", "x": [1, 2], "xlabel": "x", "ylabel": "y",
+            "series": [{"y": [1, 2]}]}
+    labelled = {**line, "series": [{"label": "a", "y": [1, 2]}]}
+    # five panels, three in a row: the third panel is in the first row, its legend below it
+    spaced = plot_figure({"panels": [line, line, labelled, line, line]}).subplotpars.hspace
+    plain = plot_figure({"panels": [line, line, line, line, labelled]}).subplotpars.hspace
+    assert spaced > plain
