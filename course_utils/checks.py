@@ -357,7 +357,9 @@ def check_budget_row(
                 slips.append("count bytes (4 per float32 value), not values")
             elif got == 8 * value:
                 slips.append("count bytes, not bits")
-            elif key == "shard_storage_bytes" and ranks > 1 and got * (ranks - 1) == nbytes:
+            elif sent and ranks > 1 and got == nbytes // ranks:
+                slips.append("that is N/p, the one slice a device keeps; count what it sends")
+            elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes // (ranks - 1):
                 slips.append("a device keeps 1 of p slices: divide by p, not p-1")
             hint = _off_by(int(got), value)
             if slips:

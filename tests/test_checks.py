@@ -391,11 +391,17 @@ def test_budget_row():
         check_budget_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4,
                          table_nbytes=2**20)
     # a wrong formula whose implied N is some other power of two is not called a wrong N
-    with pytest.raises(ExerciseFailed, match=r"all_reduce_bytes: it is 6× too small \(p = 4"):
+    with pytest.raises(ExerciseFailed, match="it is 6× too small; that is N/p, the one") as failed:
         check_budget_row({**right_sent, "all_reduce_bytes": 786432 // 4}, 786432, 4,
                          table_nbytes=2**20)
+    assert "value for N" not in str(failed.value)
     with pytest.raises(ExerciseFailed, match="it is 8× too large; count bytes, not bits"):
         check_budget_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
+    from course_utils import communication_budget
+
+    eight = communication_budget(786432, (8,))[0]  # 786432 / 7 is not whole: rounded down
+    with pytest.raises(ExerciseFailed, match="divide by p, not p-1"):
+        check_budget_row({**eight, "shard_storage_bytes": 786432 // 7}, 786432, 8)
     with pytest.raises(ExerciseFailed, match="row is not defined"):
         check_budget_row(None, 786432, 4)
     one = {"ranks": 1, "all_reduce_bytes": 2 * 786432, "scatter_gather_bytes": 0,
