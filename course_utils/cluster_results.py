@@ -66,17 +66,20 @@ def _gaps_text(gaps: dict) -> str:
 
 def counted_against_model(run: dict, nbytes: int | None = None) -> dict | None:
     """At ``nbytes`` per device (default: ``GOAL_BYTES`` or the nearest size): per collective,
-    the bytes host 0's link counted per call and the ring model's ``link_bytes``; ``None`` for a
-    run saved without counts."""
+    and for the two-level all-reduce when the run counted it, the bytes host 0's link counted per
+    call and the model's ``link_bytes``; ``None`` for a run saved without counts."""
     rows = run["collectives"]
     row = _at_goal_size(rows) if nbytes is None else next(r for r in rows if r["bytes"] == nbytes)
     if "link_bytes" not in row:
         return None
     hosts, devices, _ = _shape(run)
+    counted = dict(row["link_bytes"])
+    two_level = next(r for r in run["hierarchy"] if r["bytes"] == row["bytes"])
+    if "link_bytes" in two_level:
+        counted["hierarchical"] = two_level["link_bytes"]
     return {"bytes": row["bytes"],
-            **{kind: {"counted": row["link_bytes"][kind],
-                      "model": link_bytes(kind, row["bytes"], hosts, devices)}
-               for kind in COLLECTIVES}}
+            **{kind: {"counted": c, "model": link_bytes(kind, row["bytes"], hosts, devices)}
+               for kind, c in counted.items()}}
 
 
 def goals(run: dict) -> dict:
@@ -140,8 +143,9 @@ def summary_lines(run: dict) -> list[str]:
 
 def figure_data(results: dict, rate: str | None = None) -> dict:
     """The run at ``rate`` (default: the first): the collectives, flat against two-level, the two
-    rings, measured (markers) against the link model (dashed, unlabelled); with several rates a
-    fourth panel, the two-level schedule's speed-up against the rate."""
+    rings, measured (markers) against the link model (dashed, in the measurement's colour; one
+    grey labelled line where two collectives share a model); with several rates a fourth panel,
+    the two-level schedule's speed-up against the rate."""
     run = next(r for r in results["runs"] if rate in (None, r["link_rate"]))
     hosts, devices, bytes_per_s = _shape(run)
     sizes = [r["bytes"] for r in run["collectives"]]
@@ -159,7 +163,15 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
         return [line] + ([{"y": modelled, "style": "model", "color": color}] if modelled else [])
 
     collectives = [s for i, k in enumerate(COLLECTIVES)
-                   for s in pair(k, [r[k] for r in run["collectives"]], model(k), f"C{i}")]
+                   for s in pair(k, [r[k] for r in run["collectives"]], None, f"C{i}")]
+    sharing = {}  # kinds by model curve: reduce-scatter's and all-gather's are the same line
+    for k in COLLECTIVES:
+        sharing.setdefault(tuple(model(k)), []).append(k)
+    for curve, kinds in sharing.items():
+        alone = len(kinds) == 1
+        collectives.append({"y": list(curve), "style": "model",
+                            "color": f"C{COLLECTIVES.index(kinds[0])}" if alone else "0.4",
+                            **({} if alone else {"label": "model: " + " = ".join(kinds)})})
     hierarchy = (pair("flat", [r["flat"] for r in run["hierarchy"]], model("all_reduce"), "C0")
                  + pair("two-level", [r["hierarchical"] for r in run["hierarchy"]],
                         model("hierarchical"), "C1"))

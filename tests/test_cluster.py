@@ -40,6 +40,7 @@ def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
     for run in results["runs"]:  # host 0's link counter saw the collectives' bytes
         for row in run["collectives"]:
             assert all(row["link_bytes"][k] > 0 for k in ("all_reduce", "all_gather")), row
+        assert all(row["link_bytes"] > 0 for row in run["hierarchy"]), run["hierarchy"]
     assert "counted / ring model" in done.stdout
     assert leftovers() == []
 
@@ -132,6 +133,8 @@ def test_a_run_that_follows_the_model_meets_every_goal():
     data = figure_data({"runs": [RUN, {**RUN, "link_rate": "1gbit"}]})
     validate_figure_data(data)
     assert len(data["panels"]) == 4
+    models = [s for s in data["panels"][0]["series"] if s.get("style") == "model"]
+    assert [s.get("label") for s in models] == [None, "model: reduce_scatter = all_gather"]
 
 
 def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
@@ -150,6 +153,9 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
     assert counts["reduce_scatter"]["counted"] / counts["reduce_scatter"]["model"] == (
         pytest.approx(4 / 3))
     assert counted_against_model(RUN) is None
+    two_level = [{**row, "link_bytes": row["bytes"]} for row in RUN["hierarchy"]]
+    counts = counted_against_model({**RUN, "collectives": rows, "hierarchy": two_level})
+    assert counts["hierarchical"] == {"counted": 4 * 2**20, "model": 4 * 2**20}
     text = "\n".join(summary_lines({**RUN, "collectives": rows}))
     assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25%" in text
 

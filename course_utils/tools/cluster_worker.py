@@ -151,9 +151,10 @@ def measure(plan: dict, hosts: int) -> dict:
             row["link_bytes"] = sent
         result["collectives"].append(row)
         y = _blocks(two_level, P(("node", "local"), None), (p, m))
-        result["hierarchy"].append({
-            "bytes": nbytes, "flat": row["all_reduce"],
-            "hierarchical": median_s(hierarchical_all_reduce(two_level).jitted, y)})
+        hierarchical, crossed = timed(hierarchical_all_reduce(two_level).jitted, y)
+        result["hierarchy"].append({"bytes": nbytes, "flat": row["all_reduce"],
+                                    "hierarchical": hierarchical,
+                                    **({} if crossed is None else {"link_bytes": crossed})})
         rings = {}
         for name, body in (("f32", ring_all_reduce), ("u16", bf16_all_reduce)):
             fn = jax.jit(jax.shard_map(lambda b, body=body: body(b[0], "d", p)[None], mesh=flat,
