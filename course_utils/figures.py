@@ -40,6 +40,9 @@ KINDS = ("bar", "line", "grid")
 SCALES = ("linear", "log")
 STYLES = ("measured", "model")
 PER_ROW = 3
+# inches of room around the panels (left, right, below for legends, above) that labels and
+# legends may reach into; ``png`` crops what stays white
+ROOM = {"left": 0.8, "right": 0.4, "bottom": 2.0, "top": 0.3}
 MAX_TICKS = 8
 
 
@@ -356,10 +359,31 @@ def _figure_class():
     from matplotlib import figure
 
     class Figure(figure.Figure):  # the same name, so a cell's text output reads as usual
-        def _repr_png_(self) -> bytes:
+        def png(self) -> bytes:
+            """The figure as PNG bytes, cropped to what is drawn plus a margin of 0.1 inch.
+
+            ``savefig(bbox_inches="tight")`` crops the same way, but it lays the figure out
+            once more to find the box, which doubles the cost of drawing; here the figure is
+            drawn once on its canvas, which has room (``ROOM``) around the panels for labels
+            and legends, and the white border is cut from the pixels."""
+            import numpy as np
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from PIL import Image
+
+            canvas = FigureCanvasAgg(self)
+            canvas.draw()
+            pixels = np.asarray(canvas.buffer_rgba())
+            ink = (pixels[..., :3] < 255).any(axis=-1)
+            rows, columns = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+            pad = round(0.1 * self.dpi)
+            top, left = max(rows[0] - pad, 0), max(columns[0] - pad, 0)
+            cropped = pixels[top:rows[-1] + pad + 1, left:columns[-1] + pad + 1]
             buffer = io.BytesIO()
-            self.savefig(buffer, format="png", bbox_inches="tight")
+            Image.fromarray(cropped).save(buffer, format="png")
             return buffer.getvalue()
+
+        def _repr_png_(self) -> bytes:
+            return self.png()
 
     return Figure
 
@@ -369,7 +393,8 @@ def plot_figure(data: dict):
     a row.
 
     The figure is built without pyplot, so nothing global changes; in Jupyter it displays as the
-    cell's value (a PNG, cropped to what is drawn), and ``fig.savefig(path)`` writes it to disk.
+    cell's value (a PNG, cropped to what is drawn), and ``fig.png()`` gives those bytes to write
+    to a file.
     The spacing between panels is fixed rather than computed by a layout engine, which would draw
     the figure once more.
     """
@@ -379,8 +404,15 @@ def plot_figure(data: dict):
     rows = -(-len(panels) // columns)
     above_last_row = panels[: (rows - 1) * columns]
     legends = any(s.get("label") for panel in above_last_row for s in panel.get("series", []))
-    fig = _figure_class()(figsize=(4.4 * columns, 3.9 * rows))
-    fig.subplots_adjust(left=0.1, right=0.97, wspace=0.32, hspace=0.9 if legends else 0.45)
+    width, height = 4.4 * columns, 3.9 * rows  # inches for the panels
+    fig = _figure_class()(figsize=(width + ROOM["left"] + ROOM["right"],
+                                   height + ROOM["bottom"] + ROOM["top"]))
+    across, up = fig.get_size_inches()
+    fig.subplots_adjust(left=(0.1 * width + ROOM["left"]) / across,
+                        right=(0.97 * width + ROOM["left"]) / across,
+                        bottom=(0.11 * height + ROOM["bottom"]) / up,
+                        top=(0.88 * height + ROOM["bottom"]) / up,
+                        wspace=0.32, hspace=0.9 if legends else 0.45)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax in axes[len(panels):]:
         ax.remove()

@@ -2,6 +2,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
@@ -249,7 +250,7 @@ def test_a_figure_shows_as_png_without_pyplot_or_mathtext():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "<Figure size 880x390 with 2 Axes>"
+    assert done.stdout.strip() == "<Figure size 1000x620 with 2 Axes>"
 
 
 def test_rows_get_room_for_the_legends_of_every_panel_above_the_last_row():
@@ -260,3 +261,35 @@ def test_rows_get_room_for_the_legends_of_every_panel_above_the_last_row():
     spaced = plot_figure({"panels": [line, line, labelled, line, line]}).subplotpars.hspace
     plain = plot_figure({"panels": [line, line, line, line, labelled]}).subplotpars.hspace
     assert spaced > plain
+
+
+def test_the_png_is_cropped_to_what_is_drawn_and_keeps_every_legend():
+    import io
+
+    from PIL import Image
+
+    sizes = [2**k for k in range(8, 22, 2)]
+    series = [{"label": f"s{i}", "y": [float(v * (i + 1)) for v in sizes]} for i in range(6)]
+    panel = {"kind": "line", "title": "t", "x": sizes, "xscale": "log", "xunit": "bytes",
+             "yscale": "log", "xlabel": "bytes", "ylabel": "µs", "series": series}
+    fig = plot_figure({"panels": [panel] * 5})
+    image = np.asarray(Image.open(io.BytesIO(fig.png())))
+    canvas_height = fig.get_figheight() * fig.dpi
+    drawn = fig.get_tightbbox()  # inches: every label and legend lies on the canvas, none cut
+    assert drawn.x0 > 0 and drawn.y0 > 0
+    assert drawn.x1 < fig.get_figwidth() and drawn.y1 < fig.get_figheight()
+    assert image.shape[0] < canvas_height - 50  # the unused room below it was cropped
+    ink = (image[..., :3] < 255).any(axis=-1)
+    pad = round(0.1 * fig.dpi)  # a white border of 0.1 inch, then something drawn on each side
+    for side in (ink, ink.T, ink[::-1], ink.T[::-1]):
+        assert not side[:pad].any() and side[pad].any()
+
+
+def test_long_tick_labels_and_an_offset_stay_on_the_canvas():
+    panel = {"kind": "line", "title": "t", "x": [2, 4, 8], "xlabel": "ranks p",
+             "ylabel": "bytes per rank", "series": [{"label": "a", "y": [1.05e6, 1.6e6, 2.1e6]}]}
+    fig = plot_figure({"panels": [panel]})
+    fig.png()
+    drawn = fig.get_tightbbox()
+    assert drawn.x0 > 0 and drawn.y0 > 0
+    assert drawn.x1 < fig.get_figwidth() and drawn.y1 < fig.get_figheight()

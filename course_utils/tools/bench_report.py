@@ -147,5 +147,5 @@ def write_outputs(results: dict, out_dir: Path) -> None:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
-    plot_figure(figure_data(results)).savefig(out_dir / "bench.png", dpi=110)
-    plot_figure(steps_figure_data(results)).savefig(out_dir / "bench-steps.png", dpi=110)
+    (out_dir / "bench.png").write_bytes(plot_figure(figure_data(results)).png())
+    (out_dir / "bench-steps.png").write_bytes(plot_figure(steps_figure_data(results)).png())

@@ -29,8 +29,7 @@ def run_strategies(out_dir: Path, on_run) -> dict:
     results = {k: v for k, v in results.items() if k != "event"}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "strategies.json").write_text(json.dumps(results, indent=1))
-    figure = plot_figure(tradeoff_figure_data(results))
-    figure.savefig(out_dir / "strategies.png", dpi=110)
+    (out_dir / "strategies.png").write_bytes(plot_figure(tradeoff_figure_data(results)).png())
     return results
 
 

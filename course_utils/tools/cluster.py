@@ -117,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cluster.json").write_text(json.dumps(results, indent=1))
-    plot_figure(figure_data(results)).savefig(out / "cluster.png", dpi=110)
+    (out / "cluster.png").write_bytes(plot_figure(figure_data(results)).png())
     for run in results["runs"]:
         for line in summary_lines(run):
             print(line)
