@@ -39,7 +39,7 @@ _API = {
     "grid_panel": ("figures", "grid_panel"),
     "holdings": ("figures", "holdings"),
     "placement_figure_data": ("figures", "placement_figure_data"),
-    "plot_figure": ("figures", "plot_figure"),
+    "plot_figure": ("plotting", "plot_figure"),
     "validate_figure_data": ("figures", "validate_figure_data"),
     "collectives_in": ("ir", "collectives_in"),
     "COLLECTIVES": ("kernels", "COLLECTIVES"),

@@ -233,7 +233,7 @@ def test_a_figure_shows_as_png_without_pyplot_or_mathtext():
     neither pyplot nor the mathtext parser is loaded to draw it: both cost each kernel time."""
     script = (
         "import sys\n"
-        "from course_utils.figures import plot_figure\n"
+        "from course_utils.plotting import plot_figure\n"
         "panel = {'kind': 'line', 'title': 't', 'x': [1, 2, 4], 'xscale': 'log',"
         " 'yscale': 'log', 'xlabel': 'p', 'ylabel': 'µs',"
         " 'series': [{'label': 'a', 'y': [3.0, 30.0, 3000.0]}]}\n"
@@ -293,3 +293,17 @@ def test_long_tick_labels_and_an_offset_stay_on_the_canvas():
     drawn = fig.get_tightbbox()
     assert drawn.x0 > 0 and drawn.y0 > 0
     assert drawn.x1 < fig.get_figwidth() and drawn.y1 < fig.get_figheight()
+
+
+def test_a_legend_wider_than_the_room_is_not_cut():
+    import io
+
+    from PIL import Image
+
+    long = "a legend entry much longer than any panel of the figure is wide, " * 2
+    panel = {"kind": "line", "title": "t", "x": [1, 2], "xlabel": "x", "ylabel": "y",
+             "series": [{"label": long, "y": [1, 2]}]}
+    fig = plot_figure({"panels": [panel]})
+    width = Image.open(io.BytesIO(fig.png())).size[0]
+    legend = fig.axes[0].get_legend().get_window_extent()
+    assert width >= legend.width  # the whole legend is in the image

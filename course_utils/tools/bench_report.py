@@ -143,7 +143,7 @@ def summary_lines(results: dict, out_dir: Path) -> list[str]:
 def write_outputs(results: dict, out_dir: Path) -> None:
     """``bench.json``, ``bench.png`` and ``bench-steps.png`` (through ``plot_figure``) in
     ``out_dir``."""
-    from course_utils.figures import plot_figure
+    from course_utils.plotting import plot_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1))

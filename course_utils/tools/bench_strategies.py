@@ -21,7 +21,7 @@ TIMEOUT_S = 900.0
 
 def run_strategies(out_dir: Path, on_run) -> dict:
     """Run the worker, passing each run's label to ``on_run``; write and return the results."""
-    from course_utils.figures import plot_figure
+    from course_utils.plotting import plot_figure
     from course_utils.strategy_results import DEVICES, tradeoff_figure_data
 
     command = [sys.executable, "-m", "course_utils.tools.bench_strategies", str(DEVICES)]

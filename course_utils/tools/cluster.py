@@ -109,7 +109,7 @@ def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
 
 def _run(args: argparse.Namespace) -> int:
     from course_utils.cluster_results import figure_data, summary_lines
-    from course_utils.figures import plot_figure
+    from course_utils.plotting import plot_figure
 
     status, results = run_cluster(args, lambda line: print(line, flush=True))
     if results is None:
