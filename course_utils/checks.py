@@ -349,8 +349,11 @@ def check_budget_row(
                     f"that is the value for N = {other_n} bytes, but this exercise's gradient "
                     f"is nbytes = {nbytes} bytes"
                 )
-            if sent and got in (nbytes, 2 * nbytes):
+            if sent and got == 2 * nbytes:
                 slips.append("the factor (p-1)/p is missing")
+            elif sent and got == nbytes:
+                slips.append("that is N; in each of its two passes a ring rank sends p-1 chunks "
+                             "of N/p")
             elif sent and 2 * got == value:
                 slips.append("count both passes, reduce-scatter and all-gather")
             elif 4 * got == value:

@@ -171,7 +171,7 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
         alone = len(kinds) == 1
         collectives.append({"y": list(curve), "style": "model",
                             "color": f"C{COLLECTIVES.index(kinds[0])}" if alone else "0.4",
-                            **({} if alone else {"label": "model: " + " = ".join(kinds)})})
+                            **({} if alone else {"label": "ring model: " + " = ".join(kinds)})})
     hierarchy = (pair("flat", [r["flat"] for r in run["hierarchy"]], model("all_reduce"), "C0")
                  + pair("two-level", [r["hierarchical"] for r in run["hierarchy"]],
                         model("hierarchical"), "C1"))
@@ -189,7 +189,11 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
             "kind": "line", "title": f"two-level speed-up at {format_bytes(rows[0]['bytes'])}",
             "x": rates, "xscale": "log", "hline": 1, "xlabel": "link rate (Mbit/s)",
             "ylabel": "flat time / two-level time",
-            "series": [{"label": "measured", "y": speedup}]})
+            "series": [{"label": "measured", "y": speedup},
+                       {"label": "link model", "style": "model",
+                        "y": [link_bytes("all_reduce", GOAL_BYTES, hosts, devices)
+                              / link_bytes("hierarchical", GOAL_BYTES, hosts, devices)]
+                        * len(rates)}]})
     return {"panels": panels}
 
 

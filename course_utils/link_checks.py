@@ -37,7 +37,7 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
         elif np.isclose(value / 1e3, want, rtol=0.02):
             why = "give milliseconds, not microseconds"
         elif np.isclose(value * 0.96, want, rtol=0.002):  # not the MiB slip: 0.96 · 1.049 ≈ 1.007
-            why = "the model uses the configured rate; leave TCP's 96 % out"
+            why = "if you divided by TCP's 96 %, leave it out: the model uses the configured rate"
         elif any(np.isclose(value * f, want, rtol=0.003) or np.isclose(value / f, want, rtol=0.003)
                  for f in (2**20 / 1e6, 2**30 / 1e9)):  # binary and decimal units mixed
             why = ("check both units: the vector's MiB are 2^20 bytes, the rate's Mbit and Gbit "

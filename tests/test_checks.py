@@ -397,6 +397,8 @@ def test_budget_row():
     assert "value for N" not in str(failed.value)
     with pytest.raises(ExerciseFailed, match="it is 8× too large; count bytes, not bits"):
         check_budget_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
+    with pytest.raises(ExerciseFailed, match="too small; that is N; in each of its two passes"):
+        check_budget_row({**right_sent, "all_reduce_bytes": 786432}, 786432, 4)
     from course_utils import communication_budget
 
     eight = communication_budget(786432, (8,))[0]  # 786432 / 7 is not whole: rounded down

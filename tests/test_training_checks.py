@@ -125,7 +125,7 @@ def test_link_prediction_names_units(capsys):
         ((flat * 2**20 / 1e6, two), "Mbit and Gbit are 10\\^6"),  # the rate in 2^20 bit
         ((flat, two * 1e9 / 2**30), "Mbit and Gbit are 10\\^6"),  # 1 Gbit as 2^30 bit
         ((flat * 8 / 7, two), "never sends its own chunk"),  # p instead of p - 1
-        ((flat / 0.96, two), "leave TCP's 96 % out"),
+        ((flat / 0.96, two), "if you divided by TCP's 96 %, leave it out"),
         ((flat, two / 2), "two passes, 2\\(H-1\\)/H"),
         ((float("nan"), two), "finite number"),
         ((flat * 1e3, two), "milliseconds, not microseconds"),
