@@ -186,7 +186,7 @@ FEEDBACK_OF_G = """def my_error_feedback(g, residual, k):
         ),
         ("07_row_permutation_exercise.ipynb", WITHOUT_W2, "w2 is not defined"),
         ("02_partial_gradients.ipynb", LOCAL_NORMALIZATION, "4× the expected value"),
-        ("08_communication_budget.ipynb", WRONG_BUDGET_ROW, "the factor (p-1)/p"),
+        ("08_communication_budget.ipynb", WRONG_BUDGET_ROW, "that is N; in each of its two passes"),
         ("11_ring_by_hand.ipynb", RING_STEP_WITHOUT_SEND, "no device receives anything"),
         ("12_latency_and_bucketing.ipynb", "my_bucket = max(EX_CANDIDATES)", "a smaller bucket"),
         (
