@@ -15,7 +15,7 @@ from course_utils.figures import validate_figure_data
 
 PER_ROW = 3
 # inches of room around the panels (left, right, below for legends, above) that labels and
-# legends may reach into; ``png`` crops what stays white
+# legends may reach into; ``png`` crops what stays background
 ROOM = {"left": 0.8, "right": 0.4, "bottom": 2.0, "top": 0.3}
 MAX_TICKS = 8
 
@@ -142,16 +142,15 @@ def _figure_class():
             canvas.draw()
             pixels = np.asarray(canvas.buffer_rgba())
             ink = (pixels != pixels[0, 0]).any(axis=-1)  # anything unlike the background
-            if ink[[0, -1]].any() or ink[:, [0, -1]].any():  # something reached the edge
-                buffer = io.BytesIO()
-                self.savefig(buffer, format="png", bbox_inches="tight")
-                return buffer.getvalue()
-            rows, columns = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
-            pad = round(0.1 * self.dpi)
-            top, left = max(rows[0] - pad, 0), max(columns[0] - pad, 0)
-            cropped = pixels[top:rows[-1] + pad + 1, left:columns[-1] + pad + 1]
             buffer = io.BytesIO()
-            Image.fromarray(cropped).save(buffer, format="png")
+            if ink[[0, -1]].any() or ink[:, [0, -1]].any():  # something reached the edge
+                self.savefig(buffer, format="png", bbox_inches="tight")
+            else:
+                rows, columns = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+                pad = round(0.1 * self.dpi)
+                top, left = max(rows[0] - pad, 0), max(columns[0] - pad, 0)
+                cropped = pixels[top:rows[-1] + pad + 1, left:columns[-1] + pad + 1]
+                Image.fromarray(cropped).save(buffer, format="png")
             return buffer.getvalue()
 
         def _repr_png_(self) -> bytes:

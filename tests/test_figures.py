@@ -263,6 +263,12 @@ def test_rows_get_room_for_the_legends_of_every_panel_above_the_last_row():
     assert spaced > plain
 
 
+def _assert_all_on_canvas(fig):
+    drawn = fig.get_tightbbox()  # inches: every label and legend lies on the canvas, none cut
+    assert drawn.x0 > 0 and drawn.y0 > 0
+    assert drawn.x1 < fig.get_figwidth() and drawn.y1 < fig.get_figheight()
+
+
 def test_the_png_is_cropped_to_what_is_drawn_and_keeps_every_legend():
     import io
 
@@ -275,9 +281,7 @@ def test_the_png_is_cropped_to_what_is_drawn_and_keeps_every_legend():
     fig = plot_figure({"panels": [panel] * 5})
     image = np.asarray(Image.open(io.BytesIO(fig.png())))
     canvas_height = fig.get_figheight() * fig.dpi
-    drawn = fig.get_tightbbox()  # inches: every label and legend lies on the canvas, none cut
-    assert drawn.x0 > 0 and drawn.y0 > 0
-    assert drawn.x1 < fig.get_figwidth() and drawn.y1 < fig.get_figheight()
+    _assert_all_on_canvas(fig)
     assert image.shape[0] < canvas_height - 50  # the unused room below it was cropped
     ink = (image[..., :3] < 255).any(axis=-1)
     pad = round(0.1 * fig.dpi)  # a white border of 0.1 inch, then something drawn on each side
@@ -290,9 +294,7 @@ def test_long_tick_labels_and_an_offset_stay_on_the_canvas():
              "ylabel": "bytes per rank", "series": [{"label": "a", "y": [1.05e6, 1.6e6, 2.1e6]}]}
     fig = plot_figure({"panels": [panel]})
     fig.png()
-    drawn = fig.get_tightbbox()
-    assert drawn.x0 > 0 and drawn.y0 > 0
-    assert drawn.x1 < fig.get_figwidth() and drawn.y1 < fig.get_figheight()
+    _assert_all_on_canvas(fig)
 
 
 def test_a_legend_wider_than_the_room_is_not_cut():
