@@ -77,6 +77,20 @@ def _fail(exercise: str, message: str):
     raise ExerciseFailed(f"{exercise}: {message}")
 
 
+def _check_keys(exercise: str, name: str, got, keys) -> None:
+    """Fail unless ``got`` is a dict with exactly ``keys``, naming what is missing or extra."""
+    wanted = ", ".join(sorted(keys))
+    if not isinstance(got, dict):
+        _fail(exercise, f"{name} must be a dict with the keys {wanted}, got {type(got).__name__}")
+    missing = [k for k in sorted(keys) if k not in got]
+    extra = sorted(map(repr, set(got) - set(keys)))
+    if missing or extra:
+        parts = ([f"it lacks {', '.join(map(repr, missing))}"] if missing else []) + (
+            [f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not asked for"]
+            if extra else [])
+        _fail(exercise, f"{name} needs exactly the keys {wanted}: {'; '.join(parts)}")
+
+
 def _values(
     exercise: str,
     name: str,

@@ -15,6 +15,7 @@ import numpy as np
 
 from course_utils.check_helpers import (
     ExerciseFailed,
+    _check_keys,
     _common_ratio,
     _fail,
     _number,
@@ -160,8 +161,7 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
     exercise = "bytes one device stores"
     if predicted is None:
         _fail(exercise, "predicted_stored is not defined; store a dict of bytes per collective")
-    if not isinstance(predicted, dict) or set(predicted) != set(arrays):
-        _fail(exercise, f"predict a dict with the keys {sorted(arrays)}, got {predicted!r}")
+    _check_keys(exercise, "predicted_stored", predicted, arrays)
     measured = {key: values_per_device(a) * a.dtype.itemsize for key, a in arrays.items()}
     whole = max(measured.values())  # the whole gradient, after all-reduce
     ranks = whole // min(measured.values())
@@ -330,8 +330,7 @@ def check_budget_row(
     (expected,) = communication_budget(nbytes, (ranks,))
     if row is None:
         _fail(exercise, "row is not defined; store your prediction, a dict, in row")
-    if not isinstance(row, dict) or set(row) != set(expected):
-        _fail(exercise, f"give a dict with the keys {sorted(expected)}, got {row!r}")
+    _check_keys(exercise, "row", row, expected)
     for key, value in expected.items():
         got = row[key]
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (numbers.Integral, np.integer)):

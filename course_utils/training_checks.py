@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from course_utils.algorithm_checks import _function_given
-from course_utils.check_helpers import _fail, _number, _off_by, _passed
+from course_utils.check_helpers import _check_keys, _fail, _number, _off_by, _passed
 from course_utils.display import error_line
 
 STAGES = ("data_parallel", "zero1", "zero2", "zero3")
@@ -20,8 +20,7 @@ def check_memory_prediction(predicted, measured: dict) -> None:
     exercise = "memory per ZeRO stage"
     if predicted is None:
         _fail(exercise, "predicted_memory is not defined; store a dict {stage: bytes}")
-    if not isinstance(predicted, dict) or set(predicted) != set(STAGES):
-        _fail(exercise, f"give a dict with exactly the keys {', '.join(STAGES)}")
+    _check_keys(exercise, "predicted_memory", predicted, STAGES)
     for stage in STAGES:
         got, parts = _number(predicted[stage]), measured[stage]
         want = sum(parts.values())

@@ -227,8 +227,10 @@ def test_stored_prediction(setup):
         ({"all_reduce": 32, "reduce_scatter": 16, "all_gather": 32}, "one slice per device"),
         ({"all_reduce": float("nan"), "reduce_scatter": 8, "all_gather": 32}, "finite number"),
         (None, "predicted_stored is not defined"),
-        ({"all_reduce": 32}, "keys"),
-        (32, "keys"),
+        ({"all_reduce": 32}, "it lacks 'all_gather', 'reduce_scatter'$"),
+        ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32, "psum": 32},
+         "'psum' is not asked for$"),
+        (32, "must be a dict with the keys all_gather, all_reduce, reduce_scatter, got int"),
     ]
     for predicted, match in wrong:
         with pytest.raises(ExerciseFailed, match=match) as failed:
@@ -363,6 +365,9 @@ def test_budget_row():
     }
     check_budget_row(good, 2**20, 16)
     check_budget_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
+    renamed = {k.replace("_bytes", ""): v for k, v in good.items()}  # the table's headers
+    with pytest.raises(ExerciseFailed, match="it lacks 'all_reduce_bytes', .*'all_reduce', "):
+        check_budget_row(renamed, 2**20, 16)
     with pytest.raises(
         ExerciseFailed, match=r"shard_storage_bytes: give a whole number \(an int\)"
     ):

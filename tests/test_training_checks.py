@@ -28,7 +28,8 @@ def test_memory_right_and_wrong(capsys):
     assert "PASSED" in capsys.readouterr().out
     cases = [
         (None, "predicted_memory is not defined"),
-        ({"zero1": 1}, "exactly the keys"),
+        ({"zero1": 1}, "exactly the keys .*: it lacks 'data_parallel', 'zero2', 'zero3'$"),
+        ({**RIGHT, "ZeRO-1": 1, "fsdp": 2}, "'ZeRO-1', 'fsdp' are not asked for$"),
         ({**RIGHT, "zero2": "a lot"}, "zero2: give a number of bytes"),
         ({**RIGHT, "zero3": RIGHT["zero3"] / 4}, "every value is a float32 of 4 bytes"),
         ({**RIGHT, "zero2": 3 * WHOLE}, "zero2 keeps its gradients and optimizer as 1/p slices"),
