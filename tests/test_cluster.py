@@ -183,3 +183,16 @@ def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devic
         rate_bytes_per_s(run["link_rate"])
     assert "200mbit" in [r["link_rate"] for r in saved["runs"]]
     validate_figure_data(figure_data(saved))
+
+
+def test_the_link_counter_is_read_once_it_stops_moving(monkeypatch):
+    from course_utils.tools import cluster_worker
+
+    readings = iter([100, 150, 180, 180, 999])  # bytes still draining, then still
+    monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: next(readings))
+    assert cluster_worker._settled_sent_bytes(every_s=0) == 180
+    monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: None)  # not inside a host
+    assert cluster_worker._settled_sent_bytes(every_s=0) is None
+    rising = iter(range(10**6))
+    monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: next(rising))
+    assert 0 < cluster_worker._settled_sent_bytes(limit_s=0.05, every_s=0.001) < 10**6

@@ -6,7 +6,7 @@ Run inside a host's namespace: ``python -m course_utils.tools.cluster_worker --p
 same programs in the same order (a collective waits for all); each call is timed from dispatch
 until its result is ready, and process 0's times are reported. For the three collectives, process
 0 also counts the bytes its host sent over its link during the timed calls (the kernel's counter
-of the bytes sent on ``eth0`` in the host's namespace).
+of the bytes sent on ``eth0`` in the host's namespace, read once it has stopped moving).
 """
 
 from __future__ import annotations
@@ -49,6 +49,20 @@ def _sent_bytes() -> int | None:
         return None
 
 
+def _settled_sent_bytes(limit_s: float = 3.0, every_s: float = 0.02) -> int | None:
+    """The link counter once it has stopped moving (or after ``limit_s``): a call can return
+    while its last bytes still wait in TCP's buffers or the shaper's queue, and they belong to
+    that call, not to the next reading."""
+    last, deadline = _sent_bytes(), time.monotonic() + limit_s
+    while last is not None and time.monotonic() < deadline:
+        time.sleep(every_s)
+        now = _sent_bytes()
+        if now == last:
+            break
+        last = now
+    return last
+
+
 def _timer(repeats: int):
     import jax
 
@@ -59,12 +73,12 @@ def _timer(repeats: int):
         """The median seconds of ``repeats`` completed calls, and the bytes the host's link sent
         per call meanwhile (``None`` without a counter)."""
         jax.block_until_ready(fn(*args))  # compile, first touch
-        times, before = [], _sent_bytes()
+        times, before = [], _settled_sent_bytes()
         for _ in range(repeats):
             start = time.perf_counter()
             jax.block_until_ready(fn(*args))
             times.append(time.perf_counter() - start)
-        after = _sent_bytes()
+        after = _settled_sent_bytes()
         sent = None if before is None or after is None else (after - before) / repeats
         return float(np.median(times)), sent
 
