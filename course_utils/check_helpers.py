@@ -82,13 +82,15 @@ def _check_keys(exercise: str, name: str, got, keys) -> None:
     wanted = ", ".join(sorted(keys))
     if not isinstance(got, dict):
         _fail(exercise, f"{name} must be a dict with the keys {wanted}, got {type(got).__name__}")
-    missing = [k for k in sorted(keys) if k not in got]
-    extra = sorted(map(repr, set(got) - set(keys)))
-    if missing or extra:
-        parts = ([f"it lacks {', '.join(map(repr, missing))}"] if missing else []) + (
-            [f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not asked for"]
-            if extra else [])
-        _fail(exercise, f"{name} needs exactly the keys {wanted}: {'; '.join(parts)}")
+    missing = [repr(k) for k in sorted(keys) if k not in got]
+    extra = sorted(repr(k) for k in got if k not in keys)
+    problems = []
+    if missing:
+        problems.append(f"it lacks {', '.join(missing)}")
+    if extra:
+        problems.append(f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not asked for")
+    if problems:
+        _fail(exercise, f"{name} needs exactly the keys {wanted}: {'; '.join(problems)}")
 
 
 def _values(
