@@ -22,13 +22,19 @@ class ExerciseFailed(AssertionError):
         return [f"ExerciseFailed: {self}"]
 
 
-def _number(value) -> float | None:
-    """``value`` as a float if it is a real number (Python, NumPy or a 0-d NumPy or JAX array;
-    not bool), else None."""
+def _scalar(value):
+    """A 0-d NumPy or JAX number as its Python number; anything else as it is."""
     dtype = getattr(value, "dtype", None)
     if getattr(value, "shape", None) == () and dtype is not None and np.issubdtype(
             dtype, np.number):
-        value = value.item()
+        return value.item()
+    return value
+
+
+def _number(value) -> float | None:
+    """``value`` as a float if it is a real number (Python, NumPy or a 0-d NumPy or JAX array;
+    not bool), else None."""
+    value = _scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
         return None
     return float(value)

@@ -22,6 +22,7 @@ from course_utils.check_helpers import (
     _off_by,
     _passed,
     _placement,
+    _scalar,
     _tiled_hint,
     _values,
 )
@@ -332,7 +333,7 @@ def check_budget_row(
         _fail(exercise, "row is not defined; store your prediction, a dict, in row")
     _check_keys(exercise, "row", row, expected)
     for key, value in expected.items():
-        got = row[key]
+        got = _scalar(row[key])  # a 0-d NumPy or JAX integer counts as an int
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (numbers.Integral, np.integer)):
             _fail(exercise, f"{key}: give a whole number (an int), got {got!r}")
         if got != value:

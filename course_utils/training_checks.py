@@ -33,10 +33,10 @@ def check_memory_prediction(predicted, measured: dict) -> None:
         if np.isclose(got * 4, want):
             why = "count bytes: every value is a float32 of 4 bytes"
         elif np.isclose(got, 3 * whole) and sliced:
-            why = f"{stage} keeps its {' and '.join(sliced)} as 1/p slices: count those at N/p"
+            why = f"{stage} keeps its {' and '.join(sliced)} as 1/p slices: count those at n/p"
         else:
             why = (f"{stage} holds the parameters, the gradient and the momentum, of which "
-                   + (" and ".join(sliced) + " in slices of N/p" if sliced else "none sliced")
+                   + (" and ".join(sliced) + " in slices of n/p" if sliced else "none sliced")
                    + " (n: the padded vector's length, not N_PARAMS)")
         _fail(exercise, f"{stage}: {_off_by(got, want)}; {why}")
     _passed(exercise, ", ".join(f"{s} {sum(measured[s].values())} B" for s in STAGES))

@@ -365,6 +365,9 @@ def test_budget_row():
     }
     check_budget_row(good, 2**20, 16)
     check_budget_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
+    check_budget_row({k: jnp.asarray(v) for k, v in good.items()}, 2**20, 16)  # JAX int32
+    with pytest.raises(ExerciseFailed, match=r"ranks: give a whole number \(an int\)"):
+        check_budget_row({**good, "ranks": jnp.asarray(16.0)}, 2**20, 16)
     renamed = {k.replace("_bytes", ""): v for k, v in good.items()}  # the table's headers
     with pytest.raises(ExerciseFailed, match="it lacks 'all_reduce_bytes', .*'all_reduce', "):
         check_budget_row(renamed, 2**20, 16)
