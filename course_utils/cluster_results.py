@@ -1,8 +1,9 @@
 """Reading a ``course cluster`` run against the link models (``links``): the table, the goals and
 the figure that ``course cluster`` prints and step 17 shows.
 
-A run (``run["runs"][i]``) is one link rate: ``hosts``, ``devices_per_host``, ``link_rate``
-and the times in seconds (``collectives``, ``hierarchy``, ``ring16``, ``buckets``).
+A run (``run["runs"][i]``) is one link rate: ``hosts``, ``devices_per_host``, ``link_rate``,
+``tcp`` (the hosts' TCP congestion control) and the times in seconds (``collectives``,
+``hierarchy``, ``ring16``, ``buckets``).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def summary_lines(run: dict) -> list[str]:
     """The measured times beside the models, then the goals."""
     hosts, devices, rate = _shape(run)
     lines = [f"{hosts} hosts × {devices} devices, each host's link {run['link_rate']} "
-             f"({rate / 1e6:.1f} MB/s); times in ms, measured / model"]
+             f"({rate / 1e6:.1f} MB/s, TCP {run['tcp']}); times in ms, measured / model"]
     for row, hier, ring in zip(run["collectives"], run["hierarchy"], run["ring16"]):
         n = row["bytes"]
         cells = [f"{k} {row[k] * 1e3:.1f}/{link_time_s(k, n, hosts, devices, rate) * 1e3:.1f}"
@@ -199,9 +200,10 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
 
 def saved_cluster_results(shape: str) -> dict:
     """A saved ``course cluster --plan full`` run, ``shape`` ``"2x2"`` or ``"2x4"`` (hosts ×
-    devices per host), from ``course_utils/saved/cluster_<shape>.json``. Regenerate (as root):
-    ``course cluster --plan full --link-rate 50mbit,200mbit,1gbit,10gbit --out build/c22`` (and
-    ``--devices-per-host 4 --link-rate 200mbit,1gbit``), then copy ``cluster.json``."""
+    devices per host), or ``"2x2_bbr"``, from ``course_utils/saved/cluster_<shape>.json``.
+    Regenerate (as root): ``course cluster --plan full --link-rate 50mbit,200mbit,1gbit,10gbit
+    --out build/c22`` (and ``--devices-per-host 4 --link-rate 200mbit,1gbit``; ``--tcp bbr
+    --link-rate 200mbit``), then copy ``cluster.json``."""
     from importlib.resources import files
 
     text = files("course_utils").joinpath("saved", f"cluster_{shape}.json").read_text()

@@ -92,6 +92,44 @@ def test_a_host_process_runs_without_capabilities():
     assert leftovers() == []
 
 
+PROBE_SERVER = ("import socket\n"
+                "with socket.create_server(('10.77.0.2', 47400)) as s:\n"
+                "    s.accept()[0].recv(1)\n")
+PROBE_CLIENT = ("import socket, time\n"
+                "for _ in range(100):\n"
+                "    try:\n"
+                "        c = socket.create_connection(('10.77.0.2', 47400), timeout=5); break\n"
+                "    except OSError:\n"
+                "        time.sleep(0.05)\n"
+                "print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)"
+                ".rstrip(b'\\0').decode())\n"
+                "c.send(b'x')\n")
+
+
+@needs_root
+@pytest.mark.parametrize("control", ["cubic", "reno"])
+def test_tcp_between_hosts_uses_the_chosen_congestion_control(control):
+    with Cluster(2, "1gbit", congestion_control=control) as hosts:
+        server = subprocess.Popen(host_command(hosts[1], [sys.executable, "-c", PROBE_SERVER]))
+        client = subprocess.run(host_command(hosts[0], [sys.executable, "-c", PROBE_CLIENT]),
+                                capture_output=True, text=True, timeout=60)
+        server.wait(timeout=60)
+    assert client.stdout.strip() == control, client.stderr
+    assert leftovers() == []
+
+
+def test_a_congestion_control_the_kernel_lacks_is_refused_with_what_it_offers(
+        monkeypatch, tmp_path):
+    from course_utils.tools import netns
+
+    offered = tmp_path / "available"
+    offered.write_text("reno cubic\n")
+    monkeypatch.setattr(netns, "AVAILABLE_CONTROLS", offered)
+    assert netns.check_congestion_control("cubic") == "cubic"
+    with pytest.raises(ValueError, match="does not offer TCP bbr.*reno, cubic.*--tcp"):
+        netns.check_congestion_control("bbr")
+
+
 def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["cluster"]) == 2
@@ -103,6 +141,7 @@ def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--link-rate", "fast"], "--link-rate must look like 200mbit"),
     (["--hosts", "1"], "--hosts must be from 2 to 200"),
+    (["--tcp", "vegas"], "--tcp must be one of reno, cubic, bbr"),
 ])
 def test_bad_arguments_get_one_line(capsys, argv, message):
     assert main(["cluster", *argv]) == 2
@@ -111,7 +150,7 @@ def test_bad_arguments_get_one_line(capsys, argv, message):
 
 
 RUN = {
-    "hosts": 2, "devices_per_host": 2, "link_rate": "200mbit",
+    "hosts": 2, "devices_per_host": 2, "link_rate": "200mbit", "tcp": "reno",
     "collectives": [{"bytes": b, "all_reduce": 1.5 * b / 25e6, "reduce_scatter": 0.75 * b / 25e6,
                      "all_gather": 0.75 * b / 25e6} for b in (2**20, 2**22)],
     "hierarchy": [{"bytes": b, "flat": 1.5 * b / 25e6, "hierarchical": b / 25e6}
@@ -168,13 +207,16 @@ def test_the_link_model_is_collective_time_of_a_ring():
             ring_time_s(2**22, hosts, devices, rate))
 
 
-@pytest.mark.parametrize("shape, hosts, devices", [("2x2", 2, 2), ("2x4", 2, 4)])
-def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devices):
+@pytest.mark.parametrize("shape, hosts, devices, tcp", [
+    ("2x2", 2, 2, "reno"), ("2x4", 2, 4, "reno"), ("2x2_bbr", 2, 2, "bbr")])
+def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devices, tcp):
     from course_utils.cluster_results import saved_cluster_results
     from course_utils.tools.cluster_worker import PLANS
 
     saved = saved_cluster_results(shape)
     assert (saved["hosts"], saved["devices_per_host"], saved["plan"]) == (hosts, devices, "full")
+    assert saved["tcp"] == tcp and {"jax", "jaxlib", "python"} <= set(saved["versions"])
+    assert all(run["tcp"] == tcp for run in saved["runs"])
     for run in saved["runs"]:
         for key in ("collectives", "hierarchy", "ring16"):
             assert [r["bytes"] for r in run[key]] == PLANS["full"]["sizes"]

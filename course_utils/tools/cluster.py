@@ -38,8 +38,9 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
     from course_utils.tools.netns import Cluster, host_command
 
     popens, files = [], []
+    cluster = Cluster(args.hosts, rate, congestion_control=args.tcp)
     try:
-        with Cluster(args.hosts, rate) as hosts, tempfile.TemporaryDirectory() as logs:
+        with cluster as hosts, tempfile.TemporaryDirectory() as logs:
             coordinator = f"{hosts[0].address}:{PORT}"
             for i, host in enumerate(hosts):
                 argv = [sys.executable, "-m", "course_utils.tools.cluster_worker",
@@ -64,14 +65,14 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
             f.close()
     result.pop("event")
     return {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "link_rate": rate,
-            **result}
+            "tcp": args.tcp, **result}
 
 
 def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
     """Every rate of ``--link-rate`` in turn; ``(exit status, results)``. Whatever happens,
     nothing the runs made is left."""
     from course_utils.links import check_rate
-    from course_utils.tools.netns import ClusterError, check_can_run
+    from course_utils.tools.netns import ClusterError, check_can_run, check_congestion_control
 
     problem = check_can_run()
     if problem:
@@ -79,6 +80,7 @@ def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
         return EXIT_USAGE, None
     try:
         rates = [check_rate(r) for r in args.link_rate.split(",")]
+        check_congestion_control(args.tcp)
         if not 2 <= args.hosts <= 200:
             raise ValueError(f"--hosts must be from 2 to 200, got {args.hosts}")
     except ValueError as exc:
@@ -104,7 +106,15 @@ def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return EXIT_OK, {"hosts": args.hosts, "devices_per_host": args.devices_per_host,
-                     "plan": args.plan, "seconds": time.monotonic() - started, "runs": runs}
+                     "plan": args.plan, "tcp": args.tcp, "versions": _versions(),
+                     "seconds": time.monotonic() - started, "runs": runs}
+
+
+def _versions() -> dict:
+    """The Python, jax and jaxlib versions the hosts ran (the same interpreter as this one)."""
+    from importlib.metadata import version
+
+    return {"python": sys.version.split()[0], "jax": version("jax"), "jaxlib": version("jaxlib")}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -149,6 +159,9 @@ def add_cluster_parser(sub) -> None:
                          "several, comma-separated, run the plan at each rate")
     cluster.add_argument("--plan", choices=("quick", "full"), default="quick",
                          help="quick: 3 sizes up to 4 MiB; full: 5 sizes up to 16 MiB")
+    cluster.add_argument("--tcp", default="reno",
+                         help="TCP congestion control between the hosts: reno (default; keeps "
+                         "the link busy while there is data), cubic or bbr")
     cluster.add_argument("--timeout", type=float, default=900.0,
                          help="stop everything after this many seconds (default 900)")
     cluster.add_argument("--out", default="build/cluster",

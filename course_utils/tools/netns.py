@@ -3,7 +3,9 @@
 ``Cluster(hosts, rate)`` is a context manager. On entry it creates one namespace per host
 (``d03h0``, ``d03h1``, …) and a switch namespace (``d03sw``) holding a bridge; each host has one
 veth link ``eth0`` into the bridge, with a private address 10.77.0.(i+1)/24 that exists only
-inside these namespaces, and its outgoing traffic shaped by ``tc … tbf rate RATE``. It writes
+inside these namespaces, and its outgoing traffic shaped by ``tc … tbf rate RATE``. TCP between
+hosts uses the congestion control named for the cluster (``reno`` unless told otherwise: see
+``Cluster``), set on the route to the other hosts. It writes
 ``/etc/netns/d03hI/hosts`` mapping this machine's hostname to the host's address (``ip netns
 exec`` bind-mounts it over ``/etc/hosts``, so a JAX process finds its own address through the
 public API alone). On exit, on an error and on Ctrl-C, ``teardown()`` kills whatever still runs in
@@ -32,6 +34,9 @@ PREFIX = "d03"
 LOCK = Path("/run/course-cluster-d03.lock")
 SUBNET = "10.77.0"
 NETNS_ETC = Path("/etc/netns")
+# TCP congestion controls a cluster's links may use (the kernel must offer the one chosen)
+CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+AVAILABLE_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
 class ClusterError(RuntimeError):
@@ -119,14 +124,36 @@ def _remove(prefix: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def check_congestion_control(name: str) -> str:
+    """``name`` if it is one of ``CONGESTION_CONTROLS`` and this kernel offers it, else a
+    ``ValueError`` that says what to use."""
+    if name not in CONGESTION_CONTROLS:
+        raise ValueError(f"--tcp must be one of {', '.join(CONGESTION_CONTROLS)}, got {name!r}")
+    offered = AVAILABLE_CONTROLS.read_text().split() if AVAILABLE_CONTROLS.exists() else []
+    if name not in offered:
+        raise ValueError(f"this kernel does not offer TCP {name} (it offers "
+                         f"{', '.join(offered) or 'none listed'}); choose another with --tcp")
+    return name
+
+
 class Cluster:
     """``hosts`` namespaces on one bridge, outgoing links shaped to ``rate`` (``None``: not
-    shaped). Use as ``with Cluster(2, "200mbit") as hosts: …``."""
+    shaped). Use as ``with Cluster(2, "200mbit") as hosts: …``.
 
-    def __init__(self, hosts: int, rate: str | None, prefix: str = PREFIX):
+    TCP between the hosts uses ``congestion_control`` (set on each host's route to the others,
+    locked, so no socket picks another). The default is reno, loss-based: a sender keeps the
+    shaper's queue filled while it has bytes to send, so the link runs at its rate, as the link
+    model assumes. ``bbr`` (this machine's default) paces each connection at the rate it last
+    measured for it; in gloo's reduce-scatter, where two connections share a host's link and
+    then one goes on alone, that one keeps half the rate for a while and the link idles
+    (``course cluster --tcp bbr`` shows it; step 17 explains it)."""
+
+    def __init__(self, hosts: int, rate: str | None, prefix: str = PREFIX,
+                 congestion_control: str = "reno"):
         if not isinstance(hosts, int) or not 2 <= hosts <= 200:
             raise ValueError(f"--hosts must be from 2 to 200, got {hosts!r}")
         self.rate = None if rate is None else check_rate(rate)
+        self.congestion_control = check_congestion_control(congestion_control)
         self.prefix = prefix
         self.hosts = [Host(f"{prefix}h{i}", f"{SUBNET}.{i + 1}") for i in range(hosts)]
 
@@ -168,6 +195,8 @@ class Cluster:
             _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
             for link in ("lo", "eth0"):
                 _ip("-n", host.namespace, "link", "set", link, "up")
+            _ip("-n", host.namespace, "route", "replace", f"{SUBNET}.0/24", "dev", "eth0",
+                "congctl", "lock", self.congestion_control)
             _ip("-n", switch, "link", "set", outside, "master", "br0")
             _ip("-n", switch, "link", "set", outside, "up")
             if self.rate is not None:
