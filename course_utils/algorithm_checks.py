@@ -18,7 +18,7 @@ from course_utils.ring import ring_reduce_scatter
 def _function_given(exercise: str, name: str, value) -> None:
     """The student's function, looked up by name: defined (``None`` if not) and callable."""
     if value is None:
-        _fail(exercise, f"{name} is not defined; define the function {name}")
+        _fail(exercise, f"{name} is not defined (or is None); define the function {name}")
     if not callable(value):
         _fail(exercise, f"{name} is an object of type {type(value).__name__}, not a function")
 
@@ -97,7 +97,8 @@ def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     """
     exercise = "bucket size"
     if choice is None:
-        _fail(exercise, "my_bucket is not defined; store your choice (bytes) in my_bucket")
+        _fail(exercise,
+              "my_bucket is not defined (or is None); store your choice (bytes) in my_bucket")
     got = _number(choice)
     if got is None or not np.isfinite(got) or got != int(got):
         _fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")

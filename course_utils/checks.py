@@ -76,7 +76,8 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     exercise = "reduce-scatter kernel"
     name = "my_reduce_scatter"
     if fn is None:
-        _fail(exercise, f"{name} is not defined; assign your jitted function to {name}")
+        _fail(exercise,
+              f"{name} is not defined (or is None); assign your jitted function to {name}")
     if isinstance(fn, Kernel):
         _fail(exercise, f"{name} is the package's own kernel; write the shard_map yourself")
     if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
@@ -161,7 +162,8 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
     measured on the devices (device 0's shard of each array in ``arrays``)."""
     exercise = "bytes one device stores"
     if predicted is None:
-        _fail(exercise, "predicted_stored is not defined; store a dict of bytes per collective")
+        _fail(exercise, "predicted_stored is not defined (or is None); store a dict of bytes "
+              "per collective")
     _check_keys(exercise, "predicted_stored", predicted, arrays)
     measured = {key: values_per_device(a) * a.dtype.itemsize for key, a in arrays.items()}
     whole = max(measured.values())  # the whole gradient, after all-reduce
@@ -255,7 +257,7 @@ _NOT_GIVEN = object()
 def _defined(exercise: str, name: str, value, shape: tuple, what: str) -> None:
     """A value the check looked up by name: defined (``None`` if not) and of ``shape``."""
     if value is None:
-        _fail(exercise, f"{name} is not defined; {what}")
+        _fail(exercise, f"{name} is not defined (or is None); {what}")
     if tuple(np.shape(value)) != shape:
         _fail(exercise, f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
 
@@ -314,7 +316,8 @@ def check_joint_permutation(
         _placement(exercise, "y2", y2, (block,), n_devices)
     if w2 is not _NOT_GIVEN:
         if w2 is None:
-            _fail(exercise, "w2 is not defined; place w2h replicated as w2 (the next cells use it)")
+            _fail(exercise, "w2 is not defined (or is None); place w2h replicated as w2 (the "
+                  "next cells use it)")
         _values(exercise, "w2", w2, w2_host, hint="w2 is w + 0.17 (w2h), placed replicated")
         _placement(exercise, "w2", w2, w2_host.shape, n_devices)
     _passed(
@@ -330,7 +333,8 @@ def check_budget_row(
     exercise = f"budget for p = {ranks}"
     (expected,) = communication_budget(nbytes, (ranks,))
     if row is None:
-        _fail(exercise, "row is not defined; store your prediction, a dict, in row")
+        _fail(exercise,
+              "row is not defined (or is None); store your prediction, a dict, in row")
     _check_keys(exercise, "row", row, expected)
     for key, value in expected.items():
         got = _scalar(row[key])  # a 0-d NumPy or JAX integer counts as an int
@@ -360,6 +364,8 @@ def check_budget_row(
                 slips.append("count bytes (4 per float32 value), not values")
             elif got == 8 * value:
                 slips.append("count bytes, not bits")
+            elif key != "ranks" and value in (int(got) * 2**10, int(got) * 2**20):
+                slips.append("give bytes, not KiB or MiB")
             elif sent and ranks > 1 and got == nbytes // ranks:
                 slips.append("that is N/p, the one slice a device keeps; count what it sends")
             elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes // (ranks - 1):

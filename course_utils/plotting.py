@@ -190,7 +190,7 @@ def plot_figure(data: dict):
     for ax, panel in zip(axes, panels):
         {"bar": _draw_bar, "line": _draw_line, "grid": _draw_grid}[panel["kind"]](ax, panel)
         ax.set_ylabel(panel["ylabel"])
-        ax.set_title(panel["title"], fontsize=10)
+        ax.set_title(panel["title"], fontsize=10, y=1.0)  # y given: no search for room above
         labelled = sum(bool(s.get("label")) for s in panel.get("series", []))
         if labelled:  # below the axes and their tick labels, clear of the data
             below = -0.36 if panel.get("xunit") == "bytes" else -0.24

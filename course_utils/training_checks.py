@@ -19,7 +19,8 @@ def check_memory_prediction(predicted, measured: dict) -> None:
     against ``measured[stage]``, the ``memory`` dict ``train`` read from the shards."""
     exercise = "memory per ZeRO stage"
     if predicted is None:
-        _fail(exercise, "predicted_memory is not defined; store a dict {stage: bytes}")
+        _fail(exercise,
+              "predicted_memory is not defined (or is None); store a dict {stage: bytes}")
     _check_keys(exercise, "predicted_memory", predicted, STAGES)
     for stage in STAGES:
         got, parts = _number(predicted[stage]), measured[stage]
@@ -28,18 +29,29 @@ def check_memory_prediction(predicted, measured: dict) -> None:
             _fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
         if np.isclose(got, want):
             continue
-        whole = measured["data_parallel"]["parameters"]
-        sliced = _SLICED[stage]
         if np.isclose(got * 4, want):
             why = "count bytes: every value is a float32 of 4 bytes"
-        elif np.isclose(got, 3 * whole) and sliced:
-            why = f"{stage} keeps its {' and '.join(sliced)} as 1/p slices: count those at n/p"
+        elif np.isclose(got * 2**10, want) or np.isclose(got * 2**20, want):
+            why = "give bytes, not KiB or MiB"
         else:
-            why = (f"{stage} holds the parameters, the gradient and the momentum, of which "
-                   + (" and ".join(sliced) + " in slices of n/p" if sliced else "none sliced")
-                   + " (n: the padded vector's length, not N_PARAMS)")
+            why = _slicing_hint(stage, got, measured)
         _fail(exercise, f"{stage}: {_off_by(got, want)}; {why}")
     _passed(exercise, ", ".join(f"{s} {sum(measured[s].values())} B" for s in STAGES))
+
+
+def _slicing_hint(stage: str, got: float, measured: dict) -> str:
+    """Why ``got`` is off for ``stage``: if it is what the three parts add up to with another
+    number of them sliced, say which the stage slices; otherwise what to add up, and no more."""
+    whole = max(max(parts.values()) for parts in measured.values())
+    piece = min(min(parts.values()) for parts in measured.values())
+    sliced = _SLICED[stage]
+    for count in range(4):
+        if count != len(sliced) and np.isclose(got, count * piece + (3 - count) * whole):
+            kept = " and ".join(sliced) if sliced else "nothing"
+            return (f"that counts {count} of the three parts as 1/p slices; {stage} keeps "
+                    f"{kept} in slices of n/p" + ("" if sliced else ", every part whole"))
+    return ("add what one device holds, in bytes, of the parameters, the gradient and the "
+            "momentum (n: the padded vector's length, not N_PARAMS)")
 
 
 def check_error_feedback(fn) -> None:
@@ -89,7 +101,7 @@ def check_local_steps(choice, *, budget: float, averaging_bytes: float, candidat
     """Exercise 16: the smallest H of ``candidates`` with ``averaging_bytes / H ≤ budget``."""
     exercise = "H for a byte budget"
     if choice is None:
-        _fail(exercise, "my_h is not defined; store your choice of H in my_h")
+        _fail(exercise, "my_h is not defined (or is None); store your choice of H in my_h")
     got = _number(choice)
     if got is None or not np.isfinite(got) or got != int(got) or int(got) not in candidates:
         _fail(exercise, f"choose H from {list(candidates)}, got {choice!r}")

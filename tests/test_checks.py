@@ -338,7 +338,8 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
         match=r"y2 has the right values but the wrong placement: it is replicated.*\(4,\) per",
     ):
         check(y2=jax.device_put(yh, replicated))
-    with pytest.raises(ExerciseFailed, match=r"w2 is not defined; place w2h replicated as w2"):
+    with pytest.raises(ExerciseFailed,
+                       match=r"w2 is not defined \(or is None\); place w2h replicated as w2"):
         check(w2=None)
     with pytest.raises(ExerciseFailed, match=r"w2: 8 of 8 entries wrong.*w2 is w \+ 0.17"):
         check(w2=jax.device_put(wh, replicated))
@@ -384,6 +385,8 @@ def test_budget_row():
     assert "1966080" not in str(failed.value)  # the answer is not given away
     with pytest.raises(ExerciseFailed, match=r"count bytes \(4 per float32 value\)"):
         check_budget_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
+    with pytest.raises(ExerciseFailed, match="1024× too small; give bytes, not KiB or MiB"):
+        check_budget_row({**good, "shard_storage_bytes": 65536 // 1024}, 2**20, 16)  # 64 KiB
     # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
     table_n = {"ranks": 4, "all_reduce_bytes": 1572864, "scatter_gather_bytes": 1572864,
                "shard_storage_bytes": 262144}

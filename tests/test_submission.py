@@ -209,7 +209,7 @@ FEEDBACK_OF_G = """def my_error_feedback(g, residual, k):
             "g_all = 1 / 0",
             "the solution cell raised ZeroDivisionError",
         ),
-        ("14_zero_stages.ipynb", ZERO1_LIKE_DP, "zero1 keeps its optimizer as 1/p slices"),
+        ("14_zero_stages.ipynb", ZERO1_LIKE_DP, "zero1 keeps optimizer in slices of n/p"),
         ("15_compressed_communication.ipynb", FEEDBACK_OF_G, "you send the top k of g alone"),
         ("16_local_sgd.ipynb", "my_h = 16", "so does a smaller H"),
         ("17_simulated_cluster.ipynb", LINK_IN_BITS, "the rate is in bits per second"),

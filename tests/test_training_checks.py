@@ -32,8 +32,17 @@ def test_memory_right_and_wrong(capsys):
         ({**RIGHT, "ZeRO-1": 1, "fsdp": 2}, "'ZeRO-1', 'fsdp' are not asked for$"),
         ({**RIGHT, "zero2": "a lot"}, "zero2: give a number of bytes"),
         ({**RIGHT, "zero3": RIGHT["zero3"] / 4}, "every value is a float32 of 4 bytes"),
-        ({**RIGHT, "zero2": 3 * WHOLE}, "zero2 keeps its gradients and optimizer as 1/p slices"),
-        ({**RIGHT, "zero3": 2 * WHOLE}, "parameters and gradients and optimizer in slices"),
+        ({**RIGHT, "zero3": RIGHT["zero3"] / 2**10}, "1024× too small; give bytes, not KiB"),
+        ({**RIGHT, "zero2": 3 * WHOLE},
+         "counts 0 of the three parts as 1/p slices; zero2 keeps gradients and optimizer in"),
+        ({**RIGHT, "zero1": RIGHT["zero2"]},
+         "counts 2 of the three parts as 1/p slices; zero1 keeps optimizer in slices of n/p$"),
+        ({**RIGHT, "data_parallel": RIGHT["zero1"]},
+         "data_parallel keeps nothing in slices of n/p, every part whole$"),
+        ({**RIGHT, "zero3": 2 * WHOLE},  # no count of slices gives it: no part named
+         r"zero3: .*; add what one device holds, in bytes, of the parameters, the gradient and "
+         r"the momentum \(n: the padded vector's length, not N_PARAMS\)$"),
+        ({**RIGHT, "zero3": RIGHT["zero3"] + 1}, "zero3: .*; add what one device holds"),
     ]
     for answer, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
