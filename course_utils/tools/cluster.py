@@ -160,8 +160,8 @@ def add_cluster_parser(sub) -> None:
     cluster.add_argument("--plan", choices=("quick", "full"), default="quick",
                          help="quick: 3 sizes up to 4 MiB; full: 5 sizes up to 16 MiB")
     cluster.add_argument("--tcp", default="reno",
-                         help="TCP congestion control between the hosts: reno (default; keeps "
-                         "the link busy while there is data), cubic or bbr")
+                         help="TCP congestion control between the hosts: reno (default; a "
+                         "standing queue keeps the link busy while there is data), cubic or bbr")
     cluster.add_argument("--timeout", type=float, default=900.0,
                          help="stop everything after this many seconds (default 900)")
     cluster.add_argument("--out", default="build/cluster",

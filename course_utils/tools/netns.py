@@ -141,12 +141,12 @@ class Cluster:
     shaped). Use as ``with Cluster(2, "200mbit") as hosts: …``.
 
     TCP between the hosts uses ``congestion_control`` (set on each host's route to the others,
-    locked, so no socket picks another). The default is reno, loss-based: a sender keeps the
-    shaper's queue filled while it has bytes to send, so the link runs at its rate, as the link
-    model assumes. ``bbr`` (this machine's default) paces each connection at the rate it last
-    measured for it; in gloo's reduce-scatter, where two connections share a host's link and
-    then one goes on alone, that one keeps half the rate for a while and the link idles
-    (``course cluster --tcp bbr`` shows it; step 17 explains it)."""
+    locked, so no socket between hosts can pick another; traffic inside a host keeps the
+    machine's default). The default is reno: its window grows until a loss and it does not pace,
+    so a standing queue forms at the shaper and the link stays busy while any connection has
+    data, as the link model assumes. ``bbr`` (this machine's default) paces each connection at
+    the delivery rate it estimated and keeps queues short; with it, gloo's reduce-scatter ran
+    well below the link's rate for part of each call (``course cluster --tcp bbr``; step 17)."""
 
     def __init__(self, hosts: int, rate: str | None, prefix: str = PREFIX,
                  congestion_control: str = "reno"):
