@@ -368,6 +368,9 @@ def check_budget_row(
                 slips.append("give bytes, not KiB or MiB")
             elif sent and ranks > 1 and got == nbytes // ranks:
                 slips.append("that is N/p, the one slice a device keeps; count what it sends")
+            elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes:
+                slips.append("that is N, the whole gradient; after reduce-scatter a device "
+                             "keeps one slice of it")
             elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes // (ranks - 1):
                 slips.append("a device keeps 1 of p slices: divide by p, not p-1")
             hint = _off_by(int(got), value)

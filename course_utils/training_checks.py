@@ -29,19 +29,25 @@ def check_memory_prediction(predicted, measured: dict) -> None:
             _fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
         if np.isclose(got, want):
             continue
+        causes = []  # every likely cause that fits the number (at p = 4, two can)
         if np.isclose(got * 4, want):
-            why = "count bytes: every value is a float32 of 4 bytes"
-        elif np.isclose(got * 2**10, want) or np.isclose(got * 2**20, want):
-            why = "give bytes, not KiB or MiB"
-        else:
-            why = _slicing_hint(stage, got, measured)
-        _fail(exercise, f"{stage}: {_off_by(got, want)}; {why}")
+            causes.append("count bytes: every value is a float32 of 4 bytes")
+        if np.isclose(got, 8 * want):
+            causes.append("count bytes, not bits")
+        if np.isclose(got * 2**10, want) or np.isclose(got * 2**20, want):
+            causes.append("give bytes, not KiB or MiB")
+        slicing = _slicing_hint(stage, got, measured)
+        if slicing or not causes:
+            causes.append(slicing or "add what one device holds, in bytes, of the parameters, "
+                          "the gradient and the momentum (n: the padded vector's length, not "
+                          "N_PARAMS)")
+        _fail(exercise, f"{stage}: {_off_by(got, want)}; {' — or '.join(causes)}")
     _passed(exercise, ", ".join(f"{s} {sum(measured[s].values())} B" for s in STAGES))
 
 
-def _slicing_hint(stage: str, got: float, measured: dict) -> str:
-    """Why ``got`` is off for ``stage``: if it is what the three parts add up to with another
-    number of them sliced, say which the stage slices; otherwise what to add up, and no more."""
+def _slicing_hint(stage: str, got: float, measured: dict) -> str | None:
+    """If ``got`` is what the three parts add up to with another number of them sliced, which
+    parts ``stage`` slices; else ``None``."""
     whole = max(max(parts.values()) for parts in measured.values())
     piece = min(min(parts.values()) for parts in measured.values())
     sliced = _SLICED[stage]
@@ -50,8 +56,7 @@ def _slicing_hint(stage: str, got: float, measured: dict) -> str:
             kept = " and ".join(sliced) if sliced else "nothing"
             return (f"that counts {count} of the three parts as 1/p slices; {stage} keeps "
                     f"{kept} in slices of n/p" + ("" if sliced else ", every part whole"))
-    return ("add what one device holds, in bytes, of the parameters, the gradient and the "
-            "momentum (n: the padded vector's length, not N_PARAMS)")
+    return None
 
 
 def check_error_feedback(fn) -> None:

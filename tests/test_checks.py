@@ -387,6 +387,8 @@ def test_budget_row():
         check_budget_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match="1024× too small; give bytes, not KiB or MiB"):
         check_budget_row({**good, "shard_storage_bytes": 65536 // 1024}, 2**20, 16)  # 64 KiB
+    with pytest.raises(ExerciseFailed, match="that is N, the whole gradient; after reduce"):
+        check_budget_row({**good, "shard_storage_bytes": 2**20}, 2**20, 16)
     # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
     table_n = {"ranks": 4, "all_reduce_bytes": 1572864, "scatter_gather_bytes": 1572864,
                "shard_storage_bytes": 262144}

@@ -285,3 +285,18 @@ def test_a_jax_error_is_shown_whole(edition, tmp_path):
     (result,) = check_submission(_answer(edition, tmp_path, "03_collectives.ipynb", SCATTER_INTO_P))
     assert result.status == FAILED and result.message.startswith("the solution cell raised")
     assert len(result.message.splitlines()) > 1, result.message  # JAX explains on later lines
+
+
+def test_a_kernel_that_does_not_start_gets_one_line(edition, tmp_path, monkeypatch, capsys):
+    from course_utils.tools import submission
+    from course_utils.tools.cli import main
+
+    def slow_start(*args, **kwargs):
+        raise RuntimeError("Kernel didn't respond in 60 seconds")
+
+    monkeypatch.setattr(submission, "run_in_fresh_kernel", slow_start)
+    path = _answer(edition, tmp_path, "07_row_permutation_exercise.ipynb", "pass")
+    assert main(["check-submission", str(path)]) == 2
+    out = capsys.readouterr().err.strip()
+    assert out.count("\n") == 0 and "Kernel didn't respond in 60 seconds" in out
+    assert "check fewer notebooks at once and try again" in out

@@ -43,6 +43,11 @@ def test_memory_right_and_wrong(capsys):
          r"zero3: .*; add what one device holds, in bytes, of the parameters, the gradient and "
          r"the momentum \(n: the padded vector's length, not N_PARAMS\)$"),
         ({**RIGHT, "zero3": RIGHT["zero3"] + 1}, "zero3: .*; add what one device holds"),
+        ({**RIGHT, "zero3": 8 * RIGHT["zero3"]}, "8× too large; count bytes, not bits$"),
+        # at p = 4, slicing everything is also what counting values gives: both causes named
+        ({**RIGHT, "data_parallel": RIGHT["zero3"]},
+         "float32 of 4 bytes — or that counts 3 of the three parts as 1/p slices; "
+         "data_parallel keeps nothing in slices of n/p, every part whole$"),
     ]
     for answer, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
