@@ -61,8 +61,8 @@ def _gap(fit: dict, rate: float) -> float | None:
 
 
 def _gaps_text(gaps: dict) -> str:
-    """``all_reduce -4%, reduce_scatter none, …``: gaps as signed percentages."""
-    return ", ".join(f"{k} {v:+.0%}" if v is not None else f"{k} none" for k, v in gaps.items())
+    """``all_reduce -4.2%, reduce_scatter none, …``: gaps as signed percentages."""
+    return ", ".join(f"{k} {v:+.1%}" if v is not None else f"{k} none" for k, v in gaps.items())
 
 
 def counted_against_model(run: dict, nbytes: int | None = None) -> dict | None:
@@ -137,7 +137,8 @@ def summary_lines(run: dict) -> list[str]:
                  f"/ {t['local_steps']})")
     for name, goal in goals(run).items() if run["link_rate"] == GOAL_RATE else ():
         value = goal["value"]
-        shown = _gaps_text(value) if isinstance(value, dict) else f"{value:.2f}"
+        # four decimals: a ratio a hair below its goal must not print as the goal itself
+        shown = _gaps_text(value) if isinstance(value, dict) else f"{value:.4f}"
         lines.append(f"goal {name}: {shown} — {'MET' if goal['met'] else 'NOT MET'}")
     return lines
 

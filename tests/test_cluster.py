@@ -197,7 +197,7 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
     counts = counted_against_model({**RUN, "collectives": rows, "hierarchy": two_level})
     assert counts["hierarchical"] == {"counted": 4 * 2**20, "model": 4 * 2**20}
     text = "\n".join(summary_lines({**RUN, "collectives": rows}))
-    assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25%" in text
+    assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25.0%" in text
 
 
 def test_the_link_model_is_collective_time_of_a_ring():
