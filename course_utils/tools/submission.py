@@ -214,7 +214,10 @@ def _run_check(args: argparse.Namespace) -> int:
 def add_check_parser(sub) -> None:
     """Register ``course check-submission``."""
     check = sub.add_parser(
-        "check-submission", help="run a returned notebook and report each exercise"
+        "check-submission", help="run a returned notebook and report each exercise",
+        description="Run the student's solution cells inside the solution notebook (its own "
+        "setup, parameters and checks, so N_DEVICES is the course's, whatever the student "
+        "set) in a fresh kernel, and report each exercise: passed, failed or not attempted.",
     )
     check.add_argument("notebook", help="the student's notebook (NN_name.ipynb)")
     check.add_argument("--solutions", default=str(SOLUTIONS),
