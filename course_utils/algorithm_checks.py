@@ -7,7 +7,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.check_helpers import _fail, _number, _passed, _tiled_hint
+from course_utils.check_helpers import _fail, _given, _number, _passed, _tiled_hint
 from course_utils.display import error_line
 from course_utils.ir import collectives_in
 from course_utils.kernels import block_collective
@@ -17,8 +17,7 @@ from course_utils.ring import ring_reduce_scatter
 
 def _function_given(exercise: str, name: str, value) -> None:
     """The student's function, looked up by name: defined (``None`` if not) and callable."""
-    if value is None:
-        _fail(exercise, f"{name} is not defined (or is None); define the function {name}")
+    _given(exercise, name, value, f"define the function {name}")
     if not callable(value):
         _fail(exercise, f"{name} is an object of type {type(value).__name__}, not a function")
 
@@ -96,9 +95,7 @@ def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     ``bucketed_step_time(sizes, bucket, **model)``; a choice within 2 % of the best time passes.
     """
     exercise = "bucket size"
-    if choice is None:
-        _fail(exercise,
-              "my_bucket is not defined (or is None); store your choice (bytes) in my_bucket")
+    _given(exercise, "my_bucket", choice, "store your choice (bytes) in my_bucket")
     got = _number(choice)
     if got is None or not np.isfinite(got) or got != int(got):
         _fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")

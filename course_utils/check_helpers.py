@@ -83,6 +83,13 @@ def _fail(exercise: str, message: str):
     raise ExerciseFailed(f"{exercise}: {message}")
 
 
+def _given(exercise: str, name: str, value, what: str) -> None:
+    """Fail unless the student's ``name`` holds something (not ``None``), saying ``what`` to
+    store in it."""
+    if value is None:
+        _fail(exercise, f"{name} is not defined (or is None); {what}")
+
+
 def _check_keys(exercise: str, name: str, got, keys) -> None:
     """Fail unless ``got`` is a dict with exactly ``keys``, naming what is missing or extra."""
     wanted = ", ".join(sorted(keys))

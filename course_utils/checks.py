@@ -18,6 +18,7 @@ from course_utils.check_helpers import (
     _check_keys,
     _common_ratio,
     _fail,
+    _given,
     _number,
     _off_by,
     _passed,
@@ -75,9 +76,7 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     """
     exercise = "reduce-scatter kernel"
     name = "my_reduce_scatter"
-    if fn is None:
-        _fail(exercise,
-              f"{name} is not defined (or is None); assign your jitted function to {name}")
+    _given(exercise, name, fn, f"assign your jitted function to {name}")
     if isinstance(fn, Kernel):
         _fail(exercise, f"{name} is the package's own kernel; write the shard_map yourself")
     if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
@@ -161,9 +160,7 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
     """Exercise 05: predicted bytes one device stores after each collective, against the bytes
     measured on the devices (device 0's shard of each array in ``arrays``)."""
     exercise = "bytes one device stores"
-    if predicted is None:
-        _fail(exercise, "predicted_stored is not defined (or is None); store a dict of bytes "
-              "per collective")
+    _given(exercise, "predicted_stored", predicted, "store a dict of bytes per collective")
     _check_keys(exercise, "predicted_stored", predicted, arrays)
     measured = {key: values_per_device(a) * a.dtype.itemsize for key, a in arrays.items()}
     whole = max(measured.values())  # the whole gradient, after all-reduce
@@ -256,8 +253,7 @@ _NOT_GIVEN = object()
 
 def _defined(exercise: str, name: str, value, shape: tuple, what: str) -> None:
     """A value the check looked up by name: defined (``None`` if not) and of ``shape``."""
-    if value is None:
-        _fail(exercise, f"{name} is not defined (or is None); {what}")
+    _given(exercise, name, value, what)
     if tuple(np.shape(value)) != shape:
         _fail(exercise, f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
 
@@ -315,9 +311,7 @@ def check_joint_permutation(
             )
         _placement(exercise, "y2", y2, (block,), n_devices)
     if w2 is not _NOT_GIVEN:
-        if w2 is None:
-            _fail(exercise, "w2 is not defined (or is None); place w2h replicated as w2 (the "
-                  "next cells use it)")
+        _given(exercise, "w2", w2, "place w2h replicated as w2 (the next cells use it)")
         _values(exercise, "w2", w2, w2_host, hint="w2 is w + 0.17 (w2h), placed replicated")
         _placement(exercise, "w2", w2, w2_host.shape, n_devices)
     _passed(
@@ -332,9 +326,7 @@ def check_budget_row(
     N of the notebook's table, named when the row was computed for it instead of ``nbytes``."""
     exercise = f"budget for p = {ranks}"
     (expected,) = communication_budget(nbytes, (ranks,))
-    if row is None:
-        _fail(exercise,
-              "row is not defined (or is None); store your prediction, a dict, in row")
+    _given(exercise, "row", row, "store your prediction, a dict, in row")
     _check_keys(exercise, "row", row, expected)
     for key, value in expected.items():
         got = _scalar(row[key])  # a 0-d NumPy or JAX integer counts as an int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from course_utils.check_helpers import _fail, _number, _off_by, _passed
+from course_utils.check_helpers import _fail, _given, _number, _off_by, _passed
 from course_utils.links import link_time_s
 
 
@@ -17,10 +17,8 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
     wants = [link_time_s(kind, nbytes, hosts, devices, bytes_per_s) * 1e3 for kind in kinds]
     values = []
     for name, got in zip(names, (flat_ms, two_level_ms)):
+        _given(exercise, name, got, "store your prediction in milliseconds")
         value = _number(got)
-        if got is None:
-            _fail(exercise, f"{name} is not defined (or is None); store your prediction in "
-                            "milliseconds")
         if value is None or not np.isfinite(value):
             _fail(exercise, f"{name} must be a finite number of milliseconds, got {got!r}")
         values.append(value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from course_utils.algorithm_checks import _function_given
-from course_utils.check_helpers import _check_keys, _fail, _number, _off_by, _passed
+from course_utils.check_helpers import _check_keys, _fail, _given, _number, _off_by, _passed
 from course_utils.display import error_line
 
 STAGES = ("data_parallel", "zero1", "zero2", "zero3")
@@ -18,9 +18,7 @@ def check_memory_prediction(predicted, measured: dict) -> None:
     """Exercise 14: ``predicted[stage]``, bytes per device, for every stage of ``STAGES``,
     against ``measured[stage]``, the ``memory`` dict ``train`` read from the shards."""
     exercise = "memory per ZeRO stage"
-    if predicted is None:
-        _fail(exercise,
-              "predicted_memory is not defined (or is None); store a dict {stage: bytes}")
+    _given(exercise, "predicted_memory", predicted, "store a dict {stage: bytes}")
     _check_keys(exercise, "predicted_memory", predicted, STAGES)
     for stage in STAGES:
         got, parts = _number(predicted[stage]), measured[stage]
@@ -105,8 +103,7 @@ def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, 
 def check_local_steps(choice, *, budget: float, averaging_bytes: float, candidates) -> None:
     """Exercise 16: the smallest H of ``candidates`` with ``averaging_bytes / H ≤ budget``."""
     exercise = "H for a byte budget"
-    if choice is None:
-        _fail(exercise, "my_h is not defined (or is None); store your choice of H in my_h")
+    _given(exercise, "my_h", choice, "store your choice of H in my_h")
     got = _number(choice)
     if got is None or not np.isfinite(got) or got != int(got) or int(got) not in candidates:
         _fail(exercise, f"choose H from {list(candidates)}, got {choice!r}")

@@ -179,7 +179,8 @@ def check_submission(
                 f"{path.name}: the kernel died while running it (did the code exit Python?)"
             ) from None
         except RuntimeError as exc:  # nbclient: the kernel did not start in time
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else type(exc).__name__
             raise SubmissionError(
                 f"{path.name}: the kernel did not run it ({first}); on a busy machine, check "
                 "fewer notebooks at once and try again"
