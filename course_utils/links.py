@@ -13,7 +13,7 @@ reduce-scatter is recursive halving, whose bytes over a host's link equal the ri
 2 devices but not in general (3/4 · N rather than 7/8 · N for 2 × 4; ``course cluster`` counts the
 bytes on host 0's link and finds both). The model below is the ring's.
 ``tc``'s rate counts whole Ethernet frames, so TCP's payload gets at most about 1448/1514 ≈ 96 %
-of it.
+of it (``FRAME_SHARE``).
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ def ring_time_s(nbytes: float, hosts: int, devices: int, bytes_per_s: float) -> 
     return collective_time(nbytes, hosts * devices, alpha_s=0.0,
                            bandwidth_bytes_per_s=bytes_per_s, algorithm="ring")
 
+
+# TCP payload per full Ethernet frame (1448 of 1514 bytes): the share of tc's rate left for data
+FRAME_SHARE = 1448 / 1514
 
 # sizes below this are dominated by fixed costs and the shaper's burst: the fit leaves them out
 FIT_FROM_BYTES = 2**20
