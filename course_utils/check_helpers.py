@@ -117,8 +117,7 @@ def _values(
     hint: str = "",
 ) -> None:
     """Compare shape, dtype and values; name the wrong entries and by how much."""
-    if got is None:
-        _fail(exercise, f"{name} is None; assign your result to {name}")
+    _given(exercise, name, got, f"assign your result to {name}")
     if isinstance(got, (list, tuple)):
         _fail(exercise, f"{name} is a {type(got).__name__}; stack it into one array (np.stack)")
     got_array = np.asarray(got)

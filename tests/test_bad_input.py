@@ -111,7 +111,7 @@ CALLS = {
     "an unsolved exercise": (
         lambda: check_joint_permutation(None, None, X, Y, W, 4),
         ExerciseFailed,
-        "g_all is None; assign your result to g_all",
+        r"g_all is not defined \(or is None\); assign your result to g_all",
     ),
 }
 

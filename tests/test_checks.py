@@ -58,7 +58,7 @@ def test_shares(setup, capsys):
         check_shares(_shares(xh, yh, wh, 16).sum(axis=0), xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match="dtype int64"):
         check_shares(np.zeros((4, 8), np.int64), xh, yh, wh, 4)
-    with pytest.raises(ExerciseFailed, match="my_shares is None"):
+    with pytest.raises(ExerciseFailed, match=r"my_shares is not defined \(or is None\); assign"):
         check_shares(None, xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match=r"my_shares is a list; stack it into one array"):
         check_shares(list(_shares(xh, yh, wh, 16)), xh, yh, wh, 4)
@@ -289,6 +289,10 @@ def test_two_state_update(setup):
             4,
             **kwargs,
         )
+    with pytest.raises(  # the check cell passes None for a name the student has not defined
+        ExerciseFailed, match=r"m_next is not defined \(or is None\); assign your result to m_next$"
+    ):
+        check_two_state_update(w_next, None, s_next, wh, m_host, s_host, g_host, 4, **kwargs)
 
 
 def kernels(mesh):
