@@ -18,6 +18,7 @@ from course_utils.links import (
     link_time_s,
     rate_bytes_per_s,
     ring_time_s,
+    split_per_byte,
 )
 
 # the goals of the cluster measurements (issue: "a cluster on one machine")
@@ -140,6 +141,40 @@ def summary_lines(run: dict) -> list[str]:
         # four decimals: a ratio a hair below its goal must not print as the goal itself
         shown = _gaps_text(value) if isinstance(value, dict) else f"{value:.4f}"
         lines.append(f"goal {name}: {shown} — {'MET' if goal['met'] else 'NOT MET'}")
+    return lines
+
+
+def rate_split(results: dict) -> dict:
+    """Per collective, its time per link byte at each rate of ``results`` (from ``fits``) split
+    by ``links.split_per_byte`` into ``factor / rate`` (the link) and ``other_s_per_byte`` (work
+    that no rate changes), with ``effective_gap``: the rate the link delivered, ``rate / factor``,
+    against the configured one (a fraction). Needs runs at two or more rates."""
+    runs = results["runs"]
+    rates = [rate_bytes_per_s(r["link_rate"]) for r in runs]
+    if len(set(rates)) < 2:
+        raise ValueError("splitting the time per byte needs runs at two or more link rates "
+                         "(course cluster --link-rate 200mbit,1gbit)")
+    per_run = [fits(r) for r in runs]
+    out = {}
+    for kind in COLLECTIVES:
+        rates_b = [b for b, f in zip(rates, per_run) if f[kind]["bytes_per_s"] is not None]
+        split = split_per_byte(rates_b, [1 / f[kind]["bytes_per_s"] for f in per_run
+                                         if f[kind]["bytes_per_s"] is not None])
+        out[kind] = {**split, "effective_gap": 1 / split["factor"] - 1}
+    return out
+
+
+def split_lines(results: dict) -> list[str]:
+    """``rate_split`` as lines, one per collective; none for a run at one rate."""
+    if len({r["link_rate"] for r in results["runs"]}) < 2:
+        return []
+    lines = ["time per link byte across the rates = factor / rate + work no rate changes:"]
+    for kind, s in rate_split(results).items():
+        tested = (f", worst misfit {s['max_rel_error']:.1%}" if s["rates"] > 2
+                  else ": exact, untested")
+        lines.append(f"  {kind}: factor {s['factor']:.3f} (rate / factor: "
+                     f"{s['effective_gap']:+.1%} against the configured rate), other "
+                     f"{s['other_s_per_byte'] * 1e9:.2f} ns per byte; {s['rates']} rates{tested}")
     return lines
 
 
