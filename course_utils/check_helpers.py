@@ -67,6 +67,19 @@ def _off_by(got: float, expected: float) -> str:
     return f"it is about {1 / ratio:.3g}× too small"
 
 
+def _unit_causes(got: float, expected: float) -> list[str]:
+    """The unit slips that turn ``expected`` bytes into ``got``: values for bytes (float32),
+    bits, KiB or MiB. Every one that fits, in that order; none for a right answer."""
+    causes = []
+    if math.isclose(got * 4, expected):
+        causes.append("count bytes (4 per float32 value), not values")
+    if math.isclose(got, expected * 8):
+        causes.append("count bytes, not bits")
+    if math.isclose(got * 2**20, expected) or math.isclose(got * 2**10, expected):
+        causes.append("give bytes, not KiB or MiB")
+    return causes
+
+
 def _tiled_hint(error: BaseException, pieces: str) -> str:
     """A hint for ``psum_scatter`` called without ``tiled=True`` on a vector, else ``""``."""
     if "scatter dimension size" not in str(error):

@@ -25,6 +25,7 @@ from course_utils.check_helpers import (
     _placement,
     _scalar,
     _tiled_hint,
+    _unit_causes,
     _values,
 )
 from course_utils.constants import ATOL
@@ -179,12 +180,7 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
             passes = 2 if key == "all_reduce" else 1
             if ranks > 1 and math.isclose(got * ranks, passes * (ranks - 1) * whole):
                 causes.append("that is what a ring sends per rank, not what a device keeps")
-            if math.isclose(got * 4, value):
-                causes.append("count bytes (4 per float32 value), not values")
-            if math.isclose(got, value * 8):
-                causes.append("count bytes, not bits")
-            if math.isclose(got * 2**20, value) or math.isclose(got * 2**10, value):
-                causes.append("give bytes, not KiB or MiB")
+            causes += _unit_causes(got, value)
             if ranks > 1 and math.isclose(got, value * ranks):
                 causes.append(f"count what one device holds, not all {ranks} together")
             if value < whole and math.isclose(got * 2, whole):
@@ -352,12 +348,8 @@ def check_budget_row(
                              "of N/p")
             elif sent and 2 * got == value:
                 slips.append("count both passes, reduce-scatter and all-gather")
-            elif 4 * got == value:
-                slips.append("count bytes (4 per float32 value), not values")
-            elif got == 8 * value:
-                slips.append("count bytes, not bits")
-            elif key != "ranks" and value in (int(got) * 2**10, int(got) * 2**20):
-                slips.append("give bytes, not KiB or MiB")
+            elif key != "ranks" and (units := _unit_causes(got, value)):
+                slips += units
             elif sent and ranks > 1 and got == nbytes // ranks:
                 slips.append("that is N/p, the one slice a device keeps; count what it sends")
             elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from course_utils.algorithm_checks import _function_given
-from course_utils.check_helpers import _check_keys, _fail, _given, _number, _off_by, _passed
+from course_utils.check_helpers import (
+    _check_keys,
+    _fail,
+    _given,
+    _number,
+    _off_by,
+    _passed,
+    _unit_causes,
+)
 from course_utils.display import error_line
 
 STAGES = ("data_parallel", "zero1", "zero2", "zero3")
@@ -27,13 +35,7 @@ def check_memory_prediction(predicted, measured: dict) -> None:
             _fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
         if np.isclose(got, want):
             continue
-        causes = []  # every likely cause that fits the number (at p = 4, two can)
-        if np.isclose(got * 4, want):
-            causes.append("count bytes: every value is a float32 of 4 bytes")
-        if np.isclose(got, 8 * want):
-            causes.append("count bytes, not bits")
-        if np.isclose(got * 2**10, want) or np.isclose(got * 2**20, want):
-            causes.append("give bytes, not KiB or MiB")
+        causes = _unit_causes(got, want)  # every likely cause that fits (at p = 4, two can)
         slicing = _slicing_hint(stage, got, measured)
         if slicing or not causes:
             causes.append(slicing or "add what one device holds, in bytes, of the parameters, "

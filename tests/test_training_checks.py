@@ -31,7 +31,7 @@ def test_memory_right_and_wrong(capsys):
         ({"zero1": 1}, "exactly the keys .*: it lacks 'data_parallel', 'zero2', 'zero3'$"),
         ({**RIGHT, "ZeRO-1": 1, "fsdp": 2}, "'ZeRO-1', 'fsdp' are not asked for$"),
         ({**RIGHT, "zero2": "a lot"}, "zero2: give a number of bytes"),
-        ({**RIGHT, "zero3": RIGHT["zero3"] / 4}, "every value is a float32 of 4 bytes"),
+        ({**RIGHT, "zero3": RIGHT["zero3"] / 4}, r"4× too small; count bytes \(4 per float32"),
         ({**RIGHT, "zero3": RIGHT["zero3"] / 2**10}, "1024× too small; give bytes, not KiB"),
         ({**RIGHT, "zero2": 3 * WHOLE},
          "counts 0 of the three parts as 1/p slices; zero2 keeps gradients and optimizer in"),
@@ -46,7 +46,7 @@ def test_memory_right_and_wrong(capsys):
         ({**RIGHT, "zero3": 8 * RIGHT["zero3"]}, "8× too large; count bytes, not bits$"),
         # at p = 4, slicing everything is also what counting values gives: both causes named
         ({**RIGHT, "data_parallel": RIGHT["zero3"]},
-         "float32 of 4 bytes — or that counts 3 of the three parts as 1/p slices; "
+         "not values — or that counts 3 of the three parts as 1/p slices; "
          "data_parallel keeps nothing in slices of n/p, every part whole$"),
     ]
     for answer, message in cases:
