@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run the tests (unit tests, doctests, strict nbval, the series on 8 devices; not the browser
 # tests) at both ends of the supported range, each in a fresh virtual environment:
-#   Python 3.11 with the oldest supported JAX, and Python 3.12 with the newest.
+#   Python 3.11 with the oldest supported JAX, and Python 3.12 and 3.13 with the newest.
 #   bash scripts/test_jax_range.sh [OLDEST] [NEWEST]      (default: 0.9.0 0.12.0.1)
-# Prints one PASSED/FAILED line per end and exits non-zero if either failed.
+# Prints one PASSED/FAILED line per environment and exits non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ find_python() {  # find_python 3.12 → a working python3.12, from pyenv's versi
 
 status=0
 summary=()
-for end in "3.11 ${1:-0.9.0}" "3.12 ${2:-0.12.0.1}"; do
+for end in "3.11 ${1:-0.9.0}" "3.12 ${2:-0.12.0.1}" "3.13 ${2:-0.12.0.1}"; do
     read -r py version <<<"$end"
     python=$(find_python "$py")
     if [ -z "$python" ]; then
