@@ -13,12 +13,12 @@ import json
 from course_utils.display import format_bytes
 from course_utils.links import (
     COLLECTIVES,
+    FRAME_SHARE,
     fitted_link_rate,
     link_bytes,
     link_time_s,
     rate_bytes_per_s,
     ring_time_s,
-    split_per_byte,
 )
 
 # the goals of the cluster measurements (issue: "a cluster on one machine")
@@ -131,6 +131,11 @@ def summary_lines(run: dict) -> list[str]:
                          for k, c in counts.items() if k != "bytes"))
         lines.append("rates fitted from the ring model's bytes instead: "
                      + _gaps_text({k: f["model_gap"] for k, f in fits(run).items()}))
+    # round, then + 0.0: a remainder of -1e-15 ns prints as 0.00, not -0.00
+    lines.append(f"time per link byte beyond the link's own {1e9 / (rate * FRAME_SHARE):.2f} ns "
+                 "(tbf's headers included): " + ", ".join(
+                     f"{k} {round(v * 1e9, 2) + 0.0:.2f} ns" if v is not None else f"{k} none"
+                     for k, v in beyond_link(run).items()))
     t = run["training"]
     lines.append(f"training step: data parallelism {t['dp_step'] * 1e3:.1f} ms, local SGD "
                  f"H={t['local_steps']} {t['local_sgd_step'] * 1e3:.1f} ms (local step "
@@ -144,38 +149,15 @@ def summary_lines(run: dict) -> list[str]:
     return lines
 
 
-def rate_split(results: dict) -> dict:
-    """Per collective, its time per link byte at each rate of ``results`` (from ``fits``) split
-    by ``links.split_per_byte`` into ``factor / rate`` (the link) and ``other_s_per_byte`` (work
-    that no rate changes), with ``effective_gap``: the rate the link delivered, ``rate / factor``,
-    against the configured one (a fraction). Needs runs at two or more rates."""
-    runs = results["runs"]
-    rates = [rate_bytes_per_s(r["link_rate"]) for r in runs]
-    if len(set(rates)) < 2:
-        raise ValueError("splitting the time per byte needs runs at two or more link rates "
-                         "(course cluster --link-rate 200mbit,1gbit)")
-    per_run = [fits(r) for r in runs]
-    out = {}
-    for kind in COLLECTIVES:
-        rates_b = [b for b, f in zip(rates, per_run) if f[kind]["bytes_per_s"] is not None]
-        split = split_per_byte(rates_b, [1 / f[kind]["bytes_per_s"] for f in per_run
-                                         if f[kind]["bytes_per_s"] is not None])
-        out[kind] = {**split, "effective_gap": 1 / split["factor"] - 1}
-    return out
-
-
-def split_lines(results: dict) -> list[str]:
-    """``rate_split`` as lines, one per collective; none for a run at one rate."""
-    if len({r["link_rate"] for r in results["runs"]}) < 2:
-        return []
-    lines = ["time per link byte across the rates = factor / rate + work no rate changes:"]
-    for kind, s in rate_split(results).items():
-        tested = (f", worst misfit {s['max_rel_error']:.1%}" if s["rates"] > 2
-                  else ": exact, untested")
-        lines.append(f"  {kind}: factor {s['factor']:.3f} (rate / factor: "
-                     f"{s['effective_gap']:+.1%} against the configured rate), other "
-                     f"{s['other_s_per_byte'] * 1e9:.2f} ns per byte; {s['rates']} rates{tested}")
-    return lines
+def beyond_link(run: dict) -> dict:
+    """Per collective, the time per link byte beyond what the link itself needs: one over the
+    fitted rate (``fits``) minus ``1 / (rate · FRAME_SHARE)``, the payload's time with the headers
+    ``tbf`` charges. Seconds per byte; ``None`` where the times did not grow with the size. Work
+    the link's transfer hides adds nothing here; work it does not hide, or a link left idle, does.
+    """
+    rate = _shape(run)[2]
+    return {k: None if f["bytes_per_s"] is None else 1 / f["bytes_per_s"] - 1 / (rate * FRAME_SHARE)
+            for k, f in fits(run).items()}
 
 
 def figure_data(results: dict, rate: str | None = None) -> dict:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from course_utils.cost import fit_alpha_beta
 from course_utils.latency import collective_time
 
@@ -106,31 +104,3 @@ def fitted_link_rate(kind: str, sizes, times_s, hosts: int, devices: int,
     return {"alpha_s": fit["alpha_us"] / 1e6, "bytes_per_s": rate,
             "max_rel_error": fit["max_rel_error"]}
 
-
-def split_per_byte(rates_bytes_per_s, seconds_per_byte) -> dict:
-    """Split a collective's time per link byte, fitted at several link rates, into what the link
-    costs and what does not depend on it: ``seconds_per_byte ≈ factor / rate + other``.
-
-    ``factor`` is 1 when the payload gets exactly the configured rate (about
-    ``1 / FRAME_SHARE`` ≈ 1.046 with the headers ``tbf`` charges); ``other_s_per_byte`` is work
-    per byte that no link rate changes (copies and additions inside the hosts). Least squares on
-    relative residuals, as ``fit_alpha_beta``. Two rates determine the two numbers exactly
-    (``max_rel_error`` 0: nothing is tested); more rates test the split.
-
-    Examples:
-        >>> rates = [25e6, 125e6, 1.25e9]  # 200 Mbit/s, 1 and 10 Gbit/s
-        >>> fit = split_per_byte(rates, [1.05 / r + 6e-9 for r in rates])
-        >>> round(fit["factor"], 6), round(fit["other_s_per_byte"] * 1e9, 6), fit["rates"]
-        (1.05, 6.0, 3)
-    """
-    rates = np.asarray(rates_bytes_per_s, dtype=float)
-    per_byte = np.asarray(seconds_per_byte, dtype=float)
-    if rates.shape != per_byte.shape or np.unique(rates).size < 2:
-        raise ValueError("split_per_byte needs runs at two or more link rates, one time per "
-                         "byte for each (course cluster --link-rate 200mbit,1gbit)")
-    design = np.stack([1 / rates, np.ones_like(rates)], axis=1) / per_byte[:, None]
-    (factor, other), *_ = np.linalg.lstsq(design, np.ones_like(per_byte), rcond=None)
-    model = factor / rates + other
-    return {"factor": float(factor), "other_s_per_byte": float(other),
-            "max_rel_error": float(np.max(np.abs(model - per_byte) / per_byte)),
-            "rates": int(rates.size)}

@@ -42,7 +42,7 @@ def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
             assert all(row["link_bytes"][k] > 0 for k in ("all_reduce", "all_gather")), row
         assert all(row["link_bytes"] > 0 for row in run["hierarchy"]), run["hierarchy"]
     assert "counted / ring model" in done.stdout
-    assert "2 rates: exact, untested" in done.stdout  # the time per byte split by rate
+    assert "time per link byte beyond the link's own" in done.stdout
     assert leftovers() == []
 
 
@@ -201,35 +201,25 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
     assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25.0%" in text
 
 
-def _at(rate: str, factor: float, other_s_per_byte: float) -> dict:
-    """RUN at ``rate``, every collective taking factor / rate + other per byte of the model."""
-    per_byte = factor / rate_bytes_per_s(rate) + other_s_per_byte
+def test_the_time_per_byte_beyond_the_link_is_what_the_link_does_not_explain():
+    from course_utils.cluster_results import beyond_link
+    from course_utils.links import FRAME_SHARE
+
     sent = {"all_reduce": 1.5, "reduce_scatter": 0.75, "all_gather": 0.75}
-    rows = [{"bytes": b, **{k: 1e-3 + f * b * per_byte for k, f in sent.items()}}
+    per_byte = {k: 1 / (25e6 * FRAME_SHARE) + extra for k, extra in
+                {"all_reduce": 0.0, "reduce_scatter": 5e-9, "all_gather": 1e-9}.items()}
+    rows = [{"bytes": b, **{k: 1e-3 + f * b * per_byte[k] for k, f in sent.items()}}
             for b in (2**20, 2**22, 2**24)]
-    return {**RUN, "link_rate": rate, "collectives": rows}
-
-
-def test_the_time_per_byte_splits_into_the_link_and_work_no_rate_changes():
-    from course_utils.cluster_results import rate_split, split_lines
-
-    rates = ("50mbit", "200mbit", "1gbit", "10gbit")
-    split = rate_split({"runs": [_at(r, 1.046, 5e-9) for r in rates]})
-    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
-        assert split[kind]["factor"] == pytest.approx(1.046)
-        assert split[kind]["other_s_per_byte"] == pytest.approx(5e-9)
-        assert split[kind]["effective_gap"] == pytest.approx(1 / 1.046 - 1)
-        assert split[kind]["max_rel_error"] == pytest.approx(0, abs=1e-9)
-    # work that grows with the rate is no constant: the misfit says the split does not hold
-    bent = rate_split({"runs": [_at(r, 1.0, 2e-9 * rate_bytes_per_s(r) / 25e6)
-                                for r in rates[1:]]})
-    assert bent["all_reduce"]["max_rel_error"] > 0.05
-    two = split_lines({"runs": [_at("200mbit", 1.0, 0.0), _at("1gbit", 1.0, 0.0)]})
-    assert "all_reduce: factor 1.000 (rate / factor: +0.0% against" in "\n".join(two)
-    assert "2 rates: exact, untested" in two[1]
-    assert split_lines({"runs": [RUN]}) == []
-    with pytest.raises(ValueError, match="two or more link rates.*--link-rate 200mbit,1gbit"):
-        rate_split({"runs": [RUN, RUN]})
+    run = {**RUN, "collectives": rows}
+    beyond = beyond_link(run)
+    assert beyond["all_reduce"] == pytest.approx(0, abs=1e-15)
+    assert beyond["reduce_scatter"] == pytest.approx(5e-9)
+    assert beyond["all_gather"] == pytest.approx(1e-9)
+    flat = {**RUN, "collectives": [{**r, "all_gather": 1e-3} for r in rows]}
+    assert beyond_link(flat)["all_gather"] is None  # the times did not grow
+    text = "\n".join(summary_lines(run))
+    assert ("beyond the link's own 41.82 ns (tbf's headers included): all_reduce 0.00 ns, "
+            "reduce_scatter 5.00 ns, all_gather 1.00 ns") in text
 
 
 def test_the_link_model_is_collective_time_of_a_ring():

@@ -118,7 +118,7 @@ def _versions() -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from course_utils.cluster_results import figure_data, split_lines, summary_lines
+    from course_utils.cluster_results import figure_data, summary_lines
     from course_utils.plotting import plot_figure
 
     status, results = run_cluster(args, lambda line: print(line, flush=True))
@@ -131,8 +131,6 @@ def _run(args: argparse.Namespace) -> int:
     for run in results["runs"]:
         for line in summary_lines(run):
             print(line)
-    for line in split_lines(results):
-        print(line)
     from course_utils.tools.netns import leftovers
 
     left = leftovers()
