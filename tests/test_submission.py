@@ -265,6 +265,21 @@ def test_a_deleted_solution_cell_is_reported(edition, tmp_path):
         check_submission(tmp_path / "07_row_permutation_exercise.ipynb", SOLUTIONS)
 
 
+def test_a_broken_course_setup_is_not_blamed_on_the_submission(edition, tmp_path):
+    name = "07_row_permutation_exercise.ipynb"
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    nb = nbformat.read(SOLUTIONS / name, as_version=4)
+    setup = next(c for c in nb.cells if c.cell_type == "code" and "import" in c.source)
+    setup.source += "\nfrom course_utils import no_such_name"
+    nbformat.write(nb, solutions / name)
+    submission = _restore_solutions(edition, tmp_path, SOLUTIONS / name)
+    with pytest.raises(SubmissionError, match=r"the course's own cell \d+, before any exercise, "
+                       r"raised ImportError: cannot import name 'no_such_name'.*not a fault of "
+                       r"the submission: reinstall the course"):
+        check_submission(submission, solutions)
+
+
 def test_a_step_without_exercises_has_nothing_to_check(course):
     status, output = course("check-submission", str(SOLUTIONS / "01_mesh_setup.ipynb"), cwd=ROOT)
     assert status == 0 and "this step has no exercises" in output

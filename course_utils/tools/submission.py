@@ -105,6 +105,21 @@ def _stdout(cell) -> str:
     )
 
 
+def _setup_failure(executed, name: str) -> None:
+    """``SubmissionError`` if a course cell before the first solution cell raised: the course's
+    own setup failed (an import, a saved file), which no answer can cause or fix."""
+    solutions = _tagged(executed, SOLUTION_TAG)
+    for index, cell in enumerate(executed.cells[: solutions[0] if solutions else None]):
+        if (failure := _error(cell)) is not None:
+            ename, evalue = failure
+            first = evalue.splitlines()[0] if evalue else ""
+            raise SubmissionError(
+                f"{name}: the course's own cell {index}, before any exercise, raised {ename}: "
+                f"{first}; not a fault of the submission: reinstall the course with the README's "
+                "install command, or tell the instructor"
+            )
+
+
 def grade(executed, timeout: int) -> list[ExerciseResult]:
     """Read each check cell (and the solution cell before it) of an executed merged notebook."""
     results = []
@@ -162,7 +177,8 @@ def check_submission(
         One ``ExerciseResult`` per exercise (per cell tagged ``check``).
 
     Raises:
-        SubmissionError: not a notebook, no matching exercise, cells missing, or the kernel died.
+        SubmissionError: not a notebook, no matching exercise, cells missing, the kernel died,
+            or the course's own setup cells failed.
     """
     from nbclient.exceptions import DeadKernelError
 
@@ -185,6 +201,7 @@ def check_submission(
                 f"{path.name}: the kernel did not run it ({first}); on a busy machine, check "
                 "fewer notebooks at once and try again"
             ) from None
+    _setup_failure(merged, path.name)
     return grade(merged, timeout)
 
 
