@@ -13,7 +13,6 @@ import json
 from course_utils.display import format_bytes
 from course_utils.links import (
     COLLECTIVES,
-    FRAME_SHARE,
     fitted_link_rate,
     link_bytes,
     link_time_s,
@@ -94,13 +93,16 @@ def goals(run: dict) -> dict:
     speedup = target["flat"] / target["hierarchical"]
     rings = _at_goal_size(run["ring16"])
     return {
-        "fitted rates": {"value": gaps, "met": all(
-            g is not None and abs(g) <= RATE_TOLERANCE for g in gaps.values())},
+        "fitted rates": {"value": gaps, "target": f"each within {RATE_TOLERANCE:.0%} of the rate",
+                         "met": all(g is not None and abs(g) <= RATE_TOLERANCE
+                                    for g in gaps.values())},
         "all-reduce / reduce-scatter": {"value": ratio,
+                                        "target": f"2 within {RATIO_TOLERANCE:.0%}",
                                         "met": abs(ratio / 2 - 1) <= RATIO_TOLERANCE},
         "hierarchical speed-up": {"value": speedup, "bytes": target["bytes"],
+                                  "target": f"at least {HIERARCHY_GOAL}",
                                   "met": speedup >= HIERARCHY_GOAL},
-        "u16 ring / f32 ring": {"value": rings["u16"] / rings["f32"],
+        "u16 ring / f32 ring": {"value": rings["u16"] / rings["f32"], "target": "0.5 ± 0.1",
                                 "met": abs(rings["u16"] / rings["f32"] - 0.5) <= 0.1},
     }
 
@@ -131,11 +133,6 @@ def summary_lines(run: dict) -> list[str]:
                          for k, c in counts.items() if k != "bytes"))
         lines.append("rates fitted from the ring model's bytes instead: "
                      + _gaps_text({k: f["model_gap"] for k, f in fits(run).items()}))
-    # round, then + 0.0: a remainder of -1e-15 ns prints as 0.00, not -0.00
-    lines.append(f"time per link byte beyond the link's own {1e9 / (rate * FRAME_SHARE):.2f} ns "
-                 "(tbf's headers included): " + ", ".join(
-                     f"{k} {round(v * 1e9, 2) + 0.0:.2f} ns" if v is not None else f"{k} none"
-                     for k, v in beyond_link(run).items()))
     t = run["training"]
     lines.append(f"training step: data parallelism {t['dp_step'] * 1e3:.1f} ms, local SGD "
                  f"H={t['local_steps']} {t['local_sgd_step'] * 1e3:.1f} ms (local step "
@@ -145,19 +142,9 @@ def summary_lines(run: dict) -> list[str]:
         value = goal["value"]
         # four decimals: a ratio a hair below its goal must not print as the goal itself
         shown = _gaps_text(value) if isinstance(value, dict) else f"{value:.4f}"
-        lines.append(f"goal {name}: {shown} — {'MET' if goal['met'] else 'NOT MET'}")
+        lines.append(f"goal {name} ({goal['target']}): {shown} — "
+                     f"{'MET' if goal['met'] else 'NOT MET'}")
     return lines
-
-
-def beyond_link(run: dict) -> dict:
-    """Per collective, the time per link byte beyond what the link itself needs: one over the
-    fitted rate (``fits``) minus ``1 / (rate · FRAME_SHARE)``, the payload's time with the headers
-    ``tbf`` charges. Seconds per byte; ``None`` where the times did not grow with the size. Work
-    the link's transfer hides adds nothing here; work it does not hide, or a link left idle, does.
-    """
-    rate = _shape(run)[2]
-    return {k: None if f["bytes_per_s"] is None else 1 / f["bytes_per_s"] - 1 / (rate * FRAME_SHARE)
-            for k, f in fits(run).items()}
 
 
 def figure_data(results: dict, rate: str | None = None) -> dict:

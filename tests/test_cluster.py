@@ -42,7 +42,6 @@ def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
             assert all(row["link_bytes"][k] > 0 for k in ("all_reduce", "all_gather")), row
         assert all(row["link_bytes"] > 0 for row in run["hierarchy"]), run["hierarchy"]
     assert "counted / ring model" in done.stdout
-    assert "time per link byte beyond the link's own" in done.stdout
     assert leftovers() == []
 
 
@@ -199,27 +198,6 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
     assert counts["hierarchical"] == {"counted": 4 * 2**20, "model": 4 * 2**20}
     text = "\n".join(summary_lines({**RUN, "collectives": rows}))
     assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25.0%" in text
-
-
-def test_the_time_per_byte_beyond_the_link_is_what_the_link_does_not_explain():
-    from course_utils.cluster_results import beyond_link
-    from course_utils.links import FRAME_SHARE
-
-    sent = {"all_reduce": 1.5, "reduce_scatter": 0.75, "all_gather": 0.75}
-    per_byte = {k: 1 / (25e6 * FRAME_SHARE) + extra for k, extra in
-                {"all_reduce": 0.0, "reduce_scatter": 5e-9, "all_gather": 1e-9}.items()}
-    rows = [{"bytes": b, **{k: 1e-3 + f * b * per_byte[k] for k, f in sent.items()}}
-            for b in (2**20, 2**22, 2**24)]
-    run = {**RUN, "collectives": rows}
-    beyond = beyond_link(run)
-    assert beyond["all_reduce"] == pytest.approx(0, abs=1e-15)
-    assert beyond["reduce_scatter"] == pytest.approx(5e-9)
-    assert beyond["all_gather"] == pytest.approx(1e-9)
-    flat = {**RUN, "collectives": [{**r, "all_gather": 1e-3} for r in rows]}
-    assert beyond_link(flat)["all_gather"] is None  # the times did not grow
-    text = "\n".join(summary_lines(run))
-    assert ("beyond the link's own 41.82 ns (tbf's headers included): all_reduce 0.00 ns, "
-            "reduce_scatter 5.00 ns, all_gather 1.00 ns") in text
 
 
 def test_the_link_model_is_collective_time_of_a_ring():

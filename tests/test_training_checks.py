@@ -117,6 +117,8 @@ def test_link_prediction_right_and_wrong(capsys):
     flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3
     check_link_prediction(flat, two, **model)
     assert "PASSED" in capsys.readouterr().out
+    check_link_prediction(round(flat, -1), round(two, -1), **model)  # rounded to tens: 290, 170
+    assert "PASSED" in capsys.readouterr().out
     for answer, message in [
         ((None, two), "my_flat_ms is not defined"),
         (("fast", two), "must be a finite number of milliseconds"),
@@ -131,6 +133,7 @@ def test_link_prediction_right_and_wrong(capsys):
 
 def test_link_prediction_names_units(capsys):
     from course_utils.link_checks import check_link_prediction
+    from course_utils.links import FRAME_SHARE
 
     model = {"nbytes": 4 * 2**20, "hosts": 2, "devices": 4, "bytes_per_s": 25e6}
     flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3
@@ -140,7 +143,9 @@ def test_link_prediction_names_units(capsys):
         ((flat * 2**20 / 1e6, two), "Mbit and Gbit are 10\\^6"),  # the rate in 2^20 bit
         ((flat, two * 1e9 / 2**30), "Mbit and Gbit are 10\\^6"),  # 1 Gbit as 2^30 bit
         ((flat * 8 / 7, two), "never sends its own chunk"),  # p instead of p - 1
-        ((flat / 0.96, two), "if you divided by TCP's 96 %, leave it out"),
+        ((flat / 0.96, two), "took out the headers' share .*, leave it out"),
+        ((flat / FRAME_SHARE, two), "took out the headers' share .*, leave it out"),
+        ((flat, two * 0.95), "5 % too small; close: compute with the exact numbers"),
         ((flat, two / 2), "two passes, 2\\(H-1\\)/H"),
         ((float("nan"), two), "finite number"),
         ((flat * 1e3, two), "milliseconds, not microseconds"),
