@@ -10,6 +10,11 @@ from course_utils.links import FRAME_SHARE, link_time_s
 TOLERANCE = 0.03  # relative: answers rounded to tens of ms pass; the unit slips below are ≥ 4 %
 
 
+def _near(value, want) -> bool:
+    """``value`` within ``TOLERANCE`` of ``want`` (elementwise, all of them)."""
+    return bool(np.allclose(value, want, rtol=TOLERANCE))
+
+
 def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, devices: int,
                           bytes_per_s: float) -> None:
     """Exercise 17: both times in ms within ``TOLERANCE`` of the link model
@@ -25,18 +30,17 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
         if value is None or not np.isfinite(value):
             _fail(exercise, f"{name} must be a finite number of milliseconds, got {got!r}")
         values.append(value)
-    swapped = np.allclose(values[::-1], wants, rtol=TOLERANCE)
-    if swapped and not np.allclose(values, wants, rtol=TOLERANCE):
+    if _near(values[::-1], wants) and not _near(values, wants):
         _fail(exercise, "the two answers are swapped: my_flat_ms is the flat all-reduce, "
                         "my_two_level_ms the two-level one")
     for name, kind, value, want in zip(names, kinds, values, wants):
-        if np.isclose(value, want, rtol=TOLERANCE):
+        if _near(value, want):
             continue
-        if np.isclose(value * 8, want, rtol=TOLERANCE):
+        if _near(value * 8, want):
             why = "the rate is in bits per second: divide it by 8 for bytes"
-        elif np.isclose(value * 1e3, want, rtol=TOLERANCE):
+        elif _near(value * 1e3, want):
             why = "give milliseconds, not seconds"
-        elif np.isclose(value / 1e3, want, rtol=TOLERANCE):
+        elif _near(value / 1e3, want):
             why = "give milliseconds, not microseconds"
         # the headers' share, exact or as 96 %; tight enough not to take the MiB slip (1.049)
         elif any(np.isclose(value * f, want, rtol=0.001) for f in (FRAME_SHARE, 0.96)):
@@ -46,15 +50,15 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
                  for f in (2**20 / 1e6, 2**30 / 1e9)):  # binary and decimal units mixed
             why = ("check both units: the vector's MiB are 2^20 bytes, the rate's Mbit and Gbit "
                    "are 10^6 and 10^9 bit")
-        elif kind == "hierarchical" and np.isclose(value * 2, want, rtol=TOLERANCE):
+        elif kind == "hierarchical" and _near(value * 2, want):
             why = "the middle phase is an all-reduce across the hosts: two passes, 2(H-1)/H"
-        elif kind == "all_reduce" and np.isclose(value, want / 2, rtol=TOLERANCE):
+        elif kind == "all_reduce" and _near(value, want / 2):
             why = "an all-reduce is two passes of the ring, 2(p-1)/p of the vector"
-        elif kind == "all_reduce" and np.isclose(value * (p - 1) / p, want, rtol=TOLERANCE):
+        elif kind == "all_reduce" and _near(value * (p - 1) / p, want):
             why = "a rank never sends its own chunk: the ring moves (p-1)/p of the vector per pass"
-        elif kind == "all_reduce" and np.isclose(value, want / (2 * (p - 1) / p), rtol=TOLERANCE):
+        elif kind == "all_reduce" and _near(value, want / (2 * (p - 1) / p)):
             why = "each host's link carries 2(p-1)/p of the vector, not the vector once"
-        elif kind == "hierarchical" and np.isclose(value * devices, want, rtol=TOLERANCE):
+        elif kind == "hierarchical" and _near(value * devices, want):
             why = (f"the {devices} devices of a host share its one link: their slices add up "
                    "on it")
         elif abs(value / want - 1) < 2 * TOLERANCE:

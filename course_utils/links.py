@@ -103,4 +103,3 @@ def fitted_link_rate(kind: str, sizes, times_s, hosts: int, devices: int,
     rate = None if fit["bandwidth_gbps"] is None else fit["bandwidth_gbps"] * 1e9
     return {"alpha_s": fit["alpha_us"] / 1e6, "bytes_per_s": rate,
             "max_rel_error": fit["max_rel_error"]}
-
