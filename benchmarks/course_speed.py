@@ -8,7 +8,8 @@ cell, the device setup (`import jax`, `use_cpu_devices`) and one print. Each fig
 
 Both are measured twice: with JAX's persistent compilation cache off (every program compiled, as on
 a first run) and with a warm cache (a rerun: `use_cpu_devices` turns the cache on, see
-`course_utils/compile_cache.py`). The warm cache lives in a folder of its own under build/, filled
+`course_utils/devices/compile_cache.py`). The warm cache lives in a folder of its own under
+build/, filled
 by one untimed run of each command first.
 
     python benchmarks/course_speed.py [--repeats 3] [--jobs 2]

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from course_utils import bucketed_step_time, data_mesh, reduce_scatter_step, ring_permutation
-from course_utils.algorithm_checks import check_bucket_choice, check_ring_step
-from course_utils.check_helpers import ExerciseFailed
+from course_utils.checks.algorithms import check_bucket_choice, check_ring_step
+from course_utils.checks.helpers import ExerciseFailed
 
 
 def _step(send_to, chunk_offset, also=None):

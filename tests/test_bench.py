@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from course_utils.bench_results import figure_data, steps_figure_data
-from course_utils.cost import (
+from course_utils.figures.data import validate_figure_data
+from course_utils.models.cost import (
     PAGE_FAULT_BYTES,
     algbw_gbps,
     busbw_gbps,
@@ -18,9 +18,9 @@ from course_utils.cost import (
     model_time_us,
     traffic_bytes,
 )
-from course_utils.figures import validate_figure_data
-from course_utils.sweep import VARIANTS, ZERO1_STEPS
-from course_utils.tools.bench_combine import (
+from course_utils.observe.sweep import VARIANTS, ZERO1_STEPS
+from course_utils.results.bench import figure_data, steps_figure_data
+from course_utils.tools.bench.combine import (
     collective_rows,
     combine_repeats,
     fit_rows,
@@ -28,7 +28,7 @@ from course_utils.tools.bench_combine import (
     zero1_goal,
     zero1_rows,
 )
-from course_utils.tools.bench_plan import make_plan
+from course_utils.tools.bench.plan import make_plan
 from course_utils.tools.cli import main
 
 
@@ -240,7 +240,7 @@ def test_cli_errors_exit_2_with_a_message(capsys):
 def test_slow_calls_get_fewer_samples():
     import time
 
-    from course_utils.sweep import SLOW_CALL_US, time_interleaved
+    from course_utils.observe.sweep import SLOW_CALL_US, time_interleaved
 
     def slow():
         time.sleep(2 * SLOW_CALL_US / 1e6)
@@ -255,15 +255,15 @@ def test_slow_calls_get_fewer_samples():
 
 
 def test_worker_pieces_on_four_devices():
-    from course_utils.devices import data_mesh
-    from course_utils.sweep import (
+    from course_utils.devices.setup import data_mesh
+    from course_utils.observe.sweep import (
         collective_runs,
         compiled_collectives,
         time_interleaved,
         zero1_facts,
         zero1_runs,
     )
-    from course_utils.tools.bench_worker import parse_args
+    from course_utils.tools.bench.worker import parse_args
 
     mesh = data_mesh()
     timed = time_interleaved(collective_runs(mesh, 64), n_fast=3, n_slow=3, n_warmup=1)

@@ -1,7 +1,7 @@
 """The saved full run (course_utils/saved/bench_full.json, read by 10_performance_lab) stays in
 sync with the code.
 
-Regenerate it as ``course_utils.bench_results.saved_results`` says when these fail.
+Regenerate it as ``course_utils.results.bench.saved_results`` says when these fail.
 """
 
 import json
@@ -10,10 +10,10 @@ from dataclasses import asdict
 import pytest
 
 from course_utils import validate_figure_data
-from course_utils.bench_results import figure_data, saved_results, steps_figure_data
-from course_utils.sweep import VARIANTS
-from course_utils.tools.bench_combine import fit_rows, rs_ag_against_psum, zero1_goal
-from course_utils.tools.bench_plan import make_plan
+from course_utils.observe.sweep import VARIANTS
+from course_utils.results.bench import figure_data, saved_results, steps_figure_data
+from course_utils.tools.bench.combine import fit_rows, rs_ag_against_psum, zero1_goal
+from course_utils.tools.bench.plan import make_plan
 
 SAVED = saved_results()
 

@@ -24,8 +24,8 @@ import nbformat
 import pytest
 from chromium import CHROMIUM, CHROMIUM_ARGS, require_chromium
 
-from course_utils.tools import book
-from course_utils.tools.launch import free_port
+from course_utils.tools.launch.command import free_port
+from course_utils.tools.notebooks import book
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from chromium import CHROMIUM, CHROMIUM_ARGS, require_chromium
 
-from course_utils.tools.launch import free_port
+from course_utils.tools.launch.command import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "build" / "browser"

@@ -446,6 +446,6 @@ def test_budget_row():
     ],
 )
 def test_off_by_names_the_kind_of_miss(got, expected, message):
-    from course_utils.check_helpers import _off_by
+    from course_utils.checks.helpers import off_by
 
-    assert re.search(message, _off_by(got, expected))
+    assert re.search(message, off_by(got, expected))

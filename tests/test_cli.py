@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from course_utils.tools.cli import COMMANDS, main
-from course_utils.tools.runner import find_notebooks, merge_streams, run_one, set_parameters
+from course_utils.tools.notebooks.run import find_notebooks, merge_streams, run_one, set_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from course_utils import validate_figure_data
-from course_utils.cluster_results import figure_data, goals, summary_lines
-from course_utils.links import link_time_s, rate_bytes_per_s, ring_time_s
+from course_utils.models.links import link_time_s, rate_bytes_per_s, ring_time_s
+from course_utils.results.cluster import figure_data, goals, summary_lines
 from course_utils.tools.cli import main
-from course_utils.tools.netns import Cluster, check_can_run, host_command, leftovers
+from course_utils.tools.cluster.netns import Cluster, check_can_run, host_command, leftovers
 
 CAN_RUN = check_can_run() is None
 needs_root = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
@@ -120,7 +120,7 @@ def test_tcp_between_hosts_uses_the_chosen_congestion_control(control):
 
 def test_a_congestion_control_the_kernel_lacks_is_refused_with_what_it_offers(
         monkeypatch, tmp_path):
-    from course_utils.tools import netns
+    from course_utils.tools.cluster import netns
 
     offered = tmp_path / "available"
     offered.write_text("reno cubic\n")
@@ -183,7 +183,7 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
     rows = [{**row, "reduce_scatter": row["bytes"] / 25e6,
              "link_bytes": {k: f * row["bytes"] for k, f in sent.items()}}
             for row in RUN["collectives"]]
-    from course_utils.cluster_results import counted_against_model, fits
+    from course_utils.results.cluster import counted_against_model, fits
 
     fitted = fits({**RUN, "collectives": rows})
     assert fitted["reduce_scatter"]["gap"] == pytest.approx(0, abs=1e-9)
@@ -210,8 +210,8 @@ def test_the_link_model_is_collective_time_of_a_ring():
 @pytest.mark.parametrize("shape, hosts, devices, tcp", [
     ("2x2", 2, 2, "reno"), ("2x4", 2, 4, "reno"), ("2x2_bbr", 2, 2, "bbr")])
 def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devices, tcp):
-    from course_utils.cluster_results import saved_cluster_results
-    from course_utils.tools.cluster_worker import PLANS
+    from course_utils.results.cluster import saved_cluster_results
+    from course_utils.tools.cluster.worker import PLANS
 
     saved = saved_cluster_results(shape)
     assert (saved["hosts"], saved["devices_per_host"], saved["plan"]) == (hosts, devices, "full")
@@ -228,7 +228,7 @@ def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devic
 
 
 def test_the_link_counter_is_read_once_it_stops_moving(monkeypatch):
-    from course_utils.tools import cluster_worker
+    from course_utils.tools.cluster import worker as cluster_worker
 
     readings = iter([100, 150, 180, 180, 999])  # bytes still draining, then still
     monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: next(readings))

@@ -7,14 +7,14 @@ import subprocess
 import sys
 import textwrap
 
-from course_utils.compile_cache import default_cache_dir
+from course_utils.devices.compile_cache import default_cache_dir
 
 # compile one shard-mapped psum in a fresh process; print the cache folder and JAX's cache hits
 SNIPPET = textwrap.dedent(
     """
     import json, jax, numpy as np
     from course_utils import block_collective, data_mesh, use_cpu_devices
-    from course_utils.compile_cache import use_compilation_cache
+    from course_utils.devices.compile_cache import use_compilation_cache
     hits = []
     jax.monitoring.register_event_listener(
         lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)

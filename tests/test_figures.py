@@ -233,7 +233,7 @@ def test_a_figure_shows_as_png_without_pyplot_or_mathtext():
     neither pyplot nor the mathtext parser is loaded to draw it: both cost each kernel time."""
     script = (
         "import sys\n"
-        "from course_utils.plotting import plot_figure\n"
+        "from course_utils.figures.plot import plot_figure\n"
         "panel = {'kind': 'line', 'title': 't', 'x': [1, 2, 4], 'xscale': 'log',"
         " 'yscale': 'log', 'xlabel': 'p', 'ylabel': 'µs',"
         " 'series': [{'label': 'a', 'y': [3.0, 30.0, 3000.0]}]}\n"

@@ -10,8 +10,8 @@ from course_utils import (
     hierarchical_time,
     node_local_mesh,
 )
-from course_utils.algorithm_checks import check_two_level
-from course_utils.check_helpers import ExerciseFailed
+from course_utils.checks.algorithms import check_two_level
+from course_utils.checks.helpers import ExerciseFailed
 
 SAME_AS_PSUM = """
 p = jax.device_count()

@@ -13,7 +13,7 @@ from course_utils import (
     reduce_scatter_gradient,
     toy_regression,
 )
-from course_utils.ir import hlo_collectives, replica_groups, stablehlo_collectives
+from course_utils.observe.ir import hlo_collectives, replica_groups, stablehlo_collectives
 
 
 def test_each_kernel_contains_its_collective_with_per_device_bytes():

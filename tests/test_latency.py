@@ -84,7 +84,7 @@ def test_the_best_bucket_is_in_between_when_the_backward_pass_overlaps():
 
 
 MATCHES_PSUM = """
-from course_utils.bucketing import bucketed_all_reduce
+from course_utils.collectives.bucketing import bucketed_all_reduce
 mesh = data_mesh()
 p = mesh.size
 rng = np.random.default_rng(p)

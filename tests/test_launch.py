@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from course_utils import data_mesh, placements, shard_error
-from course_utils.tools.launch import LaunchError, Worker, free_port, stop_workers, wait_for_workers
+from course_utils.tools.launch.command import (
+    LaunchError,
+    Worker,
+    free_port,
+    stop_workers,
+    wait_for_workers,
+)
 
 COURSE = [sys.executable, "-m", "course_utils.tools.cli", "launch"]
 TWO_BY_TWO = ["--processes", "2", "--devices-per-process", "2"]
@@ -23,7 +29,7 @@ def course_launch(*args: str, timeout: float = 180) -> subprocess.CompletedProce
 
 
 def workers_on(port: int) -> list[int]:
-    """Live processes running ``course_utils.tools.worker`` with ``--port port``."""
+    """Live processes running ``course_utils.tools.launch.worker`` with ``--port port``."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -31,7 +37,7 @@ def workers_on(port: int) -> list[int]:
             state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if "course_utils.tools.worker" in argv and f"{port}" in argv and state != "Z":
+        if "course_utils.tools.launch.worker" in argv and f"{port}" in argv and state != "Z":
             found.append(int(pid))
     return found
 
@@ -138,7 +144,7 @@ def test_a_worker_alone_gives_up_joining_with_one_line():
         [
             sys.executable,
             "-m",
-            "course_utils.tools.worker",
+            "course_utils.tools.launch.worker",
             "--process-id",
             "1",
             "--processes",
@@ -215,7 +221,7 @@ def test_the_shard_check_catches_one_wrong_value():
 def test_private_jax_missing_is_one_clear_error(monkeypatch):
     import jax.extend.backend
 
-    from course_utils.tools.jax_private import TESTED_JAX, bind_gloo_to
+    from course_utils.tools.launch.jax_private import TESTED_JAX, bind_gloo_to
 
     monkeypatch.delattr(jax.extend.backend, "register_backend_factory")
     with pytest.raises(RuntimeError, match=f"tested on {TESTED_JAX[0]}.*install a tested jax"):

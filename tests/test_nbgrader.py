@@ -17,9 +17,9 @@ import pytest
 from test_student import _solution_lines
 from test_submission import LOCAL_NORMALIZATION, PERMUTE_LABELS_ONLY
 
-from course_utils.tools.runner import find_notebooks
-from course_utils.tools.student import BEGIN, END, build
-from course_utils.tools.submission import FAILED, check_submission
+from course_utils.tools.notebooks.run import find_notebooks
+from course_utils.tools.notebooks.student import BEGIN, END, build
+from course_utils.tools.notebooks.submission import FAILED, check_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = [p for p in find_notebooks(ROOT / "notebooks") if BEGIN in p.read_text()]

@@ -1,14 +1,14 @@
 """The saved strategy runs (course_utils/saved/strategies.json, read by notebooks 14-16) stay in
 sync with the code; their figure is valid.
 
-Regenerate them as ``course_utils.strategy_results.saved_strategy_results`` says when these fail.
+Regenerate them as ``course_utils.results.strategies.saved_strategy_results`` says when these fail.
 """
 
 import numpy as np
 import pytest
 
 from course_utils import validate_figure_data
-from course_utils.strategy_results import (
+from course_utils.results.strategies import (
     DEVICES,
     PLAN,
     STEPS,
@@ -24,7 +24,7 @@ SAVED = saved_strategy_results()
 FIRST_STEPS = 16  # a multiple of every H: local SGD's bytes per step come out the same
 
 RERUN = f"""
-from course_utils.strategy_results import PLAN, run_plan
+from course_utils.results.strategies import PLAN, run_plan
 short = [dict(o, steps={FIRST_STEPS}) for o in PLAN]
 print(json.dumps(run_plan(data_mesh(), short)))
 """

@@ -8,8 +8,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from course_utils.tools.runner import find_notebooks
-from course_utils.tools.student import (
+from course_utils.tools.notebooks.run import find_notebooks
+from course_utils.tools.notebooks.student import (
     BEGIN,
     END,
     NEEDS_NBGRADER,

@@ -8,9 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.tools.runner import find_notebooks
-from course_utils.tools.student import build
-from course_utils.tools.submission import (
+from course_utils.tools.notebooks.run import find_notebooks
+from course_utils.tools.notebooks.student import build
+from course_utils.tools.notebooks.submission import (
     FAILED,
     NOT_ATTEMPTED,
     PASSED,
@@ -100,7 +100,7 @@ def test_unsolved_is_not_attempted_and_exits_1(course, edition, without_nbgrader
 
 
 def test_check_submission_imports_no_nbgrader():
-    code = "import sys, course_utils.tools.submission; print(sorted(sys.modules))"
+    code = "import sys, course_utils.tools.notebooks.submission; print(sorted(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "'nbgrader'" not in done.stdout
@@ -303,8 +303,8 @@ def test_a_jax_error_is_shown_whole(edition, tmp_path):
 
 
 def test_a_kernel_that_does_not_start_gets_one_line(edition, tmp_path, monkeypatch, capsys):
-    from course_utils.tools import submission
     from course_utils.tools.cli import main
+    from course_utils.tools.notebooks import submission
 
     def slow_start(*args, **kwargs):
         raise RuntimeError("Kernel didn't respond in 60 seconds")

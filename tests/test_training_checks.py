@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_utils.check_helpers import ExerciseFailed
-from course_utils.training_checks import (
+from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.training import (
     check_error_feedback,
     check_local_steps,
     check_memory_prediction,
@@ -111,7 +111,7 @@ def test_local_steps_right_and_wrong(capsys):
 
 
 def test_link_prediction_right_and_wrong(capsys):
-    from course_utils.link_checks import check_link_prediction
+    from course_utils.checks.links import check_link_prediction
 
     model = {"nbytes": 4 * 2**20, "hosts": 2, "devices": 4, "bytes_per_s": 25e6}
     flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3
@@ -132,8 +132,8 @@ def test_link_prediction_right_and_wrong(capsys):
 
 
 def test_link_prediction_names_units(capsys):
-    from course_utils.link_checks import check_link_prediction
-    from course_utils.links import FRAME_SHARE
+    from course_utils.checks.links import check_link_prediction
+    from course_utils.models.links import FRAME_SHARE
 
     model = {"nbytes": 4 * 2**20, "hosts": 2, "devices": 4, "bytes_per_s": 25e6}
     flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3

@@ -12,13 +12,13 @@ from course_utils.validate import positive_int
 # being run is imported (nbformat alone takes over a second to import), so `course launch`
 # starts quickly; `course --help` imports them all.
 COMMANDS = {
-    "run": "course_utils.tools.runner:add_run_parser",
-    "launch": "course_utils.tools.launch:add_launch_parser",
-    "bench": "course_utils.tools.bench:add_bench_parser",
-    "student": "course_utils.tools.student:add_student_parser",
-    "check-submission": "course_utils.tools.submission:add_check_parser",
-    "book": "course_utils.tools.book:add_book_parser",
-    "cluster": "course_utils.tools.cluster:add_cluster_parser",
+    "run": "course_utils.tools.notebooks.run:add_run_parser",
+    "launch": "course_utils.tools.launch.command:add_launch_parser",
+    "bench": "course_utils.tools.bench.command:add_bench_parser",
+    "student": "course_utils.tools.notebooks.student:add_student_parser",
+    "check-submission": "course_utils.tools.notebooks.submission:add_check_parser",
+    "book": "course_utils.tools.notebooks.book:add_book_parser",
+    "cluster": "course_utils.tools.cluster.command:add_cluster_parser",
 }
 
 

@@ -1,0 +1,42 @@
+"""The exercises' self-checks, one module per part of the series; import them from here.
+
+Each check computes the expected answer from the exercise's own inputs, says what is wrong
+without giving the answer away (``ExerciseFailed``, shown without a traceback), or prints one
+``PASSED: …`` line. ``helpers`` holds what every check shares.
+"""
+
+from course_utils.checks.algorithms import check_bucket_choice, check_ring_step, check_two_level
+from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.links import check_link_prediction
+from course_utils.checks.part_one import (
+    check_budget_row,
+    check_joint_permutation,
+    check_predicted_shard_shapes,
+    check_reduce_scatter,
+    check_shares,
+    check_stored_prediction,
+    check_two_state_update,
+)
+from course_utils.checks.training import (
+    check_error_feedback,
+    check_local_steps,
+    check_memory_prediction,
+)
+
+__all__ = [
+    "ExerciseFailed",
+    "check_bucket_choice",
+    "check_budget_row",
+    "check_error_feedback",
+    "check_joint_permutation",
+    "check_link_prediction",
+    "check_local_steps",
+    "check_memory_prediction",
+    "check_predicted_shard_shapes",
+    "check_reduce_scatter",
+    "check_ring_step",
+    "check_shares",
+    "check_stored_prediction",
+    "check_two_level",
+    "check_two_state_update",
+]

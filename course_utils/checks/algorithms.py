@@ -1,0 +1,164 @@
+"""Self-checks for steps 11–13: the ring, buckets, the two-level all-reduce."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from course_utils.checks.helpers import fail, function_given, given, number, passed, tiled_hint
+from course_utils.collectives.kernels import block_collective
+from course_utils.collectives.ring import ring_reduce_scatter
+from course_utils.display import error_line
+from course_utils.models.latency import bucketed_step_time
+from course_utils.observe.ir import collectives_in
+
+
+def _run(exercise: str, ring, blocks: np.ndarray) -> np.ndarray:
+    """``ring(blocks)`` on the host, or the student's error in one line."""
+    try:
+        return np.asarray(ring(blocks))
+    except Exception as error:  # noqa: BLE001 - the student's step failed: say how, in a line
+        hint = ""
+        if "Abstract tracer" in str(error) or "TracerIntegerConversion" in type(error).__name__:
+            hint = ("; the device index is a traced value inside the kernel: index arrays with "
+                    "it (chunks[...]) instead of converting it with int()")
+        fail(exercise, f"running the ring with your step raised {error_line(error)}{hint}")
+
+
+def check_ring_step(step, mesh: Mesh) -> None:
+    """Exercise 11: ``step(partial, chunks, s, axis_name)``, one step of the ring reduce-scatter.
+
+    The check runs the whole ring with it (p − 1 steps) on random blocks and compares every
+    device's result with ``psum_scatter``'s; then it runs the ring on blocks where device d holds
+    2^d everywhere, so that each result says whose contributions it sums; and it reads the
+    compiled program (only ``collective-permute`` ops, p − 1 of them).
+    """
+    exercise = "one ring step"
+    function_given(exercise, "my_step", step)
+    p = mesh.size
+    if p == 1:
+        passed(exercise, "with one device the ring has no step to check; run with 2 or more")
+        return
+    blocks = np.random.default_rng(11).standard_normal((p, 4 * p)).astype(np.float32)
+    ring = ring_reduce_scatter(mesh, step=step)  # compiled once: every run below has this shape
+    got = _run(exercise, ring, blocks)
+    expected = np.asarray(block_collective(mesh, "reduce_scatter")(blocks))
+    if got.shape != expected.shape:
+        fail(exercise, f"my_step must return one chunk, f32[m/p]; the ring ended with {got.shape}"
+                        f" instead of {expected.shape} (one row per device)")
+    ops = [op["op"] for op in collectives_in(ring, blocks)["hlo"]]
+    others = sorted(set(ops) - {"collective-permute"})
+    if others:
+        fail(exercise, f"the program has {', '.join(others)}: a ring step only passes its "
+                        "partial sum to the next device (jax.lax.ppermute), no other collective")
+    wrong = [d for d in range(p) if not np.allclose(got[d], expected[d], atol=1e-5, rtol=1e-5)]
+    if wrong:
+        masks = np.repeat(2.0 ** np.arange(p, dtype=np.float32)[:, None], 4 * p, axis=1)
+        sums = _run(exercise, ring, masks)[:, 0]
+        everyone = 2.0**p - 1
+        own = sums / 2.0 ** np.arange(p)
+        whole = blocks.reshape(p, p, -1).sum(axis=0)  # the sum of every chunk
+        held = [next((c for c in range(p) if np.allclose(got[d], whole[c], atol=1e-4)), None)
+                for d in range(p)]
+        if None not in held:
+            why = ("each device ends with a complete sum, but of another chunk than its own: "
+                   "the partial sums travel the wrong way round; send to the next device, "
+                   "i → i + 1 (ring_permutation(p))")
+        elif np.all(own == own[0]):
+            why = ("no device receives anything: pass partial to the next device with "
+                   "jax.lax.ppermute(partial, axis_name, ring_permutation(p))")
+        elif np.all(sums == everyone):
+            why = ("every device's contribution arrives once, but added to the wrong chunk: the "
+                   "chunk you add must have the index of the partial sum you receive")
+        elif np.any(sums > everyone) or np.any(sums != np.round(sums)):
+            why = "some contributions are counted more than once"
+        else:
+            why = "some devices' contributions never arrive: send the partial sum you hold on"
+        fail(exercise, f"the ring's result is wrong on device(s) {wrong}: {why}")
+    if len(ops) != p - 1:
+        fail(exercise, f"the right sum, but {len(ops)} collective-permute ops in the program "
+                        f"where a ring needs p - 1 = {p - 1}: send one chunk per step")
+    passed(exercise, f"{p - 1} steps, each one collective-permute of one chunk per device")
+
+
+def check_bucket_choice(choice, sizes, candidates, **model) -> None:
+    """Exercise 12: the bucket size, out of ``candidates``, that minimizes
+    ``bucketed_step_time(sizes, bucket, **model)``; a choice within 2 % of the best time passes.
+    """
+    exercise = "bucket size"
+    given(exercise, "my_bucket", choice, "store your choice (bytes) in my_bucket")
+    got = number(choice)
+    if got is None or not np.isfinite(got) or got != int(got):
+        fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")
+    if int(got) not in candidates:
+        fail(exercise, f"{int(got)} is not one of the candidates {list(candidates)}")
+    times = {b: bucketed_step_time(sizes, b, **model) for b in candidates}
+    best = min(times.values())
+    if times[int(got)] > 1.02 * best:
+        smaller = [b for b in candidates if b < got and times[b] < times[int(got)]]
+        direction = "smaller" if smaller else "larger"
+        fail(
+            exercise,
+            f"{int(got)} bytes gives {times[int(got)] / best:.2f}× the best modelled time; a "
+            f"{direction} bucket does better (compare what each bucket size pays in α with how "
+            "long the last bucket waits for the end of the backward pass)",
+        )
+    passed(exercise, f"{int(got)} bytes: {times[int(got)] * 1e3:.2f} ms in the model")
+
+
+def check_two_level(fn, mesh: Mesh) -> None:
+    """Exercise 13: ``fn(x)``, this device's f32[m] → the all-reduced f32[m], in two levels on a
+    ``("node", "local")`` mesh: checked on every device against a flat ``psum`` and through the
+    compiled program's collectives and their device groups."""
+    exercise = "two-level all-reduce"
+    function_given(exercise, "my_two_level", fn)
+    nodes, local = mesh.shape["node"], mesh.shape["local"]
+    p = nodes * local
+    blocks = np.random.default_rng(13).standard_normal((p, 4 * local)).astype(np.float32)
+    spec = P(("node", "local"), None)
+    kernel = jax.jit(jax.shard_map(lambda b: fn(b[0])[None], mesh=mesh, in_specs=spec,
+                                   out_specs=spec, check_vma=False))
+    try:
+        got = np.asarray(kernel(blocks))
+    except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
+        fail(exercise, f"running my_two_level on every device raised {error_line(error)}"
+                        f"{tiled_hint(error, 'local')}")
+    if got.ndim != 2:
+        fail(exercise, f"my_two_level must return a vector, f32[m]; yours returns shape "
+                        f"{got.shape[1:]} on each device (all_gather with tiled=True lays the "
+                        "slices end to end)")
+    expected = np.tile(blocks.sum(axis=0), (p, 1))
+    if got.shape != expected.shape:
+        fail(exercise, f"each device should end with the whole vector, {blocks.shape[1]} values;"
+                        f" yours end with {got.shape[1]} (did you all-gather inside the node?)")
+    wrong = [d for d in range(p) if not np.allclose(got[d], expected[d], rtol=1e-4, atol=1e-4)]
+    if wrong:
+        fail(exercise, f"the sum is wrong on device(s) {wrong}: every device must end with the "
+                        "sum over all devices of all nodes")
+    node_groups = [list(range(n * local, (n + 1) * local)) for n in range(nodes)]
+    across = [list(range(i, p, local)) for i in range(local)]
+    program = collectives_in(kernel, blocks)["hlo"]
+    ops = [(o["op"], o["replica_groups"]) for o in program]
+    everyone = [[list(range(p))], []]
+    if local > 1 and nodes > 1:
+        if any(op == "all-reduce" and groups in everyone for op, groups in ops):
+            fail(exercise, "the right sum, but through one all-reduce over all devices: that is "
+                            "the flat schedule; use the axes 'local' and 'node' one at a time")
+        if not any(op == "reduce-scatter" and groups == node_groups for op, groups in ops):
+            fail(exercise, "the right sum, but nothing is reduce-scattered inside the nodes, so "
+                            "each device sends its whole vector across the network; start with "
+                            "jax.lax.psum_scatter over 'local'")
+        if not any(op == "all-reduce" and groups == across for op, groups in ops):
+            fail(exercise, "the right sum, but no all-reduce across the nodes on the slices; "
+                            "all-reduce each device's slice over 'node'")
+        slice_bytes = 4 * blocks.shape[1] // local
+        crossing = [o["bytes"] for o in program
+                    if o["op"] == "all-reduce" and o["replica_groups"] == across]
+        if max(crossing) > slice_bytes:
+            fail(exercise, f"the right sum, but the all-reduce across the nodes carries "
+                            f"{max(crossing) // slice_bytes}× a slice per device: reduce-scatter "
+                            "inside the node before crossing, so only 1/local of the vector does")
+    passed(exercise, f"reduce-scatter in {nodes} node(s) of {local}, all-reduce across the nodes"
+                      ", all-gather in the nodes")

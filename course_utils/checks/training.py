@@ -1,0 +1,122 @@
+"""Self-checks for steps 14–16: memory per ZeRO stage, error feedback, H for a byte budget."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from course_utils.checks.helpers import (
+    check_keys,
+    fail,
+    function_given,
+    given,
+    number,
+    off_by,
+    passed,
+    unit_causes,
+)
+from course_utils.display import error_line
+
+STAGES = ("data_parallel", "zero1", "zero2", "zero3")
+# what each stage keeps in slices of 1/p, in the order parameters, gradient, optimizer state
+_SLICED = {"data_parallel": (), "zero1": ("optimizer",), "zero2": ("gradients", "optimizer"),
+           "zero3": ("parameters", "gradients", "optimizer")}
+
+
+def check_memory_prediction(predicted, measured: dict) -> None:
+    """Exercise 14: ``predicted[stage]``, bytes per device, for every stage of ``STAGES``,
+    against ``measured[stage]``, the ``memory`` dict ``train`` read from the shards."""
+    exercise = "memory per ZeRO stage"
+    given(exercise, "predicted_memory", predicted, "store a dict {stage: bytes}")
+    check_keys(exercise, "predicted_memory", predicted, STAGES)
+    for stage in STAGES:
+        got, parts = number(predicted[stage]), measured[stage]
+        want = sum(parts.values())
+        if got is None:
+            fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
+        if np.isclose(got, want):
+            continue
+        causes = unit_causes(got, want)  # every likely cause that fits (at p = 4, two can)
+        slicing = _slicing_hint(stage, got, measured)
+        if slicing or not causes:
+            causes.append(slicing or "add what one device holds, in bytes, of the parameters, "
+                          "the gradient and the momentum (n: the padded vector's length, not "
+                          "N_PARAMS)")
+        fail(exercise, f"{stage}: {off_by(got, want)}; {' — or '.join(causes)}")
+    passed(exercise, ", ".join(f"{s} {sum(measured[s].values())} B" for s in STAGES))
+
+
+def _slicing_hint(stage: str, got: float, measured: dict) -> str | None:
+    """If ``got`` is what the three parts add up to with another number of them sliced, which
+    parts ``stage`` slices; else ``None``."""
+    whole = max(max(parts.values()) for parts in measured.values())
+    piece = min(min(parts.values()) for parts in measured.values())
+    sliced = _SLICED[stage]
+    for count in range(4):
+        if count != len(sliced) and np.isclose(got, count * piece + (3 - count) * whole):
+            kept = " and ".join(sliced) if sliced else "nothing"
+            return (f"that counts {count} of the three parts as 1/p slices; {stage} keeps "
+                    f"{kept} in slices of n/p" + ("" if sliced else ", every part whole"))
+    return None
+
+
+def check_error_feedback(fn) -> None:
+    """Exercise 15: ``fn(g, residual, k) -> (sent, new_residual)``: top-k of ``g + residual``
+    sent, the rest kept; checked on random vectors, with the identity to the last bit."""
+    exercise = "error feedback"
+    function_given(exercise, "my_error_feedback", fn)
+    rng = np.random.default_rng(15)
+    for n, k in ((512, 16), (300, 7)):  # two sizes: a k written into the function fails one
+        g, residual = rng.standard_normal((2, n)).astype(np.float32)
+        _one_error_feedback(exercise, fn, g, residual, k)
+    passed(exercise, "top k sent; sent + new residual = g + old residual, bit for bit")
+
+
+def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, k: int) -> None:
+    import jax.numpy as jnp
+
+    try:  # JAX arrays, as inside a training step (and immutable: the inputs stay as they are)
+        sent, new_residual = (np.asarray(a) for a in fn(jnp.asarray(g), jnp.asarray(residual), k))
+    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
+        fail(exercise, f"my_error_feedback raised {error_line(error)}")
+    acc = g + residual
+    if sent.shape != g.shape or new_residual.shape != g.shape:
+        fail(exercise, f"return two vectors shaped like g {g.shape}: the dense sent vector "
+                        "(zeros where nothing is sent) and the new residual")
+    chosen = np.flatnonzero(sent)
+    top = np.argsort(-np.abs(acc))[:k]
+    if len(chosen) > k:
+        fail(exercise, f"{len(chosen)} entries are sent; send only k = {k}")
+    if set(chosen) == set(np.argsort(-np.abs(g))[:k]) and set(chosen) != set(top):
+        fail(exercise, "you send the top k of g alone: compress g + residual, so that what "
+                        "was held back before gets its turn")
+    if set(chosen) != set(top) or not np.array_equal(sent[top], acc[top]):
+        fail(exercise, "sent must hold the k entries of g + residual of largest magnitude, "
+                        "unchanged, and zeros elsewhere (jax.lax.top_k of the absolute values)")
+    if not np.array_equal(sent + new_residual, acc):
+        if np.array_equal(new_residual, residual):
+            why = "the residual is returned unchanged: it must become what was not sent"
+        elif np.allclose(new_residual, g - sent):
+            why = "the new residual forgets the old one: it is (g + residual) − sent"
+        else:
+            why = "the new residual must be (g + residual) − sent"
+        fail(exercise, f"sent + new_residual ≠ g + residual: {why}")
+
+
+def check_local_steps(choice, *, budget: float, averaging_bytes: float, candidates) -> None:
+    """Exercise 16: the smallest H of ``candidates`` with ``averaging_bytes / H ≤ budget``."""
+    exercise = "H for a byte budget"
+    given(exercise, "my_h", choice, "store your choice of H in my_h")
+    got = number(choice)
+    if got is None or not np.isfinite(got) or got != int(got) or int(got) not in candidates:
+        fail(exercise, f"choose H from {list(candidates)}, got {choice!r}")
+    h = int(got)
+    fits = [c for c in candidates if averaging_bytes / c <= budget]
+    if not fits:
+        fail(exercise, "no candidate fits the budget")
+    if averaging_bytes / h > budget:
+        fail(exercise, f"H = {h} sends {averaging_bytes / h:.0f} bytes per step on average, "
+                        f"over the budget of {budget:.0f}: average less often")
+    if h != min(fits):
+        fail(exercise, f"H = {h} fits, but so does a smaller H, and every extra local step "
+                        "lets the devices' models drift further apart: take the smallest that fits")
+    passed(exercise, f"H = {h}: {averaging_bytes / h:.0f} bytes per step ≤ {budget:.0f}")

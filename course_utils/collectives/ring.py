@@ -1,0 +1,112 @@
+"""The ring, built by hand from ``jax.lax.ppermute``: reduce-scatter and all-gather in p − 1 steps.
+
+In every step each device sends one chunk of N/p values to the next device on the ring
+(device j to j + 1, the last back to 0) and receives one from the previous device. After p − 1
+steps of reduce-scatter device i holds the whole sum of chunk i; after p − 1 steps of all-gather
+every device holds every chunk. Nothing else travels: the compiled program has p − 1
+``collective-permute`` ops per phase, each moving N/p values per device (Patarasuk & Yuan, 2009).
+
+Both kernels take and return blocks like ``block_collective(mesh, kind)``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from course_utils.collectives.kernels import Kernel, check_blocks, make_kernel
+from course_utils.devices.setup import axis_of
+
+
+def ring_permutation(p: int) -> list[tuple[int, int]]:
+    """The ring's ``(source, destination)`` pairs for ``ppermute``: each device j sends to j + 1.
+
+    Examples:
+        >>> ring_permutation(3)
+        [(0, 1), (1, 2), (2, 0)]
+    """
+    return [(j, (j + 1) % p) for j in range(p)]
+
+
+def ring_chunk(device: int, steps_done: int, p: int) -> int:
+    """Which chunk's partial sum ``device`` holds after ``steps_done`` reduce-scatter steps
+    (before the first step: the chunk it sends first). After p − 1 steps it is chunk ``device``.
+
+    Examples:
+        >>> [ring_chunk(d, 0, 4) for d in range(4)], [ring_chunk(d, 3, 4) for d in range(4)]
+        ([3, 0, 1, 2], [0, 1, 2, 3])
+    """
+    return (device - steps_done - 1) % p
+
+
+def reduce_scatter_step(partial, chunks, s, axis_name: str):
+    """Step ``s`` (0, 1, …) of the ring reduce-scatter on one device.
+
+    Args:
+        partial: f32[m/p], the partial sum this device passes on in this step.
+        chunks: f32[p, m/p], this device's own block cut into p chunks.
+        s: the step number.
+        axis_name: the mesh axis the ring runs along.
+
+    Returns:
+        f32[m/p]: the partial sum received from the previous device, plus this device's own chunk
+        of the same index (chunk ``ring_chunk(i, s + 1, p)`` on device i).
+    """
+    p = chunks.shape[0]
+    received = jax.lax.ppermute(partial, axis_name, ring_permutation(p))  # f32[m/p]
+    i = jax.lax.axis_index(axis_name)
+    return received + chunks[(i - s - 2) % p]  # f32[m/p]
+
+
+def ring_reduce_scatter(
+    mesh: Mesh, *, step: Callable = reduce_scatter_step, n_steps: int | None = None
+) -> Kernel:
+    """Reduce-scatter built from ``ppermute``: blocks ``(p, m)`` in, ``(p, m/p)`` out, row i the
+    sum of chunk i over all devices, as ``block_collective(mesh, "reduce_scatter")``.
+
+    Args:
+        mesh: a one-axis mesh.
+        step: the function of one step, ``step(partial, chunks, s, axis_name)`` (default
+            ``reduce_scatter_step``).
+        n_steps: stop after this many steps (default p − 1, the whole ring), to look at the
+            partial sums on the way: after k steps row j holds chunk ``ring_chunk(j, k, p)``.
+    """
+    axis, p = axis_of(mesh), mesh.size
+    n_steps = p - 1 if n_steps is None else n_steps
+    if not 0 <= n_steps <= p - 1:
+        raise ValueError(f"n_steps must be from 0 to p - 1 = {p - 1}, got {n_steps}")
+
+    def kernel(block):
+        # block: f32[1, m], this device's row
+        chunks = block[0].reshape(p, -1)  # f32[p, m/p]
+        i = jax.lax.axis_index(axis)
+        partial = chunks[(i - 1) % p]  # f32[m/p], the chunk this device sends first
+        for s in range(n_steps):
+            partial = step(partial, chunks, s, axis)  # f32[m/p]
+        return partial[None]  # f32[1, m/p]
+
+    return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
+                   lambda blocks: check_blocks(blocks, p, "reduce_scatter"))
+
+
+def ring_all_gather(mesh: Mesh) -> Kernel:
+    """All-gather built from ``ppermute``: blocks ``(p, m)`` in, ``(p, p·m)`` out, every row all
+    blocks in device order, as ``block_collective(mesh, "all_gather")``."""
+    axis, p = axis_of(mesh), mesh.size
+
+    def kernel(block):
+        # block: f32[1, m], this device's row
+        i = jax.lax.axis_index(axis)
+        gathered = jnp.zeros((p, block.shape[1]), block.dtype).at[i].set(block[0])  # f32[p, m]
+        current = block[0]  # f32[m], the block this device passes on next
+        for s in range(p - 1):
+            current = jax.lax.ppermute(current, axis, ring_permutation(p))  # f32[m]
+            gathered = gathered.at[(i - s - 1) % p].set(current)  # block of device i - s - 1
+        return gathered.reshape(1, -1)  # f32[1, p*m]
+
+    return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
+                   lambda blocks: check_blocks(blocks, p, "all_gather"))

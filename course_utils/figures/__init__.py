@@ -1,0 +1,1 @@
+"""Figures: data as plain dicts and their validator (``data``), one renderer (``plot``)."""

@@ -1,0 +1,227 @@
+"""Read the collectives a compiled program contains, from its StableHLO and its compiled HLO.
+
+Op names searched for:
+
+- StableHLO (what JAX hands the compiler): ``stablehlo.all_reduce``, ``stablehlo.reduce_scatter``,
+  ``stablehlo.all_gather``, ``stablehlo.all_to_all``, ``stablehlo.collective_permute``.
+- Compiled HLO (what XLA will run, after optimization): ``all-reduce``, ``reduce-scatter``,
+  ``all-gather``, ``all-to-all``, ``collective-permute`` (and their ``-start`` async forms).
+
+``bytes`` is the size of the op's *result buffer on one device* (the shapes inside ``shard_map`` are
+per-device), not the traffic a network would carry; ``course_utils.models.cost`` models that.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+STABLEHLO_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute")
+HLO_OPS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "collective-permute")
+
+_ITEMSIZE = {
+    "pred": 1,
+    "i1": 1,
+    "s8": 1,
+    "u8": 1,
+    "i8": 1,
+    "f16": 2,
+    "bf16": 2,
+    "s16": 2,
+    "u16": 2,
+    "i16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "i32": 4,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+    "i64": 8,
+}
+
+_STABLEHLO_OP = re.compile(r'"?stablehlo\.(' + "|".join(STABLEHLO_OPS) + r')"?')
+_TENSOR_RESULT = re.compile(r"->\s*\(?tensor<([^>]*)>")
+_HLO_OP = re.compile(
+    r"=\s*(\w+)\[([\d,]*)\](?:\{[^}]*\})?\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$",
+    re.MULTILINE,
+)
+
+
+# a combined (tuple) collective: `= (f32[1024]{0}, f32[8]{0}) all-reduce(…`
+_HLO_TUPLE_OP = re.compile(
+    r"=\s*\(([^()]*)\)\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$", re.MULTILINE
+)
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+
+
+def _entry(op: str, shape: tuple[int, ...], dtype: str) -> dict:
+    return {
+        "op": op,
+        "shape": shape,
+        "dtype": dtype,
+        "bytes": math.prod(shape) * _ITEMSIZE.get(dtype, 0),
+    }
+
+
+def stablehlo_collectives(text: str) -> list[dict]:
+    """Collectives in StableHLO text, with each result's shape, dtype and bytes.
+
+    Examples:
+        >>> line = '%1 = "stablehlo.all_gather"(%arg1) <{...}> : (tensor<2xf32>) -> tensor<8xf32>'
+        >>> stablehlo_collectives(line)
+        [{'op': 'all_gather', 'shape': (8,), 'dtype': 'f32', 'bytes': 32}]
+    """
+    found = []
+    for match in _STABLEHLO_OP.finditer(text):
+        result = _TENSOR_RESULT.search(text, match.end())
+        if result is None:
+            continue
+        *dims, dtype = result.group(1).split("x")
+        found.append(_entry(match.group(1), tuple(int(d) for d in dims), dtype))
+    return found
+
+
+_EXPLICIT_GROUPS = re.compile(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def replica_groups(text: str) -> list[list[int]]:
+    """The device ids of each group in an HLO op's ``replica_groups``, whatever form XLA prints.
+
+    XLA prints the same groups three ways, depending on the version: an explicit list
+    ``{{0,1},{2,3}}``; the compact iota form ``[2,2]<=[4]`` (ids 0…3 reshaped to 2 groups of 2,
+    optionally transposed first: ``[2,2]<=[2,2]T(1,0)``); and, from JAX 0.12, mesh axes
+    ``mesh['node'=2,'local'=2] {'local'}`` (a group per position on the other axes, the ids
+    varying along the named axes, devices numbered in mesh order). An op without groups
+    (all devices in one group, or none printed) gives ``[]``.
+
+    Args:
+        text: the HLO text of one op, or a line holding ``replica_groups=…``.
+
+    Returns:
+        One list of device ids per group.
+
+    Examples:
+        >>> replica_groups("replica_groups={{0,1},{2,3}}")
+        [[0, 1], [2, 3]]
+        >>> replica_groups("replica_groups=[2,2]<=[2,2]T(1,0)")
+        [[0, 2], [1, 3]]
+        >>> replica_groups("replica_groups=mesh['node'=2,'local'=2] {'node'}")
+        [[0, 2], [1, 3]]
+    """
+    if match := _EXPLICIT_GROUPS.search(text):
+        return [_ints(g) for g in re.findall(r"\{([\d,]*)\}", match.group(1))]
+    if match := _IOTA_GROUPS.search(text):
+        shape, dims = _ints(match.group(1)), _ints(match.group(2))
+        ids = np.arange(math.prod(dims)).reshape(dims)
+        if match.group(3):
+            ids = ids.transpose(_ints(match.group(3)))
+        return ids.reshape(shape).tolist()
+    if match := _MESH_GROUPS.search(text):
+        axes = re.findall(r"'([^']+)'\s*=\s*(\d+)", match.group(1))
+        grouped = re.findall(r"'([^']+)'", match.group(2))
+        names, sizes = [a for a, _ in axes], [int(n) for _, n in axes]
+        ids = np.arange(math.prod(sizes)).reshape(sizes)
+        order = [i for i, a in enumerate(names) if a not in grouped]
+        order += [names.index(a) for a in grouped]
+        group_size = math.prod(sizes[names.index(a)] for a in grouped)
+        return ids.transpose(order).reshape(-1, group_size).tolist()
+    return []
+
+
+def hlo_collectives(text: str) -> list[dict]:
+    """Collectives in compiled HLO text, with result shape, dtype, bytes and replica groups.
+
+    XLA combines several collectives of one program into one op with a tuple result (its
+    all-reduce combiner, for example); such an entry has ``shape`` and ``dtype`` of its first
+    buffer, ``bytes`` of all of them and ``buffers``, how many it combines.
+
+    Examples:
+        >>> line = ('ROOT %rs = f32[2]{0} reduce-scatter(%p), channel_id=1, '
+        ...         'replica_groups={{0,1,2,3}}, dimensions={0}')
+        >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
+        [{'op': 'reduce-scatter', 'shape': (2,), 'dtype': 'f32', 'bytes': 8,
+          'replica_groups': [[0, 1, 2, 3]]}]
+        >>> line = '%ar = (f32[4]{0}, f32[2]{0}) all-reduce(%a, %b), replica_groups={{0,1}}'
+        >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
+        [{'op': 'all-reduce', 'shape': (4,), 'dtype': 'f32', 'bytes': 24,
+          'replica_groups': [[0, 1]], 'buffers': 2}]
+    """
+    found = []
+    for match in sorted([*_HLO_OP.finditer(text), *_HLO_TUPLE_OP.finditer(text)],
+                        key=lambda m: m.start()):
+        if match.re is _HLO_OP:
+            dtype, dims, op, rest = match.groups()
+            entry = _entry(op, tuple(int(d) for d in dims.split(",") if d), dtype)
+            entry["replica_groups"] = replica_groups(rest)
+        else:
+            arrays, op, rest = match.groups()
+            parts = [_entry(op, tuple(_ints(d)), t) for t, d in _ARRAY.findall(arrays)]
+            entry = {**parts[0], "bytes": sum(e["bytes"] for e in parts)}
+            entry["replica_groups"] = replica_groups(rest)
+            entry["buffers"] = len(parts)
+        found.append(entry)
+    return found
+
+
+def collectives_in(fn, *args) -> dict:
+    """The collective ops in ``fn``'s program for ``args``: before and after XLA's optimization.
+
+    Args:
+        fn: a jitted function (anything with ``.lower(*args)``), e.g. ``all_reduce_gradient(mesh)``.
+        *args: example arguments.
+
+    Returns:
+        ``{'stablehlo': [...], 'hlo': [...]}``, each a list of dicts with ``op``, ``shape``,
+        ``dtype`` and ``bytes`` (per-device result size); HLO entries also carry
+        ``replica_groups``.
+    """
+    if not hasattr(fn, "lower"):
+        raise TypeError(
+            f"collectives_in needs a jitted function with .lower(), got {type(fn).__name__}"
+        )
+    lowered = fn.lower(*args)
+    return {
+        "stablehlo": stablehlo_collectives(str(lowered.compiler_ir(dialect="stablehlo"))),
+        "hlo": hlo_collectives(lowered.compile().as_text()),
+    }
+
+
+# bytes one rank sends in a ring, per byte of the op's per-device result, for a group of g ranks
+_RING_SENDS = {
+    "all-reduce": lambda g: 2 * (g - 1) / g,
+    "reduce-scatter": lambda g: g - 1,
+    "all-gather": lambda g: (g - 1) / g,
+    "all-to-all": lambda g: (g - 1) / g,
+    "collective-permute": lambda g: 1.0,
+}
+
+
+def ring_payload(entries: list[dict], ranks: int) -> float:
+    """Bytes each device sends for the compiled collectives ``entries`` (from ``hlo_collectives``),
+    with every collective run as a ring over its group (Patarasuk & Yuan, 2009).
+
+    Per op with a per-device result of b bytes in a group of g devices: all-reduce 2(g−1)/g·b,
+    reduce-scatter (g−1)·b (its result is one slice), all-gather and all-to-all (g−1)/g·b,
+    collective-permute b. The group size is read from ``replica_groups``, ``ranks`` if none.
+
+    Examples:
+        >>> ring_payload([{"op": "all-reduce", "bytes": 400, "replica_groups": []}], 4)
+        600.0
+        >>> ring_payload([{"op": "reduce-scatter", "bytes": 100, "replica_groups": [[0, 1]]},
+        ...               {"op": "all-gather", "bytes": 200, "replica_groups": [[0, 1]]}], 2)
+        200.0
+    """
+    total = 0.0
+    for entry in entries:
+        groups = entry.get("replica_groups") or [range(ranks)]
+        total += _RING_SENDS[entry["op"]](len(groups[0])) * entry["bytes"]
+    return total

@@ -1,0 +1,121 @@
+"""The strategies' saved runs (``course bench --strategies``) that notebooks 14–16 read, and the
+figures drawn from them.
+
+``run_plan(mesh)`` trains every run of ``PLAN`` (each strategy for ``STEPS`` steps; local SGD
+for twice as long, with H = 1, 4, 8, 16, on shards of one distribution and on skewed shards) and
+keeps, per run, the loss per step, the bytes per step, the memory per device and the final loss.
+The saved copy, ``course_utils/saved/strategies.json``, was made on ``DEVICES`` devices;
+``tests/test_strategy_results.py`` keeps it in sync with the code.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+
+from jax.sharding import Mesh
+
+from course_utils.training.train import train
+
+STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
+DEVICES = 4
+PLAN = (
+    *({"strategy": s} for s in ("data_parallel", "zero1", "zero2", "zero3", "zero3_regather",
+                                "bf16", "int8", "topk", "topk_ef")),
+    {"strategy": "topk_ef", "topk_fraction": 0.006},
+    {"strategy": "powersgd"},
+    *({"strategy": "local_sgd", "local_steps": h, "skewed": skewed, "steps": 2 * STEPS}
+      for skewed in (False, True) for h in (1, 4, 8, 16)),
+)
+
+
+def run_label(run: dict) -> str:
+    """A short name of a run: the strategy and whatever option differs from the default.
+
+    Examples:
+        >>> run_label({"strategy": "local_sgd", "local_steps": 8, "skewed": True})
+        'local_sgd H=8 skewed'
+        >>> run_label({"strategy": "topk_ef", "topk_fraction": 0.005})
+        'topk_ef 0.5%'
+    """
+    label = run["strategy"]
+    if "topk_fraction" in run:
+        label += f" {run['topk_fraction']:.1%}".replace(".0%", "%")
+    if "local_steps" in run:
+        label += f" H={run['local_steps']}"
+    if run.get("skewed"):
+        label += " skewed"
+    return label
+
+
+def run_plan(mesh: Mesh, plan=PLAN, steps: int = STEPS, on_run=None) -> dict:
+    """Train every run of ``plan`` on ``mesh``; ``on_run(label)`` is called before each."""
+    runs = []
+    for options in plan:
+        if on_run is not None:
+            on_run(run_label(options))
+        kwargs = {"steps": steps, **options}
+        result = train(mesh, kwargs.pop("strategy"), **kwargs)
+        runs.append({**options, "label": run_label(options), "steps": kwargs["steps"],
+                     **{k: result[k] for k in ("loss", "bytes_per_step", "memory",
+                                               "state_bytes_per_device", "final_loss",
+                                               "averaged_loss")},
+                     "cumulative_error": (result["cumulative_error"] or [None])[-1]})
+    return {"devices": mesh.size, "steps": steps, "runs": runs}
+
+
+def saved_strategy_results() -> dict:
+    """The saved run (``course_utils/saved/strategies.json``). Regenerate:
+    ``course bench --strategies --out build/bench && cp build/bench/strategies.json
+    course_utils/saved/strategies.json``."""
+    return json.loads(files("course_utils").joinpath("saved", "strategies.json").read_text())
+
+
+def find_run(results: dict, label: str) -> dict:
+    """The run called ``label`` (see ``run_label``) in ``results``."""
+    for run in results["runs"]:
+        if run["label"] == label:
+            return run
+    names = ", ".join(r["label"] for r in results["runs"])
+    raise KeyError(f"no run {label!r}; the runs are: {names}")
+
+
+def sent_bytes(run: dict) -> list[float]:
+    """Bytes each device has sent by the end of each step of ``run`` (steps × bytes per step)."""
+    return [run["bytes_per_step"] * (t + 1) for t in range(len(run["loss"]))]
+
+
+def loss_at(run: dict, step: int) -> float:
+    """The loss of ``run``'s model on all the data after ``step`` steps: the final loss of a run
+    of ``step`` steps, the averaged parameters' loss for local SGD."""
+    if run["averaged_loss"]:
+        return dict(map(tuple, run["averaged_loss"]))[step]
+    if run["steps"] != step:
+        raise ValueError(f"{run['label']} ran {run['steps']} steps, not {step}")
+    return run["final_loss"]
+
+
+# one point per scheme in the closing figure (ZeRO-1/2/3 sit on data parallelism's point)
+TRADEOFF_RUNS = ("data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.6%", "powersgd",
+                 "local_sgd H=4", "local_sgd H=8", "local_sgd H=16")
+MEMORY_RUNS = ("data_parallel", "zero1", "zero2", "zero3", "topk_ef", "powersgd")
+
+
+def tradeoff_figure_data(results: dict) -> dict:
+    """Every scheme on one picture: the loss after ``results['steps']`` steps against the bytes
+    per step (a fraction of data parallelism's, one point per run), and the memory per device."""
+    steps, base = results["steps"], find_run(results, "data_parallel")["bytes_per_step"]
+    runs = [find_run(results, label) for label in TRADEOFF_RUNS]
+    fractions = [r["bytes_per_step"] / base for r in runs]
+    memory = [find_run(results, label) for label in MEMORY_RUNS]
+    return {"panels": [
+        {"kind": "line", "x": sorted(set(fractions)), "xscale": "log",
+         "series": [{"label": r["label"], "x": [f], "y": [loss_at(r, steps)]}
+                    for r, f in zip(runs, fractions)],
+         "title": f"loss after {steps} steps ({results['devices']} devices)",
+         "xlabel": "bytes per step / data parallelism's", "ylabel": "training loss"},
+        {"kind": "bar", "labels": [r["label"] for r in memory],
+         "series": [{"label": "parameters + gradient + optimizer state",
+                     "y": [round(r["state_bytes_per_device"] / 1024, 1) for r in memory]}],
+         "title": f"memory per device ({results['devices']} devices)", "ylabel": "KiB"},
+    ]}

@@ -1,0 +1,2 @@
+"""``course bench``: plan, worker processes, combining their reports, the report, and
+``--strategies``."""

@@ -1,0 +1,313 @@
+"""``course bench``, step 2: combine the workers' reports into rows, fits, ratios and goals.
+
+Pure functions of the reports (no JAX, no processes); ``build_results`` makes what
+``bench.json`` holds.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from dataclasses import asdict
+from importlib.metadata import version
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from course_utils.models.cost import (
+    algbw_gbps,
+    busbw_gbps,
+    fit_alpha_beta,
+    in_page_fault_regime,
+    output_bytes_per_device,
+    traffic_bytes,
+)
+from course_utils.observe.sweep import KIND, PROTOCOL, SIZE_DEFINITION, VARIANTS, ZERO1_STEPS
+from course_utils.results.bench import rows_of
+from course_utils.tools.bench.plan import Plan
+
+ZERO1_GOAL = {"devices": 4, "params": 2**20, "max_ratio": 1.1}
+GROWTH_FACTOR = 1.25  # "grows past the floor": the first size at least this many times the floor
+
+
+def combine_repeats(summaries: Sequence[dict]) -> dict:
+    """One size's repeats: the median of the repeat medians, their spread, median IQR, overall min.
+
+    ``spread`` is (max − min)/median of the repeat medians (0 for one repeat).
+
+    Examples:
+        >>> summaries = [{"median_us": 100.0, "iqr_us": 4.0, "min_us": 90.0},
+        ...              {"median_us": 120.0, "iqr_us": 6.0, "min_us": 95.0},
+        ...              {"median_us": 110.0, "iqr_us": 5.0, "min_us": 92.0}]
+        >>> combine_repeats(summaries)  # doctest: +NORMALIZE_WHITESPACE
+        {'median_us': 110.0, 'iqr_us': 5.0, 'min_us': 90.0,
+         'repeat_medians_us': [100.0, 120.0, 110.0], 'spread': 0.18181818181818182}
+    """
+    if not summaries:
+        raise ValueError("no repeats to combine")
+    medians = [s["median_us"] for s in summaries]
+    median = statistics.median(medians)
+    return {
+        "median_us": median,
+        "iqr_us": statistics.median(s["iqr_us"] for s in summaries),
+        "min_us": min(s["min_us"] for s in summaries),
+        "repeat_medians_us": medians,
+        "spread": (max(medians) - min(medians)) / median,
+    }
+
+
+def first_size_at(
+    nbytes: Sequence[float], times_us: Sequence[float], factor: float
+) -> float | None:
+    """The first size whose time is at least ``factor`` × the time at the smallest size,
+    else ``None``.
+
+    Examples:
+        >>> first_size_at([8, 64, 512, 4096], [100, 110, 160, 400], 1.25)
+        512
+        >>> first_size_at([8, 64], [100, 110], 2) is None
+        True
+    """
+    return next((s for s, t in zip(nbytes, times_us) if t >= factor * times_us[0]), None)
+
+
+def best_memcpy(copies: Sequence[dict]) -> dict:
+    """The best copy rate over all workers, for the largest copy size measured.
+
+    ``copy_gbps`` counts bytes copied (N/t); ``traffic_gbps`` counts bytes read plus written (2N/t),
+    the unit of ``traffic_bytes``.
+
+    Examples:
+        >>> best_memcpy([{"bytes": 2**24, "best_s": 0.004}, {"bytes": 2**26, "best_s": 0.02},
+        ...              {"bytes": 2**26, "best_s": 0.016}])
+        {'bytes': 67108864, 'best_s': 0.016, 'copy_gbps': 4.194304, 'traffic_gbps': 8.388608}
+    """
+    largest = max(c["bytes"] for c in copies)
+    best = min(c["best_s"] for c in copies if c["bytes"] == largest)
+    rate = largest / best / 1e9
+    return {"bytes": largest, "best_s": best, "copy_gbps": rate, "traffic_gbps": 2 * rate}
+
+
+def _grouped(
+    reports: Sequence[dict], section: str, key: str, inner: str
+) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for report in reports:
+        for entry in report[section]:
+            for name, summary in entry[inner].items():
+                groups.setdefault((report["devices"], name, entry[key]), []).append(summary)
+    return groups
+
+
+def collective_rows(reports: Sequence[dict], memcpy_traffic_gbps: float) -> list[dict]:
+    """One row per (devices, variant, size): repeats combined, bandwidths, traffic fraction,
+    page faults.
+    """
+    rows = []
+    for (p, variant, elements), summaries in sorted(
+        _grouped(reports, "collectives", "elements", "variants").items(),
+        key=lambda item: (item[0][0], VARIANTS.index(item[0][1]), item[0][2]),
+    ):
+        nbytes = 4 * elements
+        row = {
+            "devices": p,
+            "variant": variant,
+            "elements": elements,
+            "bytes": nbytes,
+            **combine_repeats(summaries),
+            "n_samples": min(s["n_samples"] for s in summaries),
+            "compile_us": statistics.median(s["compile_us"] for s in summaries),
+        }
+        algbw = algbw_gbps(nbytes, row["median_us"])
+        traffic = traffic_bytes(variant, nbytes, p) / row["median_us"] / 1e3
+        row.update(
+            algbw_gbps=algbw,
+            busbw_gbps=busbw_gbps(algbw, KIND[variant], p),
+            traffic_gbps=traffic,
+            memcpy_fraction=traffic / memcpy_traffic_gbps,
+            output_bytes_per_device=output_bytes_per_device(variant, nbytes, p),
+            page_fault=in_page_fault_regime(variant, nbytes, p),
+        )
+        rows.append(row)
+    return rows
+
+
+def _pairs(rows: Sequence[dict]) -> list[tuple[int, str]]:
+    return sorted(
+        {(r["devices"], r["variant"]) for r in rows}, key=lambda k: (k[0], VARIANTS.index(k[1]))
+    )
+
+
+def fit_rows(rows: Sequence[dict]) -> list[dict]:
+    """Per (devices, variant): the α-β fit below the page-fault regime, the floor and where
+    T leaves it.
+
+    ``top`` is the largest size fitted: its time, bandwidths and traffic fraction are the table's.
+    """
+    fits = []
+    for p, variant in _pairs(rows):
+        series = rows_of(rows, p, variant)
+        fitted = [r for r in series if not r["page_fault"]]
+        sizes, times = [r["bytes"] for r in series], [r["median_us"] for r in series]
+        fit = fit_alpha_beta([r["bytes"] for r in fitted], [r["median_us"] for r in fitted])
+        faulting = [r["bytes"] for r in series if r["page_fault"]]
+        fits.append(
+            {
+                "devices": p,
+                "variant": variant,
+                **fit,
+                "fit_bytes": [fitted[0]["bytes"], fitted[-1]["bytes"]],
+                "floor_us": times[0],
+                "grows_from_bytes": first_size_at(sizes, times, GROWTH_FACTOR),
+                "doubles_at_bytes": first_size_at(sizes, times, 2.0),
+                "page_fault_from_bytes": min(faulting, default=None),
+                "max_spread": max(r["spread"] for r in series),
+                "top": {
+                    k: fitted[-1][k]
+                    for k in (
+                        "bytes",
+                        "median_us",
+                        "algbw_gbps",
+                        "busbw_gbps",
+                        "traffic_gbps",
+                        "memcpy_fraction",
+                    )
+                },
+            }
+        )
+    return fits
+
+
+def rs_ag_against_psum(rows: Sequence[dict]) -> list[dict]:
+    """Per device count: the time of RS+AG (2 calls, 1 jit) over ``psum``'s at each size,
+    and its range.
+    """
+    found = []
+    for p in sorted({r["devices"] for r in rows}):
+        psum = rows_of(rows, p, "psum")
+        entry = {"devices": p, "bytes": [r["bytes"] for r in psum]}
+        for variant in ("rs_ag_calls", "rs_ag_fused"):
+            ratios = [
+                r["median_us"] / q["median_us"] for r, q in zip(rows_of(rows, p, variant), psum)
+            ]
+            entry[variant] = {"ratios": ratios, "min": min(ratios), "max": max(ratios)}
+        found.append(entry)
+    return found
+
+
+def zero1_rows(reports: Sequence[dict]) -> list[dict]:
+    """One row per (devices, params): each step's combined time, ratios to ``dp``, state bytes,
+    agreement.
+    """
+    groups = _grouped(reports, "zero1", "params", "steps")
+    facts: dict[tuple, list[dict]] = {}
+    for report in reports:
+        for entry in report["zero1"]:
+            facts.setdefault((report["devices"], entry["params"]), []).append(entry)
+    rows = []
+    for (p, params), entries in sorted(facts.items()):
+        steps = {name: combine_repeats(groups[(p, name, params)]) for name in ZERO1_STEPS}
+        dp = steps["dp"]["median_us"]
+        rows.append(
+            {
+                "devices": p,
+                "params": params,
+                "steps": steps,
+                "ratio_to_dp": {name: s["median_us"] / dp for name, s in steps.items()},
+                "state_bytes_device0": entries[0]["state_bytes_device0"],
+                "agree": all(e["agree"] for e in entries),
+            }
+        )
+    return rows
+
+
+def zero1_goal(rows: Sequence[dict], goal: dict = ZERO1_GOAL) -> dict | None:
+    """The goal: fused ZeRO-1 within ``max_ratio`` × the data-parallel step, holding 1/p of
+    the state.
+
+    Returns ``None`` when that device count and size were not measured.
+
+    Examples:
+        >>> row = {"devices": 4, "params": 2**20, "ratio_to_dp": {"zero1_fused": 1.05},
+        ...        "state_bytes_device0": {"dp": 4 * 2**20, "zero1_fused": 2**20}, "agree": True}
+        >>> zero1_goal([row])["met"]
+        True
+    """
+    row = next(
+        (r for r in rows if r["devices"] == goal["devices"] and r["params"] == goal["params"]), None
+    )
+    if row is None:
+        return None
+    ratio = row["ratio_to_dp"]["zero1_fused"]
+    state = row["state_bytes_device0"]["zero1_fused"] / row["state_bytes_device0"]["dp"]
+    met = ratio <= goal["max_ratio"] and state <= 1 / goal["devices"] and row["agree"]
+    return {
+        **goal,
+        "ratio": ratio,
+        "state_fraction": state,
+        "agree": row["agree"],
+        "met": bool(met),
+    }
+
+
+def machine_info(reports: Sequence[dict], load_before: tuple[float, ...]) -> dict:
+    """CPU count, CPU model, versions, and the load average before and after the sweep."""
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _read_lines("/proc/cpuinfo")
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax_version": reports[0]["jax_version"],
+        "jaxlib_version": version("jaxlib"),
+        "numpy_version": np.__version__,
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+    }
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
+
+
+def build_results(
+    plan: Plan, reports: Sequence[dict], load_before: tuple[float, ...], seconds: float
+) -> dict:
+    """Everything ``bench.json`` holds."""
+    memcpy = best_memcpy([c for r in reports for c in r["memcpy"]])
+    rows = collective_rows(reports, memcpy["traffic_gbps"])
+    zero1 = zero1_rows(reports)
+    return {
+        "command": "course bench" + (" --quick" if plan.quick else ""),
+        "machine": machine_info(reports, load_before),
+        "plan": asdict(plan),
+        "size_definition": SIZE_DEFINITION,
+        "protocol": PROTOCOL,
+        "memcpy": memcpy,
+        "collectives": rows,
+        "fits": fit_rows(rows),
+        "rs_ag_vs_psum": rs_ag_against_psum(rows),
+        "zero1": zero1,
+        "zero1_goal": zero1_goal(zero1),
+        "compiled_collectives": {
+            str(r["devices"]): r["compiled_collectives"] for r in reports if r["repeat"] == 0
+        },
+        "worker_seconds": [
+            {"devices": r["devices"], "repeat": r["repeat"], "seconds": r["seconds"]}
+            for r in reports
+        ],
+        "seconds": seconds,
+    }

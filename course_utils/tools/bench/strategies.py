@@ -1,0 +1,48 @@
+"""``course bench --strategies``: every training run of part three (``strategy_results.PLAN``),
+in one worker process with ``strategy_results.DEVICES`` devices; writes ``strategies.json`` and
+``strategies.png``.
+
+Run as ``python -m course_utils.tools.bench.strategies`` it is that worker: it trains the plan
+and prints one JSON line per run, then the results.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from course_utils.tools.bench.plan import run_worker
+from course_utils.tools.bench.worker import emit
+
+# more than the plan takes on a busy 2-core machine (about a minute when idle)
+TIMEOUT_S = 900.0
+
+
+def run_strategies(out_dir: Path, on_run) -> dict:
+    """Run the worker, passing each run's label to ``on_run``; write and return the results."""
+    from course_utils.figures.plot import plot_figure
+    from course_utils.results.strategies import DEVICES, tradeoff_figure_data
+
+    command = [sys.executable, "-m", "course_utils.tools.bench.strategies", str(DEVICES)]
+    results = run_worker(command, TIMEOUT_S, lambda event: on_run(event["label"]))
+    results = {k: v for k, v in results.items() if k != "event"}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "strategies.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "strategies.png").write_bytes(plot_figure(tradeoff_figure_data(results)).png())
+    return results
+
+
+def main(argv: list[str]) -> int:
+    """The worker: ``argv`` is the device count."""
+    from course_utils.devices.setup import data_mesh, use_cpu_devices
+    from course_utils.results.strategies import run_plan
+
+    use_cpu_devices(int(argv[0]))
+    results = run_plan(data_mesh(), on_run=lambda label: emit("progress", label=label))
+    emit("result", **results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,213 @@
+"""Hosts on one machine: network namespaces joined by a bridge, each host's link rate-limited.
+
+``Cluster(hosts, rate)`` is a context manager. On entry it creates one namespace per host
+(``d03h0``, ``d03h1``, …) and a switch namespace (``d03sw``) holding a bridge; each host has one
+veth link ``eth0`` into the bridge, with a private address 10.77.0.(i+1)/24 that exists only
+inside these namespaces, and its outgoing traffic shaped by ``tc … tbf rate RATE``. TCP between
+hosts uses the congestion control named for the cluster (``reno`` unless told otherwise: see
+``Cluster``), set on the route to the other hosts. It writes
+``/etc/netns/d03hI/hosts`` mapping this machine's hostname to the host's address (``ip netns
+exec`` bind-mounts it over ``/etc/hosts``, so a JAX process finds its own address through the
+public API alone). On exit, on an error and on Ctrl-C, ``teardown()`` kills whatever still runs in
+the namespaces and removes every namespace, link and file with the prefix.
+
+Needs root (``CAP_NET_ADMIN``) and the ``ip``, ``tc`` and ``setpriv`` programs. A host's
+processes start through ``host_command``, with every capability dropped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from course_utils.models.links import check_rate
+
+PREFIX = "d03"
+# held while a cluster exists: a second `course cluster` refuses instead of removing the first's
+LOCK = Path("/run/course-cluster-d03.lock")
+SUBNET = "10.77.0"
+NETNS_ETC = Path("/etc/netns")
+# TCP congestion controls a cluster's links may use (the kernel must offer the one chosen)
+CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+AVAILABLE_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+class ClusterError(RuntimeError):
+    """Setting up the hosts failed; the message says what to do."""
+
+
+def _ip(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise ClusterError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def check_can_run() -> str | None:
+    """``None`` if this process can create namespaces, else one line saying what to do."""
+    if os.geteuid() != 0:
+        return ("course cluster needs root to create network namespaces: run it as root "
+                "(e.g. sudo .venv/bin/course cluster …) or read the saved results in step 17")
+    for program, package in (("ip", "iproute2"), ("tc", "iproute2"), ("setpriv", "util-linux")):
+        if shutil.which(program) is None:
+            return f"course cluster needs the {program!r} program (Debian: apt install {package})"
+    return None
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host: its namespace and its address."""
+
+    namespace: str
+    address: str
+
+
+def host_command(host: Host, argv: list[str]) -> list[str]:
+    """``argv`` run inside ``host``'s namespace with no capabilities (``setpriv``): the process
+    keeps root's user id, so it reads the Python interpreter wherever that is installed (here, in
+    root's home, closed to other users), but it cannot change links, namespaces or mounts, nor
+    gain capabilities through exec. It still owns root's files: this is not a sandbox, only the
+    network and system privileges taken away from code that needs none of them."""
+    return ["ip", "netns", "exec", host.namespace,
+            "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", *argv]
+
+
+def names(prefix: str = PREFIX) -> list[str]:
+    """The namespaces that exist with ``prefix``."""
+    listed = _ip("netns", "list", check=False).split("\n")
+    return [line.split()[0] for line in listed if line.startswith(prefix)]
+
+
+def _links(prefix: str) -> list[str]:
+    """The links of the root namespace named with ``prefix``."""
+    return re.findall(rf"^\d+: ({prefix}[^:@]*)", _ip("-o", "link", check=False), re.MULTILINE)
+
+
+def _folders(prefix: str) -> list[Path]:
+    """The /etc/netns folders named with ``prefix``."""
+    return list(NETNS_ETC.glob(f"{prefix}*")) if NETNS_ETC.is_dir() else []
+
+
+def leftovers(prefix: str = PREFIX) -> list[str]:
+    """Everything with ``prefix`` that exists: namespaces, root links, /etc/netns folders."""
+    return names(prefix) + _links(prefix) + [str(f) for f in _folders(prefix)]
+
+
+def teardown(prefix: str = PREFIX) -> None:
+    """Kill the processes in, and delete, every namespace, link and hosts folder of ``prefix``;
+    Ctrl-C and SIGTERM wait until it is done."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        _remove(prefix)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _remove(prefix: str) -> None:
+    for namespace in names(prefix):
+        for pid in _ip("netns", "pids", namespace, check=False).split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _ip("netns", "del", namespace, check=False)
+    for link in _links(prefix):
+        _ip("link", "del", link, check=False)
+    for folder in _folders(prefix):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_congestion_control(name: str) -> str:
+    """``name`` if it is one of ``CONGESTION_CONTROLS`` and this kernel offers it, else a
+    ``ValueError`` that says what to use."""
+    if name not in CONGESTION_CONTROLS:
+        raise ValueError(f"--tcp must be one of {', '.join(CONGESTION_CONTROLS)}, got {name!r}")
+    offered = AVAILABLE_CONTROLS.read_text().split() if AVAILABLE_CONTROLS.exists() else []
+    if name not in offered:
+        raise ValueError(f"this kernel does not offer TCP {name} (it offers "
+                         f"{', '.join(offered) or 'none listed'}); choose another with --tcp")
+    return name
+
+
+class Cluster:
+    """``hosts`` namespaces on one bridge, outgoing links shaped to ``rate`` (``None``: not
+    shaped). Use as ``with Cluster(2, "200mbit") as hosts: …``.
+
+    TCP between the hosts uses ``congestion_control`` (set on each host's route to the others,
+    locked, so no socket between hosts can pick another; traffic inside a host keeps the
+    machine's default). The default is reno: its window grows until a loss and it does not pace,
+    so a standing queue forms at the shaper and the link stays busy while any connection has
+    data, as the link model assumes. ``bbr`` (this machine's default) paces each connection at
+    the delivery rate it estimated and keeps queues short; with it, gloo's reduce-scatter ran
+    well below the link's rate for part of each call (``course cluster --tcp bbr``; step 17)."""
+
+    def __init__(self, hosts: int, rate: str | None, prefix: str = PREFIX,
+                 congestion_control: str = "reno"):
+        if not isinstance(hosts, int) or not 2 <= hosts <= 200:
+            raise ValueError(f"--hosts must be from 2 to 200, got {hosts!r}")
+        self.rate = None if rate is None else check_rate(rate)
+        self.congestion_control = check_congestion_control(congestion_control)
+        self.prefix = prefix
+        self.hosts = [Host(f"{prefix}h{i}", f"{SUBNET}.{i + 1}") for i in range(hosts)]
+
+    def __enter__(self) -> list[Host]:
+        self._lock = open(LOCK, "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise ClusterError("another course cluster is running; wait for it to end") from None
+        self._made_netns_etc = not NETNS_ETC.exists()
+        teardown(self.prefix)  # what a killed run may have left (no other run holds the lock)
+        try:
+            self._create()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.hosts
+
+    def __exit__(self, *exc) -> None:
+        teardown(self.prefix)
+        if self._made_netns_etc and NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
+            NETNS_ETC.rmdir()
+        self._lock.close()  # releases the lock
+
+    def _create(self) -> None:
+        switch = f"{self.prefix}sw"
+        _ip("netns", "add", switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        hostname = socket.gethostname()
+        for i, host in enumerate(self.hosts):
+            _ip("netns", "add", host.namespace)
+            inside, outside = f"{self.prefix}v{i}a", f"{self.prefix}v{i}b"
+            _ip("link", "add", inside, "type", "veth", "peer", "name", outside)
+            _ip("link", "set", inside, "netns", host.namespace)
+            _ip("link", "set", outside, "netns", switch)
+            _ip("-n", host.namespace, "link", "set", inside, "name", "eth0")
+            _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
+            for link in ("lo", "eth0"):
+                _ip("-n", host.namespace, "link", "set", link, "up")
+            _ip("-n", host.namespace, "route", "replace", f"{SUBNET}.0/24", "dev", "eth0",
+                "congctl", "lock", self.congestion_control)
+            _ip("-n", switch, "link", "set", outside, "master", "br0")
+            _ip("-n", switch, "link", "set", outside, "up")
+            if self.rate is not None:
+                shaped = subprocess.run(
+                    ["ip", "netns", "exec", host.namespace, "tc", "qdisc", "add", "dev", "eth0",
+                     "root", "tbf", "rate", self.rate, "burst", "256kb", "latency", "500ms"],
+                    capture_output=True, text=True)
+                if shaped.returncode != 0:
+                    raise ClusterError(f"tc could not shape the link: {shaped.stderr.strip()}")
+            folder = NETNS_ETC / host.namespace
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "hosts").write_text(
+                f"127.0.0.1 localhost\n{host.address} {hostname}\n")
+

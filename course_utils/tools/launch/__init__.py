@@ -1,0 +1,1 @@
+"""``course launch``: the command (``command``) and one process of it (``worker``)."""

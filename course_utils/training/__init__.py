@@ -1,0 +1,1 @@
+"""Part three's training: one step per strategy (``strategies``) and ``train``, one run."""
