@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 import tomllib
@@ -130,3 +131,38 @@ def test_no_committed_file_holds_a_token_or_a_machine_path():
         if (ROOT / name).is_file() and leak.search((ROOT / name).read_text(errors="ignore"))
     ]
     assert not found, f"machine paths or tokens in {found}"
+
+
+def test_the_built_wheel_holds_every_sub_package_and_the_saved_runs(tmp_path):
+    # the wheel, not the editable checkout: unpacked into a folder that comes first on the path,
+    # imported from a folder outside the repository
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+         "-w", str(tmp_path / "wheel"), str(ROOT)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-1500:]
+    (wheel,) = (tmp_path / "wheel").glob("course_utils-*.whl")
+    target = tmp_path / "site"
+    unpacked = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+         str(wheel)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert unpacked.returncode == 0, unpacked.stderr[-1500:]
+    code = (
+        "import importlib, pkgutil, course_utils\n"
+        f"assert course_utils.__file__.startswith({str(target)!r}), course_utils.__file__\n"
+        "names = [m.name for m in pkgutil.walk_packages(course_utils.__path__, 'course_utils.')]\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "from course_utils.results.bench import saved_results\n"
+        "assert saved_results()\n"
+        "print(len(names))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)},
+    )
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert int(done.stdout) >= 60  # every module of every sub-package, tools included
