@@ -1,0 +1,64 @@
+"""The README is the truth: its tables and recipes follow the package and the notebooks."""
+
+import fnmatch
+import json
+import re
+from pathlib import Path
+
+import course_utils
+import course_utils.checks
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _section(heading: str) -> str:
+    start = README.index(heading + "\n")
+    end = README.find("\n## ", start + len(heading))
+    return README[start:end if end >= 0 else None]
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in row] for row in rows[1:]]  # without the header
+
+
+def _graded() -> dict[str, str]:
+    """Step number → the check the notebook's check cell calls, for every notebook with an
+    exercise."""
+    graded = {}
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if "check" in cell["metadata"].get("tags", []):
+                graded[path.name[:2]] = re.search(r"(check_\w+)\(", "".join(cell["source"]))[1]
+    return graded
+
+
+def test_the_api_table_is_the_export_list():
+    first_column = [row[0] for row in _table_rows(_section("## The `course_utils` API"))]
+    named = [name for cell in first_column for name in re.findall(r"`(\w+)`", cell)]
+    assert len(named) == len(set(named)), "a name is listed twice"
+    assert sorted(named) == sorted(course_utils.__all__)
+
+
+def test_the_exercise_table_lists_every_exercise_with_its_check():
+    rows = _table_rows(_section("## Exercises").split("### Instructors")[0])
+    listed = {row[0]: re.match(r"`(check_\w+)`", row[2])[1] for row in rows}
+    assert listed == _graded()
+    assert set(listed.values()) <= set(course_utils.checks.__all__)
+
+
+def test_the_nbgrader_recipe_copies_every_graded_notebook():
+    (line,) = [line for line in README.splitlines() if line.startswith("cp ") and "source/" in line]
+    patterns = [Path(word).name for word in line.split()[1:-1]]
+    copied = sorted(p.name[:2] for p in NOTEBOOKS if any(fnmatch.fnmatch(p.name, pat)
+                                                          for pat in patterns))
+    assert copied == sorted(_graded())
+
+
+def test_the_series_table_lists_every_step():
+    rows = _table_rows(_section("## The series"))
+    assert [f"{row[0]}_{row[1].strip('`').split('_', 1)[1]}" for row in rows] == [
+        p.stem for p in NOTEBOOKS
+    ]
