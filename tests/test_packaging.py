@@ -88,8 +88,12 @@ def test_console_script_is_declared():
 def test_ci_runs_the_readme_commands():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    quick_start = readme.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```")[0]
+    commands = [line.split("#")[0].strip() for line in quick_start.splitlines()]
+    assert commands[0].startswith("git clone ")
+    for command in ('pip install -e ".[dev]"', "course run", "pytest"):
+        assert command in commands
     for command in ('pip install -e ".[dev]"', "pytest"):
-        assert f"```bash\n{command}\n```" in readme
         assert command in ci
 
 
