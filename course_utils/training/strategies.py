@@ -124,6 +124,9 @@ class StepInfo(NamedTuple):
     local: jax.Array | None
 
 
+Step = tuple[TrainState, StepInfo]  # what a strategy's step returns
+
+
 class Strategy(NamedTuple):
     """A training strategy: two pure functions, as ``optax.GradientTransformation``.
 
@@ -135,11 +138,23 @@ class Strategy(NamedTuple):
     """
 
     init: Callable[[np.ndarray, Mesh, Context], TrainState]
-    step: Callable[..., tuple[TrainState, StepInfo]]
+    step: Callable[[TrainState, jax.Array, jax.Array, Context], Step]
 
 
 def placements(state: TrainState) -> TrainState:
-    """The ``PartitionSpec`` of every array of ``state``, read from the arrays themselves."""
+    """The ``PartitionSpec`` of every array of ``state``, read from the arrays themselves.
+
+    Examples:
+        >>> from course_utils.devices.setup import data_mesh
+        >>> from course_utils.problems.classification import init_params, padded_size
+        >>> mesh = data_mesh()
+        >>> n = padded_size(mesh.size)
+        >>> ctx = Context("data", mesh.size, n, rows=3840, k=1)
+        >>> state = STRATEGY_STEPS["zero2"].init(init_params(n), mesh, ctx)
+        >>> placements(state)  # ZeRO-2: w whole, v and the kept gradient in slices
+        TrainState(params=P(), momentum=P('data',), gradient=P('data',), residual=None, \
+warm_start=None, accumulated=None)
+    """
     return jax.tree.map(lambda array: array.sharding.spec, state)
 
 
@@ -162,7 +177,8 @@ def _init(params: str, momentum: str, gradient: str, extra: Callable | None = No
     return init
 
 
-def _local_gradient(state: TrainState, x, y, ctx: Context):
+def _local_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
+                    ) -> tuple[jax.Array, jax.Array]:
     loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
     g = g / ctx.rows
     if state.accumulated is not None:  # the micro-steps' gradients, summed in the state
@@ -170,7 +186,8 @@ def _local_gradient(state: TrainState, x, y, ctx: Context):
     return loss / ctx.rows, g
 
 
-def accumulate_gradient(state: TrainState, x, y, ctx: Context) -> tuple[TrainState, jax.Array]:
+def accumulate_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
+                        ) -> tuple[TrainState, jax.Array]:
     """A micro-step of gradient accumulation: this device's gradient of its rows added to
     ``state.accumulated``; nothing is sent. The strategy's ``step`` adds the last one, sends
     the sum once and starts the sum again from zero."""
@@ -178,7 +195,7 @@ def accumulate_gradient(state: TrainState, x, y, ctx: Context) -> tuple[TrainSta
     return state._replace(accumulated=state.accumulated + g / ctx.rows), loss / ctx.rows
 
 
-def _update(state: TrainState, g, **extra) -> TrainState:
+def _update(state: TrainState, g: jax.Array, **extra) -> TrainState:
     w, v = momentum_update(state.params, state.momentum, g, TRAIN_LR, BETA)
     return _next(state, params=w, momentum=v, gradient=g, **extra)
 
@@ -194,13 +211,13 @@ def _my_slice(full, ctx: Context):
     return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(ctx.axis) * size, size)
 
 
-def data_parallel(state: TrainState, x, y, ctx: Context):
+def data_parallel(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g_local = _local_gradient(state, x, y, ctx)
     g = jax.lax.psum(g_local, ctx.axis)  # all-reduce: every device the whole sum
     return _update(state, g), StepInfo(loss, g, g_local)
 
 
-def _sliced_update(state: TrainState, x, y, ctx: Context):
+def _sliced_update(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """ZeRO-1 and ZeRO-2: the same bytes as data parallelism, cut in two halves."""
     loss, g_local = _local_gradient(state, x, y, ctx)
     g = jax.lax.psum_scatter(g_local, ctx.axis, tiled=True)  # my slice of the sum
@@ -209,19 +226,19 @@ def _sliced_update(state: TrainState, x, y, ctx: Context):
     return state._replace(params=w, momentum=v), StepInfo(loss, g, g_local)
 
 
-def zero1(state: TrainState, x, y, ctx: Context):
+def zero1(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """Optimizer state in slices; the whole local gradient is kept."""
     state, info = _sliced_update(state, x, y, ctx)
     return _next(state, gradient=info.local), info
 
 
-def zero2(state: TrainState, x, y, ctx: Context):
+def zero2(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """Optimizer state and the kept gradient in slices: only this device's slice of the sum."""
     state, info = _sliced_update(state, x, y, ctx)
     return _next(state, gradient=info.used), info
 
 
-def zero3(state: TrainState, x, y, ctx: Context):
+def zero3(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """Parameters live as slices; gathered for the forward pass; ``jax.grad`` through the
     all-gather gives its transpose, a reduce-scatter: the gradient arrives as a slice."""
 
@@ -260,13 +277,13 @@ def _regathering_loss(ctx: Context, x, y):
     return lambda w_mine: cross_entropy_sum(scores(w_mine), y) / ctx.rows
 
 
-def zero3_regather(state: TrainState, x, y, ctx: Context):
+def zero3_regather(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g = jax.value_and_grad(_regathering_loss(ctx, x, y))(state.params)
     return _update(state, g), StepInfo(loss, g, None)
 
 
-def _compressed(reduce: Callable) -> Callable:
-    def step(state: TrainState, x, y, ctx: Context):
+def _compressed(reduce: Callable[[jax.Array, str, int], jax.Array]) -> Callable[..., Step]:
+    def step(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
         loss, g_local = _local_gradient(state, x, y, ctx)
         g = reduce(g_local, ctx.axis, ctx.p)
         return _update(state, g), StepInfo(loss, g, g_local)
@@ -274,14 +291,14 @@ def _compressed(reduce: Callable) -> Callable:
     return step
 
 
-def topk(state: TrainState, x, y, ctx: Context):
+def topk(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g_local = _local_gradient(state, x, y, ctx)
     _, kept, indices = compression.topk_select(g_local, ctx.k)
     g = compression.sparse_all_gather(kept, indices, ctx.n, ctx.axis)
     return _update(state, g), StepInfo(loss, g, g_local)
 
 
-def topk_ef(state: TrainState, x, y, ctx: Context):
+def topk_ef(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g_local = _local_gradient(state, x, y, ctx)
     acc = g_local + state.residual  # the gradient plus what was not sent before
     sent, kept, indices = compression.topk_select(acc, ctx.k)
@@ -289,7 +306,7 @@ def topk_ef(state: TrainState, x, y, ctx: Context):
     return _update(state, g, residual=acc - sent), StepInfo(loss, g, g_local)
 
 
-def powersgd(state: TrainState, x, y, ctx: Context):
+def powersgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g_local = _local_gradient(state, x, y, ctx)
     acc = g_local + state.residual
     layer = unflatten(acc)
@@ -304,7 +321,7 @@ def powersgd(state: TrainState, x, y, ctx: Context):
     return state, StepInfo(loss, g, g_local)
 
 
-def local_sgd(state: TrainState, x, y, ctx: Context):
+def local_sgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """One local step on this device's rows alone; nothing is sent (the averaging every H steps
     is a program of its own)."""
     loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
