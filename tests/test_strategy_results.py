@@ -4,6 +4,9 @@ sync with the code; their figure is valid.
 Regenerate them as ``course_utils.results.strategies.saved_strategy_results`` says when these fail.
 """
 
+import json
+from importlib.resources import files
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,7 @@ from course_utils.results.strategies import (
     DEVICES,
     PLAN,
     STEPS,
+    StrategyResults,
     find_run,
     loss_at,
     run_label,
@@ -26,34 +30,44 @@ FIRST_STEPS = 16  # a multiple of every H: local SGD's bytes per step come out t
 RERUN = f"""
 from course_utils.results.strategies import PLAN, run_plan
 short = [dict(o, steps={FIRST_STEPS}) for o in PLAN]
-print(json.dumps(run_plan(data_mesh(), short)))
+print(json.dumps(run_plan(data_mesh(), short).to_json()))
 """
 
 
 def test_the_saved_runs_are_the_plan():
-    assert SAVED["devices"] == DEVICES and SAVED["steps"] == STEPS
-    assert [r["label"] for r in SAVED["runs"]] == [run_label(o) for o in PLAN]
-    for run, options in zip(SAVED["runs"], PLAN):
-        assert len(run["loss"]) == options.get("steps", STEPS) == run["steps"]
+    assert SAVED.devices == DEVICES and SAVED.steps == STEPS
+    assert [r.label for r in SAVED.runs] == [run_label(o) for o in PLAN]
+    for run, options in zip(SAVED.runs, PLAN):
+        assert len(run.loss) == options.get("steps", STEPS) == run.steps
+
+
+def test_the_saved_file_reads_back_as_records_and_writes_out_the_same():
+    text = files("course_utils").joinpath("saved", "strategies.json").read_text()
+    raw = json.loads(text)
+    assert SAVED.to_json() == raw  # the file's format is what the records write
+    assert all(r["state_bytes_per_device"] == sum(r["memory"].values()) for r in raw["runs"])
+    run = find_run(SAVED, "topk_ef 0.6%")
+    assert (run.topk_fraction, run.local_steps, run.skewed) == (0.006, None, None)
+    assert find_run(SAVED, "local_sgd H=8 skewed").averaged_loss[0][0] == 8
 
 
 def test_the_saved_runs_start_as_the_code_runs_them_now(run_with_devices):
-    now = run_with_devices(DEVICES, RERUN)
-    for saved, fresh in zip(SAVED["runs"], now["runs"]):
-        np.testing.assert_allclose(saved["loss"][:FIRST_STEPS], fresh["loss"], rtol=1e-4,
-                                   err_msg=saved["label"])
-        assert saved["bytes_per_step"] == pytest.approx(fresh["bytes_per_step"]), saved["label"]
-        assert saved["memory"] == fresh["memory"], saved["label"]
+    now = StrategyResults.from_json(run_with_devices(DEVICES, RERUN))
+    for saved, fresh in zip(SAVED.runs, now.runs):
+        np.testing.assert_allclose(saved.loss[:FIRST_STEPS], fresh.loss, rtol=1e-4,
+                                   err_msg=saved.label)
+        assert saved.bytes_per_step == pytest.approx(fresh.bytes_per_step), saved.label
+        assert saved.memory == fresh.memory, saved.label
 
 
 def test_the_closing_figure_is_valid_and_reads_each_run():
     data = tradeoff_figure_data(SAVED)
     validate_figure_data(data)
     points = {s["label"]: (s["x"][0], s["y"][0]) for s in data["panels"][0]["series"]}
-    assert points["data_parallel"] == (1.0, find_run(SAVED, "data_parallel")["final_loss"])
+    assert points["data_parallel"] == (1.0, find_run(SAVED, "data_parallel").final_loss)
     assert points["bf16"][0] == pytest.approx(0.5)
     h8 = find_run(SAVED, "local_sgd H=8")
-    assert points["local_sgd H=8"][1] == dict(map(tuple, h8["averaged_loss"]))[STEPS]
+    assert points["local_sgd H=8"][1] == dict(h8.averaged_loss)[STEPS]
 
 
 def test_reading_a_run_that_is_not_there_says_which_are():
@@ -62,4 +76,4 @@ def test_reading_a_run_that_is_not_there_says_which_are():
     with pytest.raises(ValueError, match="ran 192 steps, not 10"):
         loss_at(find_run(SAVED, "zero1"), 10)
     run = find_run(SAVED, "zero1")
-    assert sent_bytes(run)[-1] == pytest.approx(STEPS * run["bytes_per_step"])
+    assert sent_bytes(run)[-1] == pytest.approx(STEPS * run.bytes_per_step)

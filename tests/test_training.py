@@ -7,21 +7,27 @@ import pytest
 from course_utils import (
     N_PARAMS,
     STRATEGIES,
+    STRATEGY_STEPS,
     classification_task,
     data_mesh,
     padded_size,
+    shard_shapes,
     topk_select,
     train,
 )
+from course_utils.problems.classification import init_params, loss_sum
+from course_utils.training.batches import micro_batch_rows, split_task
+from course_utils.training.strategies import Context, placements
 
 EVERY_STRATEGY = """
 from course_utils import train, STRATEGIES
 mesh = data_mesh()
 runs = {s: train(mesh, s, steps=6, local_steps=3 if s == "local_sgd" else 1)
         for s in STRATEGIES}
-print(json.dumps({s: {k: r[k] for k in ("loss", "bytes_per_step", "memory", "final_loss")}
-                  | {"params": r["params"].tolist(),
-                     "ops": [(c["op"], c["dtype"]) for c in r["collectives"]]}
+print(json.dumps({s: {"loss": r.loss, "bytes_per_step": r.bytes_per_step,
+                      "memory": r.memory.parts(), "final_loss": r.final_loss,
+                      "params": r.params.tolist(),
+                      "ops": [(c["op"], c["dtype"]) for c in r.collectives]}
                   for s, r in runs.items()}))
 """
 
@@ -125,3 +131,84 @@ def test_skewed_shards_hold_the_same_rows_in_another_order():
     x, y = classification_task(0)
     xs, ys = classification_task(0, skewed=True)
     assert sorted(map(tuple, np.c_[x, y].tolist())) == sorted(map(tuple, np.c_[xs, ys].tolist()))
+
+
+# the options part four needs: minibatches, gradient accumulation as state, a held-out loss
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return data_mesh()
+
+
+def test_zero1_and_zero2_differ_by_the_gradient_their_state_keeps(mesh):
+    n = padded_size(mesh.size)
+    ctx = Context(mesh.axis_names[0], mesh.size, n, 3840, k=1)
+    states = {s: STRATEGY_STEPS[s].init(init_params(n), mesh, ctx) for s in ("zero1", "zero2")}
+    assert shard_shapes(states["zero1"].gradient) == [(n,)] * mesh.size
+    assert shard_shapes(states["zero2"].gradient) == [(n // mesh.size,)] * mesh.size
+    assert placements(states["zero1"]).momentum == placements(states["zero2"]).momentum
+    run = train(mesh, "zero2", steps=1)
+    assert run.memory.total == sum(run.memory.parts().values()) == 4 * n * (1 + 2 / mesh.size)
+
+
+@pytest.mark.parametrize("strategy", ["data_parallel", "zero2", "topk_ef"])
+def test_accumulating_k_micro_batches_of_the_shard_is_one_full_step(mesh, strategy):
+    full = train(mesh, strategy, steps=3)
+    accumulated = train(mesh, strategy, steps=3, accumulate=4)
+    np.testing.assert_allclose(accumulated.loss, full.loss, rtol=1e-5)
+    np.testing.assert_allclose(accumulated.params, full.params, rtol=1e-4, atol=1e-6)
+    assert accumulated.bytes_per_step == full.bytes_per_step  # one communication per 4
+    # the sum lives in the state: one more whole local gradient per device
+    assert accumulated.memory.gradients == full.memory.gradients + 4 * padded_size(mesh.size)
+    assert "accumulated" in accumulated.shards and "accumulated" not in full.shards
+
+
+def test_minibatches_are_drawn_by_the_seed_and_the_whole_shard_is_the_full_batch(mesh):
+    full = train(mesh, "data_parallel", steps=3)
+    shard = len(classification_task()[1]) // mesh.size
+    shuffled = train(mesh, "data_parallel", steps=3, batch_size=shard)  # every row, reordered
+    np.testing.assert_allclose(shuffled.loss, full.loss, rtol=1e-5)
+    small = [train(mesh, "data_parallel", steps=3, batch_size=32, seed=seed) for seed in (0, 0)]
+    assert small[0].loss == small[1].loss
+    assert not np.allclose(small[0].loss, full.loss, rtol=1e-3)
+    other = train(mesh, "data_parallel", steps=3, batch_size=32, accumulate=2)
+    assert other.loss != small[0].loss
+
+
+def test_the_heldout_loss_is_the_loss_of_the_parameters_on_rows_held_out(mesh):
+    run = train(mesh, "data_parallel", steps=4, heldout_every=2)
+    assert [s for s, _ in run.heldout_loss] == [2, 4]
+    _, y, (x_held, y_held) = split_task(0, skewed=False, heldout=True)
+    assert len(y) + len(y_held) == len(classification_task()[1])
+    want = float(loss_sum(run.params, x_held, y_held)) / len(y_held)
+    assert run.heldout_loss[-1][1] == pytest.approx(want, rel=1e-5)
+    assert run.heldout_loss[-1][1] != pytest.approx(run.final_loss, rel=1e-4)
+    assert train(mesh, "data_parallel", steps=1).heldout_loss is None
+
+
+def test_micro_batches_cut_each_shard_and_minibatches_stay_in_it():
+    rng = np.random.default_rng(0)
+    pieces = [micro_batch_rows(12, 2, batch_size=None, accumulate=3, micro=j, rng=rng)
+              for j in range(3)]
+    assert sorted(np.concatenate(pieces).tolist()) == list(range(12))
+    drawn = micro_batch_rows(12, 2, batch_size=4, accumulate=1, micro=0, rng=rng)
+    assert all(r < 6 for r in drawn[:4]) and all(r >= 6 for r in drawn[4:])
+    assert len(set(drawn.tolist())) == 8
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"strategy": "zero3", "accumulate": 2}, "accumulate does not apply to zero3; use one of"),
+        ({"accumulate": 7}, "accumulate=7 does not divide a device's 960 rows"),
+        ({"accumulate": 0}, "accumulate must be a positive integer"),
+        ({"batch_size": 961}, "batch_size=961 is more than a device's 960 rows"),
+        ({"batch_size": 0}, "batch_size must be a positive integer"),
+        ({"heldout_every": 0}, "heldout_every must be a positive integer"),
+    ],
+)
+def test_bad_batch_options_get_a_short_error(mesh, kwargs, message):
+    args = {"strategy": "data_parallel", "steps": 1, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        train(mesh, args.pop("strategy"), **args)

@@ -11,16 +11,17 @@ from course_utils.checks.training import (
     check_local_steps,
     check_memory_prediction,
 )
+from course_utils.training.run import Memory
 
 N, P = 1024, 4
 WHOLE, PIECE = 4 * N, 4 * N // P
 MEASURED = {
-    "data_parallel": {"parameters": WHOLE, "gradients": WHOLE, "optimizer": WHOLE},
-    "zero1": {"parameters": WHOLE, "gradients": WHOLE, "optimizer": PIECE},
-    "zero2": {"parameters": WHOLE, "gradients": PIECE, "optimizer": PIECE},
-    "zero3": {"parameters": PIECE, "gradients": PIECE, "optimizer": PIECE},
+    "data_parallel": Memory(parameters=WHOLE, gradients=WHOLE, optimizer=WHOLE),
+    "zero1": Memory(parameters=WHOLE, gradients=WHOLE, optimizer=PIECE),
+    "zero2": Memory(parameters=WHOLE, gradients=PIECE, optimizer=PIECE),
+    "zero3": Memory(parameters=PIECE, gradients=PIECE, optimizer=PIECE),
 }
-RIGHT = {s: sum(parts.values()) for s, parts in MEASURED.items()}
+RIGHT = {s: sum(memory.parts().values()) for s, memory in MEASURED.items()}
 
 
 def test_memory_right_and_wrong(capsys):

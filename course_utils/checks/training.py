@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from course_utils.checks.helpers import (
@@ -15,6 +17,7 @@ from course_utils.checks.helpers import (
     unit_causes,
 )
 from course_utils.display import error_line
+from course_utils.training.run import Memory
 
 STAGES = ("data_parallel", "zero1", "zero2", "zero3")
 # what each stage keeps in slices of 1/p, in the order parameters, gradient, optimizer state
@@ -22,15 +25,14 @@ _SLICED = {"data_parallel": (), "zero1": ("optimizer",), "zero2": ("gradients", 
            "zero3": ("parameters", "gradients", "optimizer")}
 
 
-def check_memory_prediction(predicted, measured: dict) -> None:
+def check_memory_prediction(predicted, measured: Mapping[str, Memory]) -> None:
     """Exercise 14: ``predicted[stage]``, bytes per device, for every stage of ``STAGES``,
-    against ``measured[stage]``, the ``memory`` dict ``train`` read from the shards."""
+    against ``measured[stage]``, the ``Memory`` record ``train`` read from the shards."""
     exercise = "memory per ZeRO stage"
     given(exercise, "predicted_memory", predicted, "store a dict {stage: bytes}")
     check_keys(exercise, "predicted_memory", predicted, STAGES)
     for stage in STAGES:
-        got, parts = number(predicted[stage]), measured[stage]
-        want = sum(parts.values())
+        got, want = number(predicted[stage]), measured[stage].total
         if got is None:
             fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
         if np.isclose(got, want):
@@ -42,14 +44,14 @@ def check_memory_prediction(predicted, measured: dict) -> None:
                           "the gradient and the momentum (n: the padded vector's length, not "
                           "N_PARAMS)")
         fail(exercise, f"{stage}: {off_by(got, want)}; {' — or '.join(causes)}")
-    passed(exercise, ", ".join(f"{s} {sum(measured[s].values())} B" for s in STAGES))
+    passed(exercise, ", ".join(f"{s} {measured[s].total} B" for s in STAGES))
 
 
-def _slicing_hint(stage: str, got: float, measured: dict) -> str | None:
+def _slicing_hint(stage: str, got: float, measured: Mapping[str, Memory]) -> str | None:
     """If ``got`` is what the three parts add up to with another number of them sliced, which
     parts ``stage`` slices; else ``None``."""
-    whole = max(max(parts.values()) for parts in measured.values())
-    piece = min(min(parts.values()) for parts in measured.values())
+    whole = max(max(m.parts().values()) for m in measured.values())
+    piece = min(min(m.parts().values()) for m in measured.values())
     sliced = _SLICED[stage]
     for count in range(4):
         if count != len(sliced) and np.isclose(got, count * piece + (3 - count) * whole):

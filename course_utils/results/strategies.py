@@ -3,7 +3,8 @@ figures drawn from them.
 
 ``run_plan(mesh)`` trains every run of ``PLAN`` (each strategy for ``STEPS`` steps; local SGD
 for twice as long, with H = 1, 4, 8, 16, on shards of one distribution and on skewed shards) and
-keeps, per run, the loss per step, the bytes per step, the memory per device and the final loss.
+keeps, per run (a ``StrategyRun``), the loss per step, the bytes per step, the memory per device
+and the final loss. JSON appears only at the file's boundary (``to_json``, ``from_json``).
 The saved copy, ``course_utils/saved/strategies.json``, was made on ``DEVICES`` devices;
 ``tests/test_strategy_results.py`` keeps it in sync with the code.
 """
@@ -11,10 +12,13 @@ The saved copy, ``course_utils/saved/strategies.json``, was made on ``DEVICES`` 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.resources import files
 
 from jax.sharding import Mesh
 
+from course_utils.training.run import Memory
 from course_utils.training.train import train
 
 STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
@@ -48,51 +52,132 @@ def run_label(run: dict) -> str:
     return label
 
 
-def run_plan(mesh: Mesh, plan=PLAN, steps: int = STEPS, on_run=None) -> dict:
+@dataclass(frozen=True)
+class StrategyRun:
+    """One saved run of the plan: its options, its curves and its memory per device.
+
+    Attributes:
+        strategy: the strategy trained.
+        label: ``run_label`` of its options.
+        steps: steps trained.
+        loss: the training loss at each step.
+        bytes_per_step: ring payload per device per step.
+        memory: bytes per device of parameters, gradients and optimizer state.
+        final_loss: the final parameters' loss on all the data.
+        averaged_loss: local SGD: ``(step, loss)`` after each averaging; else ``None``.
+        cumulative_error: the relative error of the summed gradient after the last step
+            (``None`` where no local gradient is formed).
+        topk_fraction: the option, where the plan gives it (else ``None``).
+        local_steps: the option, where the plan gives it.
+        skewed: the option, where the plan gives it.
+    """
+
+    strategy: str
+    label: str
+    steps: int
+    loss: tuple[float, ...]
+    bytes_per_step: float
+    memory: Memory
+    final_loss: float
+    averaged_loss: tuple[tuple[int, float], ...] | None
+    cumulative_error: float | None
+    topk_fraction: float | None = None
+    local_steps: int | None = None
+    skewed: bool | None = None
+
+    @classmethod
+    def from_json(cls, entry: dict) -> StrategyRun:
+        """The run of one entry of ``strategies.json``'s ``runs``."""
+        averaged = entry["averaged_loss"]
+        return cls(entry["strategy"], entry["label"], entry["steps"], tuple(entry["loss"]),
+                   entry["bytes_per_step"], Memory(**entry["memory"]), entry["final_loss"],
+                   None if averaged is None else tuple((int(s), loss) for s, loss in averaged),
+                   entry["cumulative_error"],
+                   **{k: entry[k] for k in _OPTIONS if k in entry})
+
+    def to_json(self) -> dict:
+        """The entry of ``strategies.json``'s ``runs`` (options only where given)."""
+        return {"strategy": self.strategy,
+                **{k: getattr(self, k) for k in _OPTIONS if getattr(self, k) is not None},
+                "label": self.label, "steps": self.steps, "loss": list(self.loss),
+                "bytes_per_step": self.bytes_per_step, "memory": self.memory.parts(),
+                "state_bytes_per_device": self.memory.total, "final_loss": self.final_loss,
+                "averaged_loss": None if self.averaged_loss is None
+                else [list(a) for a in self.averaged_loss],
+                "cumulative_error": self.cumulative_error}
+
+
+_OPTIONS = ("topk_fraction", "local_steps", "skewed")
+
+
+@dataclass(frozen=True)
+class StrategyResults:
+    """Every run of a plan, trained on ``devices`` devices for ``steps`` steps (local SGD:
+    twice as many)."""
+
+    devices: int
+    steps: int
+    runs: tuple[StrategyRun, ...]
+
+    @classmethod
+    def from_json(cls, data: dict) -> StrategyResults:
+        """The results from the contents of ``strategies.json``."""
+        return cls(data["devices"], data["steps"],
+                   tuple(StrategyRun.from_json(r) for r in data["runs"]))
+
+    def to_json(self) -> dict:
+        """The contents of ``strategies.json``."""
+        return {"devices": self.devices, "steps": self.steps,
+                "runs": [r.to_json() for r in self.runs]}
+
+
+def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = STEPS,
+             on_run: Callable[[str], None] | None = None) -> StrategyResults:
     """Train every run of ``plan`` on ``mesh``; ``on_run(label)`` is called before each."""
     runs = []
     for options in plan:
         if on_run is not None:
             on_run(run_label(options))
         kwargs = {"steps": steps, **options}
-        result = train(mesh, kwargs.pop("strategy"), **kwargs)
-        runs.append({**options, "label": run_label(options), "steps": kwargs["steps"],
-                     **{k: result[k] for k in ("loss", "bytes_per_step", "memory",
-                                               "state_bytes_per_device", "final_loss",
-                                               "averaged_loss")},
-                     "cumulative_error": (result["cumulative_error"] or [None])[-1]})
-    return {"devices": mesh.size, "steps": steps, "runs": runs}
+        run = train(mesh, kwargs.pop("strategy"), **kwargs)
+        runs.append(StrategyRun(
+            run.strategy, run_label(options), kwargs["steps"], run.loss, run.bytes_per_step,
+            run.memory, run.final_loss, run.averaged_loss,
+            (run.cumulative_error or [None])[-1],
+            **{k: options[k] for k in _OPTIONS if k in options}))
+    return StrategyResults(mesh.size, steps, tuple(runs))
 
 
-def saved_strategy_results() -> dict:
+def saved_strategy_results() -> StrategyResults:
     """The saved run (``course_utils/saved/strategies.json``). Regenerate:
     ``course bench --strategies --out build/bench && cp build/bench/strategies.json
     course_utils/saved/strategies.json``."""
-    return json.loads(files("course_utils").joinpath("saved", "strategies.json").read_text())
+    text = files("course_utils").joinpath("saved", "strategies.json").read_text()
+    return StrategyResults.from_json(json.loads(text))
 
 
-def find_run(results: dict, label: str) -> dict:
+def find_run(results: StrategyResults, label: str) -> StrategyRun:
     """The run called ``label`` (see ``run_label``) in ``results``."""
-    for run in results["runs"]:
-        if run["label"] == label:
+    for run in results.runs:
+        if run.label == label:
             return run
-    names = ", ".join(r["label"] for r in results["runs"])
+    names = ", ".join(r.label for r in results.runs)
     raise KeyError(f"no run {label!r}; the runs are: {names}")
 
 
-def sent_bytes(run: dict) -> list[float]:
+def sent_bytes(run: StrategyRun) -> list[float]:
     """Bytes each device has sent by the end of each step of ``run`` (steps × bytes per step)."""
-    return [run["bytes_per_step"] * (t + 1) for t in range(len(run["loss"]))]
+    return [run.bytes_per_step * (t + 1) for t in range(len(run.loss))]
 
 
-def loss_at(run: dict, step: int) -> float:
+def loss_at(run: StrategyRun, step: int) -> float:
     """The loss of ``run``'s model on all the data after ``step`` steps: the final loss of a run
     of ``step`` steps, the averaged parameters' loss for local SGD."""
-    if run["averaged_loss"]:
-        return dict(map(tuple, run["averaged_loss"]))[step]
-    if run["steps"] != step:
-        raise ValueError(f"{run['label']} ran {run['steps']} steps, not {step}")
-    return run["final_loss"]
+    if run.averaged_loss:
+        return dict(run.averaged_loss)[step]
+    if run.steps != step:
+        raise ValueError(f"{run.label} ran {run.steps} steps, not {step}")
+    return run.final_loss
 
 
 # one point per scheme in the closing figure (ZeRO-1/2/3 sit on data parallelism's point)
@@ -101,21 +186,21 @@ TRADEOFF_RUNS = ("data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.
 MEMORY_RUNS = ("data_parallel", "zero1", "zero2", "zero3", "topk_ef", "powersgd")
 
 
-def tradeoff_figure_data(results: dict) -> dict:
+def tradeoff_figure_data(results: StrategyResults) -> dict:
     """Every scheme on one picture: the loss after ``results['steps']`` steps against the bytes
     per step (a fraction of data parallelism's, one point per run), and the memory per device."""
-    steps, base = results["steps"], find_run(results, "data_parallel")["bytes_per_step"]
+    steps, base = results.steps, find_run(results, "data_parallel").bytes_per_step
     runs = [find_run(results, label) for label in TRADEOFF_RUNS]
-    fractions = [r["bytes_per_step"] / base for r in runs]
+    fractions = [r.bytes_per_step / base for r in runs]
     memory = [find_run(results, label) for label in MEMORY_RUNS]
     return {"panels": [
         {"kind": "line", "x": sorted(set(fractions)), "xscale": "log",
-         "series": [{"label": r["label"], "x": [f], "y": [loss_at(r, steps)]}
+         "series": [{"label": r.label, "x": [f], "y": [loss_at(r, steps)]}
                     for r, f in zip(runs, fractions)],
-         "title": f"loss after {steps} steps ({results['devices']} devices)",
+         "title": f"loss after {steps} steps ({results.devices} devices)",
          "xlabel": "bytes per step / data parallelism's", "ylabel": "training loss"},
-        {"kind": "bar", "labels": [r["label"] for r in memory],
+        {"kind": "bar", "labels": [r.label for r in memory],
          "series": [{"label": "parameters + gradient + optimizer state",
-                     "y": [round(r["state_bytes_per_device"] / 1024, 1) for r in memory]}],
-         "title": f"memory per device ({results['devices']} devices)", "ylabel": "KiB"},
+                     "y": [round(r.memory.total / 1024, 1) for r in memory]}],
+         "title": f"memory per device ({results.devices} devices)", "ylabel": "KiB"},
     ]}

@@ -1,1 +1,2 @@
-"""Part three's training: one step per strategy (``strategies``) and ``train``, one run."""
+"""Part three's training: every strategy as ``init`` and ``step`` (``strategies``), the rows each
+step sees (``batches``), ``train``, one run (``train``), and the records it returns (``run``)."""

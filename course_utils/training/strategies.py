@@ -1,14 +1,17 @@
-"""One training step per strategy of part three, as seen by one device inside ``shard_map``.
+"""Every strategy of part three as a pair of pure functions, ``init`` and ``step``.
 
-Every strategy takes the same data-parallel step — each device computes the gradient of its own
-rows (``loss_sum`` / all rows, so the sum over devices is the global mean's gradient), then a
-heavy-ball momentum update — and differs only in what it sends and what it stores:
+A strategy is shaped like ``optax.GradientTransformation``: ``init(params, mesh, ctx)`` places
+the initial ``TrainState`` on the mesh, and ``step(state, x, y, ctx)``, one device's view inside
+``shard_map``, returns the next state and a ``StepInfo``. Every strategy takes the same
+data-parallel step — each device computes the gradient of its own rows (``loss_sum`` / the
+step's rows, so the sum over devices is the global mean's gradient), then a heavy-ball momentum
+update — and differs only in what it sends and what its state holds:
 
 ==================  ==================================================  ==========================
-strategy            communication per step                              held per device
+strategy            communication per step                              the state per device
 ==================  ==================================================  ==========================
 data_parallel       all-reduce of the gradient                          w, g, v whole
-zero1               reduce-scatter g, update own slice, all-gather w    w, g whole; v a slice
+zero1               reduce-scatter g, update own slice, all-gather w    w, own g whole; v a slice
 zero2               the same                                            w whole; g, v slices
 zero3               all-gather w before use; grad's transpose is a      w, g, v slices
                     reduce-scatter
@@ -21,19 +24,26 @@ powersgd            rank-r all-reduces of each matrix, with residual    w, g, v,
 local_sgd           nothing; every H steps parameters averaged (pmean)  w, g, v whole (its own)
 ==================  ==================================================  ==========================
 
-A state entry has a *form*: ``replicated`` (every device the same array, ``P()``), ``sliced``
-(device i holds slice i, ``P(axis)``) or ``own`` (every device its own whole copy, stacked
-along ``P(axis)``).
+ZeRO-1 and ZeRO-2 send the same bytes; they differ by the gradient each keeps between steps
+(``TrainState.gradient``): ZeRO-1 the whole local gradient, ZeRO-2 only its slice of the sum.
+
+Placements are the arrays' own: each field of the state is placed with a ``PartitionSpec`` over
+the mesh's named axis — ``P()`` replicated, ``P(axis)`` sliced (device i holds slice i), or
+``P(axis)`` over p stacked copies ("own": every device its own whole copy) — so memory per
+device is the sum over the state's shards, and a two-axis mesh (hosts × devices, HSDP: sliced
+over ``devices``, replicated over ``hosts``) is a matter of other specs, not another state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from course_utils.collectives import compression
 from course_utils.collectives.kernels import momentum_update
@@ -56,46 +66,144 @@ POWERSGD_RANK = 1
 
 @dataclass(frozen=True)
 class Context:
-    """What a step body needs to know besides its arrays."""
+    """What a step needs to know besides its arrays.
+
+    Attributes:
+        axis: the mesh axis the data are split over.
+        p: devices along it.
+        n: length of the flat parameter vector.
+        rows: rows of one optimizer step's global batch (the whole data set by default).
+        k: entries top-k sends per device.
+    """
 
     axis: str
     p: int
-    n: int  # length of the flat parameter vector
-    rows: int  # rows of the whole data set
-    k: int  # entries top-k sends per device
+    n: int
+    rows: int
+    k: int
 
 
-@dataclass(frozen=True)
-class Strategy:
-    """A step body and the forms of its state.
+class TrainState(NamedTuple):
+    """What a strategy keeps between steps; absent parts are ``None``.
 
     Attributes:
-        body: ``body(state, x, y, ctx) -> (state, loss, g_used, g_local)``; ``g_used`` is the
-            gradient the update used, ``g_local`` this device's own gradient before any
-            communication (``None`` where ``forms_local`` is false).
-        forms: form of each state entry: ``replicated``, ``sliced`` or ``own``.
-        used_form: the form of ``g_used``.
-        holds_local: the gradient a device holds is ``g_local`` (whole) rather than ``g_used``.
-        forms_local: the body forms ``g_local`` (ZeRO-3's gradient arrives already reduced).
-        extra_state: ``(p, n) -> {name: (global array, form)}`` beyond ``w`` and ``v``.
+        params: the flat parameters w (``parameters`` in the memory count).
+        momentum: the heavy-ball velocity v (``optimizer``).
+        gradient: the gradient kept from the last step (``gradients``).
+        residual: error feedback: what was not sent yet (``optimizer``).
+        warm_start: PowerSGD's right factors, one per weight matrix (``optimizer``).
+        accumulated: the local gradient summed over this step's micro-steps so far
+            (``gradients``; only with gradient accumulation).
     """
 
-    body: Callable
-    forms: dict
-    used_form: str = "replicated"
-    holds_local: bool = False
-    forms_local: bool = True
-    extra_state: Callable = field(default=lambda p, n: {})
+    params: jax.Array
+    momentum: jax.Array
+    gradient: jax.Array
+    residual: jax.Array | None = None
+    warm_start: tuple[jax.Array, ...] | None = None
+    accumulated: jax.Array | None = None
 
 
-def _local_gradient(w, x, y, ctx: Context):
-    loss, g = jax.value_and_grad(loss_sum)(w, x, y)
-    return loss / ctx.rows, g / ctx.rows
+# which part of the memory per device each field of the state counts as
+MEMORY_PART = {"params": "parameters", "momentum": "optimizer", "gradient": "gradients",
+               "residual": "optimizer", "warm_start": "optimizer", "accumulated": "gradients"}
 
 
-def _update(state: dict, g, **extra) -> dict:
-    w, v = momentum_update(state["w"], state["v"], g, TRAIN_LR, BETA)
-    return {**state, "w": w, "v": v, **extra}
+class StepInfo(NamedTuple):
+    """What one step reports besides its state (one device's view).
+
+    Attributes:
+        loss: this device's share of the mean loss, before the update.
+        used: the gradient the update used (this device's copy, or its slice).
+        local: this device's own gradient before any communication; ``None`` where none is
+            formed (ZeRO-3's arrives reduced; local SGD's is never combined).
+    """
+
+    loss: jax.Array
+    used: jax.Array
+    local: jax.Array | None
+
+
+Step = tuple[TrainState, StepInfo]  # what a strategy's step returns
+
+
+class Strategy(NamedTuple):
+    """A training strategy: two pure functions, as ``optax.GradientTransformation``.
+
+    Attributes:
+        init: ``init(params, mesh, ctx) -> TrainState``: the state, placed, from the flat
+            initial parameters (NumPy, length n).
+        step: ``step(state, x, y, ctx) -> (TrainState, StepInfo)``: one device's step inside
+            ``shard_map``, on its rows ``x``, ``y``.
+    """
+
+    init: Callable[[np.ndarray, Mesh, Context], TrainState]
+    step: Callable[[TrainState, jax.Array, jax.Array, Context], Step]
+
+
+def placements(state: TrainState) -> TrainState:
+    """The ``PartitionSpec`` of every array of ``state``, read from the arrays themselves.
+
+    Examples:
+        >>> from course_utils.devices.setup import data_mesh
+        >>> from course_utils.problems.classification import init_params, padded_size
+        >>> mesh = data_mesh()
+        >>> n = padded_size(mesh.size)
+        >>> ctx = Context("data", mesh.size, n, rows=3840, k=1)
+        >>> state = STRATEGY_STEPS["zero2"].init(init_params(n), mesh, ctx)
+        >>> placements(state)  # ZeRO-2: w whole, v and the kept gradient in slices
+        TrainState(params=P(), momentum=P('data',), gradient=P('data',), residual=None, \
+warm_start=None, accumulated=None)
+    """
+    return jax.tree.map(lambda array: array.sharding.spec, state)
+
+
+def place(mesh: Mesh, ctx: Context, value: np.ndarray, form: str) -> jax.Array:
+    """``value`` on ``mesh`` as ``form``: ``replicated``, ``sliced`` or ``own`` (p copies)."""
+    if form == "own":
+        value = np.tile(value, ctx.p)
+    return jax.device_put(value, NamedSharding(mesh, P() if form == "replicated" else P(ctx.axis)))
+
+
+def _init(params: str, momentum: str, gradient: str, extra: Callable | None = None) -> Callable:
+    """An ``init`` placing w, v and the kept gradient (zeros) as the forms given."""
+
+    def init(w0: np.ndarray, mesh: Mesh, ctx: Context) -> TrainState:
+        state = TrainState(place(mesh, ctx, w0, params),
+                           place(mesh, ctx, np.zeros_like(w0), momentum),
+                           place(mesh, ctx, np.zeros_like(w0), gradient))
+        return state if extra is None else state._replace(**extra(w0, mesh, ctx))
+
+    return init
+
+
+def _local_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
+                    ) -> tuple[jax.Array, jax.Array]:
+    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
+    g = g / ctx.rows
+    if state.accumulated is not None:  # the micro-steps' gradients, summed in the state
+        g = g + state.accumulated
+    return loss / ctx.rows, g
+
+
+def accumulate_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
+                        ) -> tuple[TrainState, jax.Array]:
+    """A micro-step of gradient accumulation: this device's gradient of its rows added to
+    ``state.accumulated``; nothing is sent. The strategy's ``step`` adds the last one, sends
+    the sum once and starts the sum again from zero."""
+    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
+    return state._replace(accumulated=state.accumulated + g / ctx.rows), loss / ctx.rows
+
+
+def _update(state: TrainState, g: jax.Array, **extra) -> TrainState:
+    w, v = momentum_update(state.params, state.momentum, g, TRAIN_LR, BETA)
+    return _next(state, params=w, momentum=v, gradient=g, **extra)
+
+
+def _next(state: TrainState, **parts) -> TrainState:
+    if state.accumulated is not None:
+        parts["accumulated"] = jnp.zeros_like(state.accumulated)
+    return state._replace(**parts)
 
 
 def _my_slice(full, ctx: Context):
@@ -103,30 +211,42 @@ def _my_slice(full, ctx: Context):
     return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(ctx.axis) * size, size)
 
 
-def data_parallel(state, x, y, ctx):
-    loss, g_local = _local_gradient(state["w"], x, y, ctx)
+def data_parallel(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+    loss, g_local = _local_gradient(state, x, y, ctx)
     g = jax.lax.psum(g_local, ctx.axis)  # all-reduce: every device the whole sum
-    return _update(state, g), loss, g, g_local
+    return _update(state, g), StepInfo(loss, g, g_local)
 
 
-def sliced_update(state, x, y, ctx):
+def _sliced_update(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """ZeRO-1 and ZeRO-2: the same bytes as data parallelism, cut in two halves."""
-    loss, g_local = _local_gradient(state["w"], x, y, ctx)
+    loss, g_local = _local_gradient(state, x, y, ctx)
     g = jax.lax.psum_scatter(g_local, ctx.axis, tiled=True)  # my slice of the sum
-    w, v = momentum_update(_my_slice(state["w"], ctx), state["v"], g, TRAIN_LR, BETA)
+    w, v = momentum_update(_my_slice(state.params, ctx), state.momentum, g, TRAIN_LR, BETA)
     w = jax.lax.all_gather(w, ctx.axis, tiled=True)  # every device the whole new w
-    return {**state, "w": w, "v": v}, loss, g, g_local
+    return state._replace(params=w, momentum=v), StepInfo(loss, g, g_local)
 
 
-def zero3(state, x, y, ctx):
+def zero1(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+    """Optimizer state in slices; the whole local gradient is kept."""
+    state, info = _sliced_update(state, x, y, ctx)
+    return _next(state, gradient=info.local), info
+
+
+def zero2(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+    """Optimizer state and the kept gradient in slices: only this device's slice of the sum."""
+    state, info = _sliced_update(state, x, y, ctx)
+    return _next(state, gradient=info.used), info
+
+
+def zero3(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """Parameters live as slices; gathered for the forward pass; ``jax.grad`` through the
     all-gather gives its transpose, a reduce-scatter: the gradient arrives as a slice."""
 
     def loss_of_slice(w_mine):
         return loss_sum(jax.lax.all_gather(w_mine, ctx.axis, tiled=True), x, y) / ctx.rows
 
-    loss, g = jax.value_and_grad(loss_of_slice)(state["w"])
-    return _update(state, g), loss, g, None
+    loss, g = jax.value_and_grad(loss_of_slice)(state.params)
+    return _update(state, g), StepInfo(loss, g, None)
 
 
 def _regathering_loss(ctx: Context, x, y):
@@ -157,84 +277,87 @@ def _regathering_loss(ctx: Context, x, y):
     return lambda w_mine: cross_entropy_sum(scores(w_mine), y) / ctx.rows
 
 
-def zero3_regather(state, x, y, ctx):
-    loss, g = jax.value_and_grad(_regathering_loss(ctx, x, y))(state["w"])
-    return _update(state, g), loss, g, None
+def zero3_regather(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+    loss, g = jax.value_and_grad(_regathering_loss(ctx, x, y))(state.params)
+    return _update(state, g), StepInfo(loss, g, None)
 
 
-def _compressed(reduce: Callable) -> Callable:
-    def body(state, x, y, ctx):
-        loss, g_local = _local_gradient(state["w"], x, y, ctx)
+def _compressed(reduce: Callable[[jax.Array, str, int], jax.Array]) -> Callable[..., Step]:
+    def step(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+        loss, g_local = _local_gradient(state, x, y, ctx)
         g = reduce(g_local, ctx.axis, ctx.p)
-        return _update(state, g), loss, g, g_local
+        return _update(state, g), StepInfo(loss, g, g_local)
 
-    return body
+    return step
 
 
-def topk(state, x, y, ctx):
-    loss, g_local = _local_gradient(state["w"], x, y, ctx)
+def topk(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+    loss, g_local = _local_gradient(state, x, y, ctx)
     _, kept, indices = compression.topk_select(g_local, ctx.k)
     g = compression.sparse_all_gather(kept, indices, ctx.n, ctx.axis)
-    return _update(state, g), loss, g, g_local
+    return _update(state, g), StepInfo(loss, g, g_local)
 
 
-def topk_ef(state, x, y, ctx):
-    loss, g_local = _local_gradient(state["w"], x, y, ctx)
-    acc = g_local + state["residual"]  # the gradient plus what was not sent before
+def topk_ef(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+    loss, g_local = _local_gradient(state, x, y, ctx)
+    acc = g_local + state.residual  # the gradient plus what was not sent before
     sent, kept, indices = compression.topk_select(acc, ctx.k)
     g = compression.sparse_all_gather(kept, indices, ctx.n, ctx.axis)
-    return _update(state, g, residual=acc - sent), loss, g, g_local
+    return _update(state, g, residual=acc - sent), StepInfo(loss, g, g_local)
 
 
-def powersgd(state, x, y, ctx):
-    loss, g_local = _local_gradient(state["w"], x, y, ctx)
-    acc = g_local + state["residual"]
+def powersgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
+    loss, g_local = _local_gradient(state, x, y, ctx)
+    acc = g_local + state.residual
     layer = unflatten(acc)
-    w1, q1 = compression.powersgd_round(layer["w1"], state["q1"], ctx.axis)
-    w2, q2 = compression.powersgd_round(layer["w2"], state["q2"], ctx.axis)
+    w1, q1 = compression.powersgd_round(layer["w1"], state.warm_start[0], ctx.axis)
+    w2, q2 = compression.powersgd_round(layer["w2"], state.warm_start[1], ctx.axis)
     biases = jax.lax.psum(jnp.concatenate([layer["b1"], layer["b2"]]), ctx.axis)
     padding = jnp.zeros(ctx.n - N_PARAMS, acc.dtype)
     g = jnp.concatenate([w1.ravel(), biases[:HIDDEN], w2.ravel(), biases[HIDDEN:], padding])
     mine = jnp.concatenate(  # this device's share of what was sent
         [w1.ravel() / ctx.p, layer["b1"], w2.ravel() / ctx.p, layer["b2"], padding])
-    return _update(state, g, residual=acc - mine, q1=q1, q2=q2), loss, g, g_local
+    state = _update(state, g, residual=acc - mine, warm_start=(q1, q2))
+    return state, StepInfo(loss, g, g_local)
 
 
-def local_sgd(state, x, y, ctx):
+def local_sgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """One local step on this device's rows alone; nothing is sent (the averaging every H steps
     is a program of its own)."""
-    loss, g = jax.value_and_grad(loss_sum)(state["w"], x, y)
+    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
     g = g / (ctx.rows // ctx.p)  # the mean over this device's rows
-    return _update(state, g), loss / ctx.rows, g, g
+    return _update(state, g), StepInfo(loss / ctx.rows, g, None)
 
 
-def _residual(p: int, n: int) -> dict:
-    return {"residual": (np.zeros(p * n, np.float32), "own")}
+def _residual(w0: np.ndarray, mesh: Mesh, ctx: Context) -> dict:
+    return {"residual": place(mesh, ctx, np.zeros_like(w0), "own")}
 
 
-def _powersgd_state(p: int, n: int) -> dict:
+def _powersgd_state(w0: np.ndarray, mesh: Mesh, ctx: Context) -> dict:
     rng = np.random.default_rng(0)
-    cols = {name: shape[1] for name, shape in LAYERS if len(shape) == 2}
-    start = {f"q{i}": (rng.normal(size=(cols[f"w{i}"], POWERSGD_RANK)).astype(np.float32),
-                       "replicated") for i in (1, 2)}
-    return {**_residual(p, n), **start}
+    cols = [shape[1] for _, shape in LAYERS if len(shape) == 2]
+    start = tuple(place(mesh, ctx, rng.normal(size=(c, POWERSGD_RANK)).astype(np.float32),
+                        "replicated") for c in cols)
+    return {**_residual(w0, mesh, ctx), "warm_start": start}
 
 
-_WHOLE = {"w": "replicated", "v": "replicated"}
+_WHOLE = _init("replicated", "replicated", "replicated")
+_SLICES = _init("sliced", "sliced", "sliced")
 
 STRATEGY_STEPS: dict[str, Strategy] = {
-    "data_parallel": Strategy(data_parallel, _WHOLE),
-    "zero1": Strategy(sliced_update, {"w": "replicated", "v": "sliced"}, "sliced",
-                      holds_local=True),
-    "zero2": Strategy(sliced_update, {"w": "replicated", "v": "sliced"}, "sliced"),
-    "zero3": Strategy(zero3, {"w": "sliced", "v": "sliced"}, "sliced", forms_local=False),
-    "zero3_regather": Strategy(zero3_regather, {"w": "sliced", "v": "sliced"}, "sliced",
-                               forms_local=False),
-    "bf16": Strategy(_compressed(compression.bf16_all_reduce), _WHOLE),
-    "int8": Strategy(_compressed(compression.int8_all_reduce), _WHOLE),
-    "topk": Strategy(topk, _WHOLE),
-    "topk_ef": Strategy(topk_ef, _WHOLE, extra_state=_residual),
-    "powersgd": Strategy(powersgd, _WHOLE, extra_state=_powersgd_state),
-    "local_sgd": Strategy(local_sgd, {"w": "own", "v": "own"}, "own"),
+    "data_parallel": Strategy(_WHOLE, data_parallel),
+    "zero1": Strategy(_init("replicated", "sliced", "own"), zero1),
+    "zero2": Strategy(_init("replicated", "sliced", "sliced"), zero2),
+    "zero3": Strategy(_SLICES, zero3),
+    "zero3_regather": Strategy(_SLICES, zero3_regather),
+    "bf16": Strategy(_WHOLE, _compressed(compression.bf16_all_reduce)),
+    "int8": Strategy(_WHOLE, _compressed(compression.int8_all_reduce)),
+    "topk": Strategy(_WHOLE, topk),
+    "topk_ef": Strategy(_init("replicated", "replicated", "replicated", _residual), topk_ef),
+    "powersgd": Strategy(_init("replicated", "replicated", "replicated", _powersgd_state),
+                         powersgd),
+    "local_sgd": Strategy(_init("own", "own", "own"), local_sgd),
 }
 STRATEGIES = tuple(STRATEGY_STEPS)
+# the strategies whose step starts from a whole local gradient, which accumulation sums
+ACCUMULATING = tuple(s for s in STRATEGIES if s not in ("zero3", "zero3_regather", "local_sgd"))

@@ -1,9 +1,10 @@
 """``train``: one small data-parallel training run under any strategy of part three.
 
 Every strategy runs the same task (``course_utils.problems.classification``) from the same initial
-parameters and data; ``train`` compiles the strategy's step once, reads the collectives of the
-compiled program (``bytes_per_step``, the ring payload per device, ``ir.ring_payload``), runs
-``steps`` steps and reads what each device holds from the shards of the arrays themselves.
+parameters and data; ``train`` places the strategy's state (``strategy.init``), compiles its step
+once, reads the collectives of the compiled program (``bytes_per_step``, the ring payload per
+device, ``ir.ring_payload``), runs ``steps`` steps and reads what each device holds from the
+shards of the state's arrays themselves.
 """
 
 from __future__ import annotations
@@ -16,30 +17,21 @@ from jax.sharding import PartitionSpec as P
 from course_utils.devices.setup import axis_of
 from course_utils.observe.ir import hlo_collectives, ring_payload
 from course_utils.observe.placement import shard_shapes, values_per_device
-from course_utils.problems.classification import (
-    classification_task,
-    init_params,
-    loss_sum,
-    padded_size,
+from course_utils.problems.classification import init_params, loss_sum, padded_size
+from course_utils.training.batches import micro_batch_rows, split_task
+from course_utils.training.run import Memory, TrainingRun
+from course_utils.training.strategies import (
+    ACCUMULATING,
+    MEMORY_PART,
+    STRATEGIES,
+    STRATEGY_STEPS,
+    Context,
+    TrainState,
+    accumulate_gradient,
+    place,
+    placements,
 )
-from course_utils.training.strategies import STRATEGIES, STRATEGY_STEPS, Context, Strategy
 from course_utils.validate import positive_int
-
-# what each state entry counts as in the memory per device
-_KIND = {"w": "parameters", "v": "optimizer"}
-
-
-def _spec(form: str, axis: str) -> P:
-    return P() if form == "replicated" else P(axis)
-
-
-def _initial_state(strategy: Strategy, p: int, n: int, seed: int) -> dict:
-    w0 = init_params(n, seed)
-    state = {}
-    for name, value in (("w", w0), ("v", np.zeros_like(w0))):
-        form = strategy.forms[name]
-        state[name] = (np.tile(value, p) if form == "own" else value, form)  # own: p copies
-    return {**state, **strategy.extra_state(p, n)}
 
 
 def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> None:
@@ -59,103 +51,179 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
         raise ValueError(f"skewed must be True or False, got {skewed!r}")
 
 
+def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> None:
+    positive_int("accumulate", accumulate_k)
+    if accumulate_k != 1 and strategy not in ACCUMULATING:
+        raise ValueError(f"accumulate does not apply to {strategy}; use one of "
+                         f"{', '.join(ACCUMULATING)}")
+    if batch_size is None and shard % accumulate_k:
+        raise ValueError(f"accumulate={accumulate_k} does not divide a device's {shard} rows; "
+                         "pick a divisor or give batch_size")
+    if batch_size is not None and positive_int("batch_size", batch_size) > shard:
+        raise ValueError(f"batch_size={batch_size} is more than a device's {shard} rows")
+    if heldout_every is not None:
+        positive_int("heldout_every", heldout_every)
+
+
 def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: int = 1,
-          topk_fraction: float = 0.01, skewed: bool = False) -> dict:
+          topk_fraction: float = 0.01, skewed: bool = False, batch_size: int | None = None,
+          accumulate: int = 1, heldout_every: int | None = None) -> TrainingRun:
     """Train the task's MLP for ``steps`` steps with ``strategy`` on ``mesh``.
 
     Args:
         mesh: a one-axis mesh (``data_mesh()``); its size p divides the data's rows.
         strategy: one of ``STRATEGIES``.
         steps: optimizer steps.
-        seed: seed of the data and the initial parameters.
+        seed: seed of the data, the initial parameters and the minibatches.
         local_steps: H, for ``local_sgd``: parameters are averaged after every H-th step.
         topk_fraction: for ``topk`` and ``topk_ef``: each device sends this fraction of entries.
         skewed: shards ordered by label (each device sees mostly a few classes).
+        batch_size: rows each device draws from its shard per (micro-)step, without
+            replacement, by a generator seeded with ``seed``; ``None``: the whole shard every
+            step (full-batch descent).
+        accumulate: k micro-steps per optimizer step: the local gradients are summed in the
+            state (``TrainState.accumulated``) and sent once per k; without ``batch_size`` the
+            shard is cut into k micro-batches, so one step sees the whole shard.
+        heldout_every: if given, ``HELDOUT_ROWS`` rows are held out of training and the loss on
+            them is recorded after every ``heldout_every``-th step.
 
     Returns:
-        A dict with ``loss`` (the mean training loss at each step, before its update; for
-        local SGD, the mean over devices of each device's own model on its own rows),
-        ``bytes_per_step`` (ring payload per device, from the compiled programs; for local SGD
-        the averaging program's payload times the number of averagings, divided by ``steps``),
-        ``state_bytes_per_device`` (the sum of ``memory``), ``memory`` (bytes of ``parameters``,
-        ``gradients`` and ``optimizer`` state on one device, read from the shards; error-feedback
-        residuals and PowerSGD's warm start count as optimizer state), ``gradient_error`` (per
-        step, ‖g_used − g_exact‖ / ‖g_exact‖, or ``None`` where no local gradient is formed),
-        ``cumulative_error`` (the same for the sums of both over the steps so far: error
-        feedback keeps it small), ``final_loss`` (the mean loss of the final parameters on all
-        the data), ``averaged_loss`` (local SGD: ``(step, loss)`` of the averaged parameters on
-        all the data after each averaging; else ``None``),
-        ``collectives`` (the step program's compiled collectives) and ``params`` (the final flat
-        parameters, device 0's copy), ``shards`` (the shard shape on each device of every state
-        entry and of the held gradient ``g``).
+        A ``TrainingRun``.
+
+    Examples:
+        >>> from course_utils.devices.setup import data_mesh
+        >>> run = train(data_mesh(), "zero2", steps=2)
+        >>> len(run.loss), run.memory.total == sum(run.memory.parts().values())
+        (2, True)
     """
     _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed)
     axis, p = axis_of(mesh), mesh.size
     n, spec = padded_size(p), STRATEGY_STEPS[strategy]
-    x, y = classification_task(seed, skewed=skewed)
+    x, y, held = split_task(seed, skewed=skewed, heldout=heldout_every is not None)
     if len(y) % p:
         raise ValueError(f"{len(y)} rows do not split evenly across {p} devices")
-    ctx = Context(axis, p, n, len(y), k=max(1, round(topk_fraction * n)))
+    _check_batches(strategy, len(y) // p, batch_size, accumulate, heldout_every)
+    micro_rows = p * (batch_size or len(y) // p // accumulate)
+    ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)))
 
-    initial = _initial_state(spec, p, n, seed)
-    specs = {name: _spec(form, axis) for name, (_, form) in initial.items()}
-    state = {name: jax.device_put(value, NamedSharding(mesh, specs[name]))
-             for name, (value, _) in initial.items()}
-    data = (jax.device_put(x, NamedSharding(mesh, P(axis, None))),
-            jax.device_put(y, NamedSharding(mesh, P(axis))))
-
-    local_out = (P(axis),) if spec.forms_local else ()
+    state = spec.init(init_params(n, seed), mesh, ctx)
+    if accumulate > 1:
+        state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
+    specs, rows = placements(state), (P(axis, None), P(axis))
+    batches = _Batches(mesh, rows, x, y, batch_size=batch_size, accumulate=accumulate, seed=seed)
 
     def body(state, x, y):
-        new_state, loss, g_used, g_local = spec.body(state, x, y, ctx)
-        return (new_state, loss[None], g_used, *((g_local,) if local_out else ()))
+        new_state, info = spec.step(state, x, y, ctx)
+        return new_state, info._replace(loss=info.loss[None])  # every part stacked by device
 
-    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
-                                 out_specs=(specs, P(axis), _spec(spec.used_form, axis),
-                                            *local_out), check_vma=False))
-    compiled = step.lower(state, *data).compile()
+    step = jax.shard_map(body, mesh=mesh, in_specs=(specs, *rows), out_specs=(specs, P(axis)),
+                         check_vma=False)
+    compiled = jax.jit(step).lower(state, *batches.first).compile()
     collectives = hlo_collectives(compiled.as_text())
     payload = ring_payload(collectives, p)
+    micro = None
+    if accumulate > 1:
+
+        def micro_body(state, x, y):
+            new_state, loss = accumulate_gradient(state, x, y, ctx)
+            return new_state, loss[None]
+
+        micro = jax.jit(jax.shard_map(micro_body, mesh=mesh, in_specs=(specs, *rows),
+                                      out_specs=(specs, P(axis)), check_vma=False))
+        micro = micro.lower(state, *batches.first).compile()
+        payload += ring_payload(hlo_collectives(micro.as_text()), p) * (accumulate - 1)
 
     average = None
     if strategy == "local_sgd":
         average = jax.jit(jax.shard_map(lambda w: jax.lax.pmean(w, axis), mesh=mesh,
                                         in_specs=P(axis), out_specs=P(axis), check_vma=False))
-        average = average.lower(state["w"]).compile()
+        average = average.lower(state.params).compile()
         payload += ring_payload(hlo_collectives(average.as_text()), p) * (
             steps // local_steps) / steps
 
-    losses, errors, averaged, sums = [], [], [], {"used": 0.0, "exact": 0.0}
+    losses, errors, averaged, heldout = [], [], [], []
+    sums = {"used": 0.0, "exact": 0.0}
     for t in range(steps):
-        state, loss, g_used, *g_local = compiled(state, *data)
-        losses.append(float(np.sum(loss)))  # reading the loss waits for the step to finish
-        if g_local and strategy != "local_sgd":
-            exact = np.asarray(g_local[0]).reshape(p, n).sum(axis=0)
-            sums = {"used": sums["used"] + np.asarray(g_used), "exact": sums["exact"] + exact}
-            errors.append((_relative_error(np.asarray(g_used), exact),
+        loss = 0.0
+        for _ in range(accumulate - 1):
+            state, micro_loss = micro(state, *batches.next())
+            loss += float(np.sum(micro_loss))
+        state, info = compiled(state, *batches.next())
+        loss += float(np.sum(info.loss))  # reading the loss waits for the step to finish
+        losses.append(loss)
+        if info.local is not None:
+            used = np.asarray(info.used)[:n]  # the slices in order, or device 0's copy
+            exact = np.asarray(info.local).reshape(p, n).sum(axis=0)
+            sums = {"used": sums["used"] + used, "exact": sums["exact"] + exact}
+            errors.append((_relative_error(used, exact),
                            _relative_error(sums["used"], sums["exact"])))
         if average is not None and (t + 1) % local_steps == 0:
-            state = {**state, "w": average(state["w"])}
-            averaged.append((t + 1, float(_mean_loss(np.asarray(state["w"])[:n], x, y))))
+            state = state._replace(params=average(state.params))
+            averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y))))
+        if held is not None and (t + 1) % heldout_every == 0:
+            heldout.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], *held))))
 
-    held = g_local[0] if spec.holds_local else g_used
-    memory = {"parameters": 0, "gradients": _bytes(held), "optimizer": 0}
-    for name, array in state.items():
-        memory[_KIND.get(name, "optimizer")] += _bytes(array)
-    params = np.asarray(state["w"])[:n]
-    return {
-        "loss": losses,
-        "bytes_per_step": payload,
-        "state_bytes_per_device": sum(memory.values()),
-        "memory": memory,
-        "gradient_error": [e for e, _ in errors] or None,
-        "cumulative_error": [e for _, e in errors] or None,
-        "final_loss": float(_mean_loss(params, x, y)),
-        "collectives": collectives,
-        "averaged_loss": averaged or None,
-        "shards": {name: shard_shapes(array) for name, array in {**state, "g": held}.items()},
-        "params": params,
-    }
+    params = np.asarray(state.params)[:n]
+    return TrainingRun(
+        strategy=strategy,
+        loss=tuple(losses),
+        bytes_per_step=payload,
+        memory=_memory(state),
+        gradient_error=tuple(e for e, _ in errors) or None,
+        cumulative_error=tuple(e for _, e in errors) or None,
+        final_loss=float(_mean_loss(params, x, y)),
+        averaged_loss=tuple(averaged) or None,
+        heldout_loss=tuple(heldout) or None,
+        collectives=tuple(collectives),
+        params=params,
+        shards=_shards(state),
+    )
+
+
+class _Batches:
+    """The placed rows of each micro-step, in order: the same whole shards every step by
+    default, else drawn by ``micro_batch_rows``; ``first`` is the next one, not yet taken."""
+
+    def __init__(self, mesh, rows, x, y, *, batch_size, accumulate, seed):
+        self.mesh, self.rows, self.x, self.y = mesh, rows, x, y
+        self.batch_size, self.accumulate = batch_size, accumulate
+        self.rng, self.count = np.random.default_rng(seed), 0
+        self.fixed = batch_size is None and accumulate == 1
+        self.first = self._place(x, y) if self.fixed else self._draw()
+
+    def _place(self, x, y):
+        return tuple(jax.device_put(a, NamedSharding(self.mesh, s))
+                     for a, s in zip((x, y), self.rows))
+
+    def _draw(self):
+        picked = micro_batch_rows(len(self.y), self.mesh.size, batch_size=self.batch_size,
+                                  accumulate=self.accumulate, micro=self.count % self.accumulate,
+                                  rng=self.rng)
+        self.count += 1
+        return self._place(self.x[picked], self.y[picked])
+
+    def next(self):
+        taken = self.first
+        if not self.fixed:
+            self.first = self._draw()
+        return taken
+
+
+def _memory(state: TrainState) -> Memory:
+    parts = {"parameters": 0, "gradients": 0, "optimizer": 0}
+    for name, value in state._asdict().items():
+        for array in jax.tree.leaves(value):
+            parts[MEMORY_PART[name]] += values_per_device(array) * array.dtype.itemsize
+    return Memory(**parts)
+
+
+def _shards(state: TrainState) -> dict[str, list[tuple[int, ...]]]:
+    shards = {}
+    for name, value in state._asdict().items():
+        leaves = jax.tree.leaves(value)
+        for i, array in enumerate(leaves):
+            shards[name if len(leaves) == 1 else f"{name}{i + 1}"] = shard_shapes(array)
+    return shards
 
 
 @jax.jit
@@ -166,6 +234,3 @@ def _mean_loss(w, x, y):
 def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
-
-def _bytes(array: jax.Array) -> int:
-    return values_per_device(array) * array.dtype.itemsize

@@ -60,16 +60,16 @@ def _run_strategies(console, out_dir: Path) -> int:
         results = _workers(console, lambda: run_strategies(out_dir, on_run))
         if isinstance(results, int):
             return results
-    base = results["runs"][0]
-    for run in results["runs"]:
+    base = results.runs[0]
+    for run in results.runs:
         console.print(
-            f"{run['label']:<24} {run['bytes_per_step'] / base['bytes_per_step']:7.3f}× the bytes"
-            f"  final loss {run['final_loss']:.4f}  {run['state_bytes_per_device'] / 1024:.0f} KiB"
+            f"{run.label:<24} {run.bytes_per_step / base.bytes_per_step:7.3f}× the bytes"
+            f"  final loss {run.final_loss:.4f}  {run.memory.total / 1024:.0f} KiB"
             " per device",
             highlight=False,
         )
     console.print(
-        f"{len(results['runs'])} runs on {results['devices']} devices in "
+        f"{len(results.runs)} runs on {results.devices} devices in "
         f"{time.perf_counter() - start:.0f} s; wrote strategies.json and strategies.png in "
         f"{out_dir}",
         highlight=False,

@@ -11,24 +11,28 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from course_utils.tools.bench.plan import run_worker
 from course_utils.tools.bench.worker import emit
+
+if TYPE_CHECKING:
+    from course_utils.results.strategies import StrategyResults
 
 # more than the plan takes on a busy 2-core machine (about a minute when idle)
 TIMEOUT_S = 900.0
 
 
-def run_strategies(out_dir: Path, on_run) -> dict:
+def run_strategies(out_dir: Path, on_run) -> StrategyResults:
     """Run the worker, passing each run's label to ``on_run``; write and return the results."""
     from course_utils.figures.plot import plot_figure
-    from course_utils.results.strategies import DEVICES, tradeoff_figure_data
+    from course_utils.results.strategies import DEVICES, StrategyResults, tradeoff_figure_data
 
     command = [sys.executable, "-m", "course_utils.tools.bench.strategies", str(DEVICES)]
-    results = run_worker(command, TIMEOUT_S, lambda event: on_run(event["label"]))
-    results = {k: v for k, v in results.items() if k != "event"}
+    event = run_worker(command, TIMEOUT_S, lambda event: on_run(event["label"]))
+    results = StrategyResults.from_json(event)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "strategies.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "strategies.json").write_text(json.dumps(results.to_json(), indent=1))
     (out_dir / "strategies.png").write_bytes(plot_figure(tradeoff_figure_data(results)).png())
     return results
 
@@ -40,7 +44,7 @@ def main(argv: list[str]) -> int:
 
     use_cpu_devices(int(argv[0]))
     results = run_plan(data_mesh(), on_run=lambda label: emit("progress", label=label))
-    emit("result", **results)
+    emit("result", **results.to_json())
     return 0
 
 

@@ -109,28 +109,29 @@ def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
     from jax.sharding import PartitionSpec as P
 
     from course_utils.problems.classification import classification_task, init_params, padded_size
-    from course_utils.training.strategies import Context, data_parallel, local_sgd
+    from course_utils.training.strategies import STRATEGY_STEPS, Context, placements
 
     axis, p = mesh.axis_names[0], mesh.size
     n, (x, y) = padded_size(p), classification_task()
     ctx = Context(axis, p, n, len(y), k=1)
-    w, v = init_params(n), np.zeros(n, np.float32)
     data = (_placed(mesh, x, P(axis, None)), _placed(mesh, y, P(axis)))
 
-    def step(body, spec):
-        specs = {"w": spec, "v": spec}
-        return jax.jit(jax.shard_map(lambda s, xs, ys: body(s, xs, ys, ctx)[0], mesh=mesh,
-                                     in_specs=(specs, P(axis, None), P(axis)),
-                                     out_specs=specs, check_vma=False))
+    def step(name):
+        strategy = STRATEGY_STEPS[name]
+        state = strategy.init(init_params(n), mesh, ctx)
+        specs = placements(state)
+        return jax.jit(jax.shard_map(lambda s, xs, ys: strategy.step(s, xs, ys, ctx)[0],
+                                     mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
+                                     out_specs=specs, check_vma=False)), state
 
-    whole = {"w": _placed(mesh, w, P()), "v": _placed(mesh, v, P())}
-    own = {"w": _placed(mesh, np.tile(w, p), P(axis)), "v": _placed(mesh, np.tile(v, p), P(axis))}
+    dp_step, whole = step("data_parallel")
+    local_step, own = step("local_sgd")
     average = jax.jit(jax.shard_map(lambda a: jax.lax.pmean(a, axis), mesh=mesh,
                                     in_specs=P(axis), out_specs=P(axis), check_vma=False))
     times = {
-        "dp_step": median_s(step(data_parallel, P()), whole, *data),
-        "local_step": median_s(step(local_sgd, P(axis)), own, *data),
-        "averaging": median_s(average, own["w"]),
+        "dp_step": median_s(dp_step, whole, *data),
+        "local_step": median_s(local_step, own, *data),
+        "averaging": median_s(average, own.params),
     }
     return {**times, "local_steps": local_steps,
             "local_sgd_step": times["local_step"] + times["averaging"] / local_steps}

@@ -1,0 +1,60 @@
+"""The rows each step of ``train`` sees: the task split into training and held-out rows, and the
+minibatches (or micro-batches) drawn from each device's contiguous shard of the training rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from course_utils.problems.classification import classification_task
+
+# rows kept out of training when a held-out loss is asked for (3840 − 768 = 3072 rows remain:
+# equal shards on 1, 2, 3, 4, 6 and 8 devices)
+HELDOUT_ROWS = 768
+
+
+def split_task(seed: int, *, skewed: bool, heldout: bool
+               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """Training rows ``x``, ``y`` and the held-out ``(x, y)`` (``None`` unless ``heldout``).
+
+    Without ``heldout`` the training rows are the whole task, as ``classification_task``
+    gives it. With it, the last ``HELDOUT_ROWS`` rows of the shuffled task are held out and the
+    rest (ordered by label if ``skewed``) are trained on.
+
+    Examples:
+        >>> x, y, held = split_task(0, skewed=False, heldout=True)
+        >>> len(y), len(held[1])
+        (3072, 768)
+    """
+    if not heldout:
+        return (*classification_task(seed, skewed=skewed), None)
+    x, y = classification_task(seed)
+    cut = len(y) - HELDOUT_ROWS
+    x_train, y_train = x[:cut], y[:cut]
+    if skewed:
+        order = np.argsort(y_train, kind="stable")
+        x_train, y_train = x_train[order], y_train[order]
+    return x_train, y_train, (x[cut:], y[cut:])
+
+
+def micro_batch_rows(rows: int, p: int, *, batch_size: int | None, accumulate: int,
+                     micro: int, rng: np.random.Generator) -> np.ndarray:
+    """The global row indices of one micro-step, device by device (device d's rows first come
+    from its shard ``[d·rows/p, (d+1)·rows/p)``).
+
+    With ``batch_size`` b: b rows drawn without replacement from each device's shard by
+    ``rng``. Without: the ``micro``-th of ``accumulate`` equal consecutive pieces of each shard
+    (the whole shard when ``accumulate`` is 1).
+
+    Examples:
+        >>> rng = np.random.default_rng(0)
+        >>> micro_batch_rows(8, 2, batch_size=None, accumulate=2, micro=1, rng=rng).tolist()
+        [2, 3, 6, 7]
+    """
+    shard = rows // p
+    starts = np.arange(p)[:, None] * shard
+    if batch_size is None:
+        size = shard // accumulate
+        picked = np.broadcast_to(micro * size + np.arange(size), (p, size))
+    else:
+        picked = np.stack([rng.choice(shard, batch_size, replace=False) for _ in range(p)])
+    return (starts + picked).reshape(-1)

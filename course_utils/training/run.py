@@ -1,0 +1,74 @@
+"""The records a training run returns: ``TrainingRun`` and its ``Memory`` per device."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes one device holds of each part of a strategy's state, read from the shards.
+
+    Examples:
+        >>> m = Memory(parameters=4096, gradients=4096, optimizer=1024)
+        >>> m.total, m.parts()
+        (9216, {'parameters': 4096, 'gradients': 4096, 'optimizer': 1024})
+    """
+
+    parameters: int
+    gradients: int
+    optimizer: int  # momentum, error-feedback residuals, PowerSGD's warm start
+
+    @property
+    def total(self) -> int:
+        """All three parts, in bytes."""
+        return self.parameters + self.gradients + self.optimizer
+
+    def parts(self) -> dict[str, int]:
+        """``{part: bytes}`` in the order parameters, gradients, optimizer."""
+        return {"parameters": self.parameters, "gradients": self.gradients,
+                "optimizer": self.optimizer}
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One run of ``train``.
+
+    Attributes:
+        strategy: the strategy's name.
+        loss: the mean training loss at each step, before its update (for local SGD, the mean
+            over devices of each device's own model on its own rows).
+        bytes_per_step: ring payload per device, from the compiled programs (for local SGD the
+            averaging program's payload times the number of averagings, divided by the steps).
+        memory: bytes per device of the state's parts, read from its shards.
+        gradient_error: per step, ‖g_used − g_exact‖ / ‖g_exact‖; ``None`` where no local
+            gradient is formed (ZeRO-3, local SGD).
+        cumulative_error: the same for the sums of both over the steps so far (error feedback
+            keeps it small); ``None`` likewise.
+        final_loss: the mean loss of the final parameters (device 0's copy) on all the
+            training rows.
+        averaged_loss: local SGD: ``(step, loss)`` of the averaged parameters on all the
+            training rows after each averaging; else ``None``.
+        heldout_loss: ``(step, loss)`` of the parameters (device 0's copy) on the held-out
+            rows every ``heldout_every`` steps; ``None`` when not asked for.
+        collectives: the step program's compiled collectives.
+        params: the final flat parameters, device 0's copy.
+        shards: the shard shape on each device of every array of the state, by field name
+            (``params``, ``momentum``, ``gradient``, ...).
+    """
+
+    strategy: str
+    loss: tuple[float, ...]
+    bytes_per_step: float
+    memory: Memory
+    gradient_error: tuple[float, ...] | None
+    cumulative_error: tuple[float, ...] | None
+    final_loss: float
+    averaged_loss: tuple[tuple[int, float], ...] | None
+    heldout_loss: tuple[tuple[int, float], ...] | None
+    collectives: tuple[dict, ...]
+    params: np.ndarray
+    shards: Mapping[str, list[tuple[int, ...]]]
