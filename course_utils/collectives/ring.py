@@ -6,7 +6,10 @@ steps of reduce-scatter device i holds the whole sum of chunk i; after p − 1 s
 every device holds every chunk. Nothing else travels: the compiled program has p − 1
 ``collective-permute`` ops per phase, each moving N/p values per device (Patarasuk & Yuan, 2009).
 
-Both kernels take and return blocks like ``block_collective(mesh, kind)``.
+Both kernels take and return blocks like ``block_collective(mesh, kind)``. The loop itself
+(``ring_scatter_sum``) is the one ``ppermute`` ring of the package: ``ring_all_reduce`` (a
+reduce-scatter by that loop, then an all-gather) runs it with any message encoding, as the
+compressed 16-bit all-reduce (step 15) and ``course cluster``'s "ring f32" do.
 """
 
 from __future__ import annotations
@@ -43,7 +46,12 @@ def ring_chunk(device: int, steps_done: int, p: int) -> int:
     return (device - steps_done - 1) % p
 
 
-def reduce_scatter_step(partial, chunks, s, axis_name: str):
+def _same(values):
+    return values
+
+
+def reduce_scatter_step(partial, chunks, s, axis_name: str, *, encode: Callable = _same,
+                        decode: Callable = _same):
     """Step ``s`` (0, 1, …) of the ring reduce-scatter on one device.
 
     Args:
@@ -51,15 +59,52 @@ def reduce_scatter_step(partial, chunks, s, axis_name: str):
         chunks: f32[p, m/p], this device's own block cut into p chunks.
         s: the step number.
         axis_name: the mesh axis the ring runs along.
+        encode: what goes on the wire, ``encode(partial)`` (default: f32 as it is).
+        decode: how the received message is read back (default: as it is).
 
     Returns:
         f32[m/p]: the partial sum received from the previous device, plus this device's own chunk
         of the same index (chunk ``ring_chunk(i, s + 1, p)`` on device i).
     """
     p = chunks.shape[0]
-    received = jax.lax.ppermute(partial, axis_name, ring_permutation(p))  # f32[m/p]
+    received = jax.lax.ppermute(encode(partial), axis_name, ring_permutation(p))
     i = jax.lax.axis_index(axis_name)
-    return received + chunks[(i - s - 2) % p]  # f32[m/p]
+    return decode(received) + chunks[(i - s - 2) % p]  # f32[m/p]
+
+
+def ring_scatter_sum(chunks, axis_name: str, *, step: Callable = reduce_scatter_step,
+                     n_steps: int | None = None):
+    """The ring reduce-scatter on one device: ``n_steps`` (default p − 1) calls of ``step``.
+
+    Args:
+        chunks: f32[p, m/p], this device's own block cut into p chunks.
+        axis_name: the mesh axis the ring runs along.
+        step: ``step(partial, chunks, s, axis_name)``, one step (``reduce_scatter_step``).
+        n_steps: how many steps; after p − 1 device i holds the sum of chunk i.
+
+    Returns:
+        f32[m/p], the partial sum this device holds after the steps.
+    """
+    p = chunks.shape[0]
+    i = jax.lax.axis_index(axis_name)
+    partial = chunks[(i - 1) % p]  # f32[m/p], the chunk this device sends first
+    for s in range(p - 1 if n_steps is None else n_steps):
+        partial = step(partial, chunks, s, axis_name)  # f32[m/p]
+    return partial
+
+
+def ring_all_reduce(g, axis: str, p: int, *, encode: Callable = _same,
+                    decode: Callable = _same):
+    """The sum over devices of f32[n] ``g``, inside ``shard_map`` over ``axis``: the ring
+    reduce-scatter (``ring_scatter_sum``, each device adding its own chunk in f32 on arrival),
+    then an all-gather of the summed slices. Every message is ``encode(values)`` on the wire,
+    ``decode`` on arrival (default: f32 as it is).
+    """
+    def step(partial, chunks, s, axis_name):
+        return reduce_scatter_step(partial, chunks, s, axis_name, encode=encode, decode=decode)
+
+    mine = ring_scatter_sum(g.reshape(p, -1), axis, step=step)  # f32[n/p], summed
+    return decode(jax.lax.all_gather(encode(mine), axis, tiled=True))  # f32[n]
 
 
 def ring_reduce_scatter(
@@ -83,11 +128,7 @@ def ring_reduce_scatter(
     def kernel(block):
         # block: f32[1, m], this device's row
         chunks = block[0].reshape(p, -1)  # f32[p, m/p]
-        i = jax.lax.axis_index(axis)
-        partial = chunks[(i - 1) % p]  # f32[m/p], the chunk this device sends first
-        for s in range(n_steps):
-            partial = step(partial, chunks, s, axis)  # f32[m/p]
-        return partial[None]  # f32[1, m/p]
+        return ring_scatter_sum(chunks, axis, step=step, n_steps=n_steps)[None]  # f32[1, m/p]
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
                    lambda blocks: check_blocks(blocks, p, "reduce_scatter"))
