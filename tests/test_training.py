@@ -21,7 +21,7 @@ runs = {s: train(mesh, s, steps=6, local_steps=3 if s == "local_sgd" else 1)
         for s in STRATEGIES}
 print(json.dumps({s: {k: r[k] for k in ("loss", "bytes_per_step", "memory", "final_loss")}
                   | {"params": r["params"].tolist(),
-                     "ops": [(c["op"], c["dtype"]) for c in r["collectives"]]}
+                     "ops": [(c.op, c.dtype) for c in r["collectives"]]}
                   for s, r in runs.items()}))
 """
 

@@ -46,12 +46,7 @@ def ring_chunk(device: int, steps_done: int, p: int) -> int:
     return (device - steps_done - 1) % p
 
 
-def _same(values):
-    return values
-
-
-def reduce_scatter_step(partial, chunks, s, axis_name: str, *, encode: Callable = _same,
-                        decode: Callable = _same):
+def reduce_scatter_step(partial, chunks, s, axis_name: str):
     """Step ``s`` (0, 1, …) of the ring reduce-scatter on one device.
 
     Args:
@@ -59,17 +54,27 @@ def reduce_scatter_step(partial, chunks, s, axis_name: str, *, encode: Callable 
         chunks: f32[p, m/p], this device's own block cut into p chunks.
         s: the step number.
         axis_name: the mesh axis the ring runs along.
-        encode: what goes on the wire, ``encode(partial)`` (default: f32 as it is).
-        decode: how the received message is read back (default: as it is).
 
     Returns:
         f32[m/p]: the partial sum received from the previous device, plus this device's own chunk
         of the same index (chunk ``ring_chunk(i, s + 1, p)`` on device i).
     """
     p = chunks.shape[0]
-    received = jax.lax.ppermute(encode(partial), axis_name, ring_permutation(p))
+    received = jax.lax.ppermute(partial, axis_name, ring_permutation(p))  # f32[m/p]
     i = jax.lax.axis_index(axis_name)
-    return decode(received) + chunks[(i - s - 2) % p]  # f32[m/p]
+    return received + chunks[(i - s - 2) % p]  # f32[m/p]
+
+
+def encoded_step(encode: Callable, decode: Callable) -> Callable:
+    """``reduce_scatter_step`` with the message encoded: ``encode(partial)`` goes on the wire
+    (bf16 bits as u16, say), ``decode`` reads it back and the sum is kept in f32 on arrival."""
+
+    def step(partial, chunks, s, axis_name):
+        p = chunks.shape[0]
+        received = jax.lax.ppermute(encode(partial), axis_name, ring_permutation(p))
+        return decode(received) + chunks[(jax.lax.axis_index(axis_name) - s - 2) % p]
+
+    return step
 
 
 def ring_scatter_sum(chunks, axis_name: str, *, step: Callable = reduce_scatter_step,
@@ -93,17 +98,17 @@ def ring_scatter_sum(chunks, axis_name: str, *, step: Callable = reduce_scatter_
     return partial
 
 
-def ring_all_reduce(g, axis: str, p: int, *, encode: Callable = _same,
-                    decode: Callable = _same):
+def ring_all_reduce(g, axis: str, p: int, *, encode: Callable | None = None,
+                    decode: Callable | None = None):
     """The sum over devices of f32[n] ``g``, inside ``shard_map`` over ``axis``: the ring
     reduce-scatter (``ring_scatter_sum``, each device adding its own chunk in f32 on arrival),
-    then an all-gather of the summed slices. Every message is ``encode(values)`` on the wire,
-    ``decode`` on arrival (default: f32 as it is).
+    then an all-gather of the summed slices. With ``encode`` and ``decode`` every message is
+    ``encode(values)`` on the wire, ``decode`` on arrival (``encoded_step``); without, f32.
     """
-    def step(partial, chunks, s, axis_name):
-        return reduce_scatter_step(partial, chunks, s, axis_name, encode=encode, decode=decode)
-
-    mine = ring_scatter_sum(g.reshape(p, -1), axis, step=step)  # f32[n/p], summed
+    if encode is None or decode is None:
+        mine = ring_scatter_sum(g.reshape(p, -1), axis)  # f32[n/p], summed
+        return jax.lax.all_gather(mine, axis, tiled=True)  # f32[n]
+    mine = ring_scatter_sum(g.reshape(p, -1), axis, step=encoded_step(encode, decode))
     return decode(jax.lax.all_gather(encode(mine), axis, tiled=True))  # f32[n]
 
 

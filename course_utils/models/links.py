@@ -7,6 +7,7 @@ reduce-scatter or an all-gather (N: the whole vector, per device). The two-level
 (step 13) sends only its middle phase across: each of the D devices of a host all-reduces N/D over
 the hosts, 2(H−1)/H · N/D, and the D devices share the host's one link: 2(H−1)/H · N in all.
 Time = link bytes / rate (the latency of each message and the work inside a host are left out).
+Both read ``cost_model``'s table (``link_bytes_sent``).
 
 What gloo runs (XLA's CPU collectives over gloo): all-reduce and all-gather are rings, as above;
 reduce-scatter is recursive halving, whose bytes over a host's link equal the ring's for 2 hosts ×
