@@ -10,14 +10,9 @@ import sys
 import pytest
 
 from course_utils.figures.data import validate_figure_data
-from course_utils.models.cost import (
-    PAGE_FAULT_BYTES,
-    algbw_gbps,
-    busbw_gbps,
-    fit_alpha_beta,
-    model_time_us,
-    traffic_bytes,
-)
+from course_utils.models.cost import algbw_gbps, busbw_gbps
+from course_utils.models.fit import fit_alpha_beta, fit_from_json, fit_to_json
+from course_utils.models.traffic import PAGE_FAULT_BYTES, traffic_bytes
 from course_utils.observe.sweep import VARIANTS, ZERO1_STEPS
 from course_utils.results.bench import figure_data, steps_figure_data
 from course_utils.tools.bench.combine import (
@@ -34,6 +29,11 @@ from course_utils.tools.cli import main
 
 def alpha_beta_us(alpha_us: float, gbps: float, nbytes: float) -> float:
     return alpha_us + nbytes / gbps / 1e3
+
+
+def _fit_us(nbytes, times_us):
+    """``fit_alpha_beta`` of times in µs, read back in µs and GB/s."""
+    return fit_to_json(fit_alpha_beta(nbytes, [t * 1e-6 for t in times_us]))
 
 
 def summary(t_us: float) -> dict:
@@ -89,19 +89,20 @@ SIZES = [2**k for k in range(3, 25)]  # up to 64 MiB: the largest reach the page
 
 def test_fit_recovers_alpha_and_bandwidth_from_exact_points():
     for alpha, gbps in ((370.0, 5.5), (15.0, 0.8), (1e4, 40.0)):
-        fit = fit_alpha_beta(
+        fit = _fit_us(
             [4 * n for n in SIZES], [alpha_beta_us(alpha, gbps, 4 * n) for n in SIZES]
         )
         assert fit["alpha_us"] == pytest.approx(alpha, rel=1e-9)
         assert fit["bandwidth_gbps"] == pytest.approx(gbps, rel=1e-9)
         assert fit["max_rel_error"] < 1e-9 and fit["n_points"] == len(SIZES)
-        assert model_time_us(fit, 2**20) == pytest.approx(alpha_beta_us(alpha, gbps, 2**20))
+        assert fit_from_json(fit).time_s(2**20) * 1e6 == pytest.approx(
+            alpha_beta_us(alpha, gbps, 2**20))
 
 
 def test_fit_of_flat_times_has_no_bandwidth_and_bad_input_says_what_is_needed():
-    fit = fit_alpha_beta([8, 64, 512], [100.0, 100.0, 100.0])
+    fit = _fit_us([8, 64, 512], [100.0, 100.0, 100.0])
     assert fit["alpha_us"] == pytest.approx(100.0) and fit["bandwidth_gbps"] is None
-    assert model_time_us(fit, 1e9) == pytest.approx(100.0)
+    assert fit_from_json(fit).time_s(1e9) * 1e6 == pytest.approx(100.0)
     with pytest.raises(ValueError, match="at least two distinct sizes"):
         fit_alpha_beta([8, 8], [1.0, 2.0])
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from course_utils import validate_figure_data
-from course_utils.models.links import link_time_s, rate_bytes_per_s, ring_time_s
+from course_utils.models.links import rate_bytes_per_s
 from course_utils.results.cluster import figure_data, goals, summary_lines
 from course_utils.tools.cli import main
 from course_utils.tools.cluster.netns import Cluster, check_can_run, host_command, leftovers
@@ -198,13 +198,6 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
     assert counts["hierarchical"] == {"counted": 4 * 2**20, "model": 4 * 2**20}
     text = "\n".join(summary_lines({**RUN, "collectives": rows}))
     assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25.0%" in text
-
-
-def test_the_link_model_is_collective_time_of_a_ring():
-    rate = rate_bytes_per_s("200mbit")
-    for hosts, devices in [(2, 2), (2, 4), (4, 2)]:
-        assert link_time_s("all_reduce", 2**22, hosts, devices, rate) == pytest.approx(
-            ring_time_s(2**22, hosts, devices, rate))
 
 
 @pytest.mark.parametrize("shape, hosts, devices, tcp", [

@@ -1,20 +1,21 @@
 import pytest
 
 from course_utils import (
+    Fit,
+    PerCollective,
     communication_budget,
     divisible_size,
-    model_time_us,
     ring_bytes,
     ring_steps,
-    ring_time_us,
+    ring_time,
     traffic_bytes,
 )
 
 
 def test_ring_bytes_for_the_seed_gradient():
-    assert ring_bytes(32, 4) == {"reduce_scatter": 24.0, "all_gather": 24.0, "all_reduce": 48.0}
-    assert ring_bytes(32, 1)["all_reduce"] == 0
-    assert ring_bytes(32, 8)["all_reduce"] == 56.0
+    assert ring_bytes(32, 4) == PerCollective(reduce_scatter=24.0, all_gather=24.0, all_reduce=48.0)
+    assert ring_bytes(32, 1).all_reduce == 0
+    assert ring_bytes(32, 8).all_reduce == 56.0
 
 
 def test_budget_matches_the_seed_table():
@@ -53,17 +54,17 @@ def test_bad_input(call, match):
 @pytest.mark.parametrize("p", [1, 2, 3, 4, 8, 64])
 def test_ring_steps_are_the_latency_multiplier(p):
     steps = ring_steps(p)
-    assert steps == {"reduce_scatter": p - 1, "all_gather": p - 1, "all_reduce": 2 * (p - 1)}
+    assert steps == PerCollective(reduce_scatter=p - 1, all_gather=p - 1, all_reduce=2 * (p - 1))
     # T = 2(p−1)·α + 2(p−1)/p·N/B: with B so large the bytes cost nothing, only steps remain
-    t = ring_time_us(2**20, p, alpha_us=7.0, bandwidth_gbps=1e12)
-    assert t["all_reduce"] == pytest.approx(7.0 * 2 * (p - 1), abs=1e-6)
+    t = ring_time(2**20, p, alpha_s=7e-6, bytes_per_s=1e21)
+    assert t.all_reduce == pytest.approx(7e-6 * 2 * (p - 1), abs=1e-12)
 
 
 def test_ring_time_is_latency_plus_bandwidth():
     # N = 4 MB on 4 ranks, α = 10 µs, B = 1 GB/s: 6·10 µs + 1.5·4 MB / 1 GB/s = 60 + 6000 µs
-    t = ring_time_us(4_000_000, 4, alpha_us=10.0, bandwidth_gbps=1.0)
-    assert t == pytest.approx(
-        {"reduce_scatter": 3030.0, "all_gather": 3030.0, "all_reduce": 6060.0}
+    t = ring_time(4_000_000, 4, alpha_s=1e-5, bytes_per_s=1e9)
+    assert t._asdict() == pytest.approx(
+        {"reduce_scatter": 3030e-6, "all_gather": 3030e-6, "all_reduce": 6060e-6}
     )
 
 
@@ -74,18 +75,17 @@ def test_all_reduce_is_twice_either_half_at_large_sizes(p):
     # bytes per rank: exactly twice, at every size
     for s in sizes:
         sent = ring_bytes(s, p)
-        assert sent["all_reduce"] == 2 * sent["reduce_scatter"] == 2 * sent["all_gather"]
+        assert sent.all_reduce == 2 * sent.reduce_scatter == 2 * sent.all_gather
     # the ring's α-β time: both terms double, so twice at every size
     for s in sizes:
-        t = ring_time_us(s, p, alpha_us=5.0, bandwidth_gbps=10.0)
-        assert t["all_reduce"] == pytest.approx(2 * t["reduce_scatter"])
-        assert t["reduce_scatter"] == pytest.approx(t["all_gather"])
+        t = ring_time(s, p, alpha_s=5e-6, bytes_per_s=10e9)
+        assert t.all_reduce == pytest.approx(2 * t.reduce_scatter)
+        assert t.reduce_scatter == pytest.approx(t.all_gather)
     # one fixed cost per call (notebook 10's fit α + S/B) and ring bytes over a link: the ratio
     # climbs from about 1 (latency-bound) to 2 (bandwidth-bound)
-    fit = {"alpha_us": 100.0, "bandwidth_gbps": 10.0}
+    fit = Fit(alpha_s=100e-6, bytes_per_s=10e9, max_rel_error=0.0, n_points=2)
     ratios = [
-        model_time_us(fit, ring_bytes(s, p)["all_reduce"])
-        / model_time_us(fit, ring_bytes(s, p)["reduce_scatter"])
+        fit.time_s(ring_bytes(s, p).all_reduce) / fit.time_s(ring_bytes(s, p).reduce_scatter)
         for s in sizes
     ]
     assert ratios == sorted(ratios)

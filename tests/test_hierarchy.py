@@ -26,8 +26,8 @@ for nodes in [n for n in (1, 2, 4) if p % n == 0]:
         for a, b in zip(got.addressable_shards, ref.addressable_shards):
             assert a.device == b.device and a.data.shape == b.data.shape
             worst = max(worst, float(np.max(np.abs(np.asarray(a.data) - np.asarray(b.data)))))
-    ops = collectives_in(hierarchical_all_reduce(mesh), np.zeros((p, 8 * p), np.float32))["hlo"]
-    groups[nodes] = [(o["op"], o["replica_groups"], o["bytes"]) for o in ops]
+    ops = collectives_in(hierarchical_all_reduce(mesh), np.zeros((p, 8 * p), np.float32)).hlo
+    groups[nodes] = [(o.op, o.replica_groups, o.bytes) for o in ops]
 print(json.dumps({"worst": worst, "groups": groups}))
 """
 
@@ -50,7 +50,7 @@ def test_the_gain_grows_as_the_network_gets_slower_than_the_node():
     def ratio(local_bytes_per_s):
         t = hierarchical_time(2**26, 2, 4, alpha_s=1e-5, local_bytes_per_s=local_bytes_per_s,
                               node_bytes_per_s=1e9)
-        return t["flat"] / t["hierarchical"]
+        return t.flat / t.hierarchical
 
     # equal links: the same bytes in total, in fewer steps (2(l-1) + 2(n-1) < 2(nl-1))
     assert 1 < ratio(1e9) < ratio(1e10) < ratio(1e11)

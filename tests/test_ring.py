@@ -26,9 +26,9 @@ for m in (p, 3 * p, 64 * p):
         for a, b in zip(got.addressable_shards, expected.addressable_shards):
             assert a.device == b.device
             worst = max(worst, float(np.max(np.abs(np.asarray(a.data) - np.asarray(b.data)))))
-ops = collectives_in(ring_reduce_scatter(mesh), np.zeros((p, 8 * p), np.float32))["hlo"]
-print(json.dumps({"worst": worst, "ops": sorted({o["op"] for o in ops}), "count": len(ops),
-                  "bytes": sorted({o["bytes"] for o in ops})}))
+ops = collectives_in(ring_reduce_scatter(mesh), np.zeros((p, 8 * p), np.float32)).hlo
+print(json.dumps({"worst": worst, "ops": sorted({o.op for o in ops}), "count": len(ops),
+                  "bytes": sorted({o.bytes for o in ops})}))
 """
 
 

@@ -45,11 +45,11 @@ def test_the_seed_end_to_end():
         [(2,)] * 4,
         [(8,)] * 4,
     )
-    assert collectives_in(all_reduce, x, y, w)["stablehlo"][0]["op"] == "all_reduce"
-    assert collectives_in(scatter, x, y, w)["stablehlo"][0]["op"] == "reduce_scatter"
+    assert collectives_in(all_reduce, x, y, w).stablehlo[0].op == "all_reduce"
+    assert collectives_in(scatter, x, y, w).stablehlo[0].op == "reduce_scatter"
 
     ring = ring_bytes(wh.nbytes, 4)
-    assert (ring["all_reduce"], ring["reduce_scatter"]) == (48.0, 24.0)
+    assert (ring.all_reduce, ring.reduce_scatter) == (48.0, 24.0)
     data = placement_figure_data([values_per_device(g) for g in (ga, gs, gg)], wh.nbytes, 4)
     assert data["panels"][0]["series"][0]["y"] == [8, 2, 8]
     assert data["panels"][1]["series"][0]["y"] == [48.0, 24.0, 48.0]

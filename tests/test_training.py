@@ -27,7 +27,7 @@ runs = {s: train(mesh, s, steps=6, local_steps=3 if s == "local_sgd" else 1)
 print(json.dumps({s: {"loss": r.loss, "bytes_per_step": r.bytes_per_step,
                       "memory": r.memory.parts(), "final_loss": r.final_loss,
                       "params": r.params.tolist(),
-                      "ops": [(c["op"], c["dtype"]) for c in r.collectives]}
+                      "ops": [(c.op, c.dtype) for c in r.collectives]}
                   for s, r in runs.items()}))
 """
 

@@ -48,7 +48,7 @@ def check_ring_step(step, mesh: Mesh) -> None:
     if got.shape != expected.shape:
         fail(exercise, f"my_step must return one chunk, f32[m/p]; the ring ended with {got.shape}"
                         f" instead of {expected.shape} (one row per device)")
-    ops = [op["op"] for op in collectives_in(ring, blocks)["hlo"]]
+    ops = [op.op for op in collectives_in(ring, blocks).hlo]
     others = sorted(set(ops) - {"collective-permute"})
     if others:
         fail(exercise, f"the program has {', '.join(others)}: a ring step only passes its "
@@ -139,8 +139,8 @@ def check_two_level(fn, mesh: Mesh) -> None:
                         "sum over all devices of all nodes")
     node_groups = [list(range(n * local, (n + 1) * local)) for n in range(nodes)]
     across = [list(range(i, p, local)) for i in range(local)]
-    program = collectives_in(kernel, blocks)["hlo"]
-    ops = [(o["op"], o["replica_groups"]) for o in program]
+    program = collectives_in(kernel, blocks).hlo
+    ops = [(o.op, o.replica_groups) for o in program]
     everyone = [[list(range(p))], []]
     if local > 1 and nodes > 1:
         if any(op == "all-reduce" and groups in everyone for op, groups in ops):
@@ -154,8 +154,8 @@ def check_two_level(fn, mesh: Mesh) -> None:
             fail(exercise, "the right sum, but no all-reduce across the nodes on the slices; "
                             "all-reduce each device's slice over 'node'")
         slice_bytes = 4 * blocks.shape[1] // local
-        crossing = [o["bytes"] for o in program
-                    if o["op"] == "all-reduce" and o["replica_groups"] == across]
+        crossing = [o.bytes for o in program
+                    if o.op == "all-reduce" and o.replica_groups == across]
         if max(crossing) > slice_bytes:
             fail(exercise, f"the right sum, but the all-reduce across the nodes carries "
                             f"{max(crossing) // slice_bytes}× a slice per device: reduce-scatter "

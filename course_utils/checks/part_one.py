@@ -62,7 +62,7 @@ def _program(exercise: str, fn, args: tuple) -> list[str]:
     """The collectives in the compiled program of ``fn`` (jitted here if it is not yet)."""
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)  # a bare shard_map is fine too
     try:
-        return [op["op"] for op in collectives_in(jitted, *args)["hlo"]]
+        return [op.op for op in collectives_in(jitted, *args).hlo]
     except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
         fail(
             exercise,

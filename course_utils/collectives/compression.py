@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from course_utils.collectives.ring import ring_permutation
+from course_utils.collectives.ring import ring_all_reduce
 from course_utils.problems.classification import SCALE_BUCKET
 
 
@@ -34,28 +34,10 @@ def _from_u16(bits):
     return jax.lax.bitcast_convert_type(bits, jnp.bfloat16).astype(jnp.float32)
 
 
-def _same(values):
-    return values
-
-
-def ring_all_reduce(g, axis: str, p: int, *, encode=_same, decode=_same):
-    """The sum over devices of f32[n] ``g``: a ring reduce-scatter built from ``ppermute`` (p − 1
-    steps of n/p values, each device adding its own chunk in f32 on arrival), then an all-gather
-    of the summed slices. Every message is ``encode(values)`` on the wire, ``decode`` on arrival.
-    """
-    chunks = g.reshape(p, -1)  # f32[p, n/p]
-    i = jax.lax.axis_index(axis)
-    partial = chunks[(i - 1) % p]  # f32[n/p], the chunk this device sends first
-    for s in range(p - 1):
-        received = jax.lax.ppermute(encode(partial), axis, ring_permutation(p))
-        partial = decode(received) + chunks[(i - s - 2) % p]  # f32[n/p]
-    return decode(jax.lax.all_gather(encode(partial), axis, tiled=True))  # f32[n]
-
-
 def bf16_all_reduce(g, axis: str, p: int):
-    """``ring_all_reduce`` with every message rounded to bf16 and sent as u16 (partial sums are
-    rounded to bf16 before they are passed on). Ring payload 2(p − 1)/p · 2n bytes: half of an f32
-    all-reduce's."""
+    """``ring.ring_all_reduce`` with every message rounded to bf16 and sent as u16 (partial sums
+    are rounded to bf16 before they are passed on). Ring payload 2(p − 1)/p · 2n bytes: half of
+    an f32 all-reduce's."""
     return ring_all_reduce(g, axis, p, encode=_to_u16, decode=_from_u16)
 
 

@@ -1,4 +1,5 @@
-"""The two-level all-reduce on a ``("node", "local")`` mesh, and its α-β model.
+"""The two-level all-reduce on a ``("node", "local")`` mesh (its α-β model:
+``models.latency.hierarchical_time``).
 
 Inside a node devices talk over a fast link; between nodes over a slower network. The two-level
 schedule reduce-scatters inside each node, all-reduces each 1/local slice across the nodes, and
@@ -12,7 +13,6 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from course_utils.collectives.kernels import Kernel, check_blocks, make_kernel
-from course_utils.models.latency import collective_time
 
 AXES = ("node", "local")
 
@@ -55,38 +55,3 @@ def hierarchical_all_reduce(mesh: Mesh) -> Kernel:
 
     spec = P(AXES, None)
     return make_kernel(mesh, kernel, (spec,), spec, check)
-
-
-def hierarchical_time(
-    nbytes: float,
-    nodes: int,
-    local: int,
-    *,
-    alpha_s: float,
-    local_bytes_per_s: float,
-    node_bytes_per_s: float,
-) -> dict:
-    """Modelled seconds of a flat ring all-reduce over all ``nodes · local`` ranks (every ring
-    crosses the network, so it runs at the network's speed) and of the two-level schedule
-    (ring phases inside the nodes at ``local_bytes_per_s``, a ring all-reduce of ``nbytes/local``
-    across the nodes at ``node_bytes_per_s``).
-
-    Examples:
-        >>> t = hierarchical_time(2**30, 2, 4, alpha_s=0, local_bytes_per_s=1e11,
-        ...                       node_bytes_per_s=1e10)
-        >>> round(t["flat"] / t["hierarchical"], 2)
-        4.38
-    """
-    p = nodes * local
-    flat = collective_time(
-        nbytes, p, alpha_s=alpha_s, bandwidth_bytes_per_s=node_bytes_per_s, algorithm="ring"
-    )
-    # a ring reduce-scatter, or all-gather, is half a ring all-reduce
-    inside = collective_time(
-        nbytes, local, alpha_s=alpha_s, bandwidth_bytes_per_s=local_bytes_per_s, algorithm="ring"
-    )
-    across = collective_time(
-        nbytes / local, nodes, alpha_s=alpha_s, bandwidth_bytes_per_s=node_bytes_per_s,
-        algorithm="ring",
-    )
-    return {"flat": flat, "hierarchical": inside + across}

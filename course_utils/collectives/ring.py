@@ -6,7 +6,10 @@ steps of reduce-scatter device i holds the whole sum of chunk i; after p − 1 s
 every device holds every chunk. Nothing else travels: the compiled program has p − 1
 ``collective-permute`` ops per phase, each moving N/p values per device (Patarasuk & Yuan, 2009).
 
-Both kernels take and return blocks like ``block_collective(mesh, kind)``.
+Both kernels take and return blocks like ``block_collective(mesh, kind)``. The loop itself
+(``ring_scatter_sum``) is the one ``ppermute`` ring of the package: ``ring_all_reduce`` (a
+reduce-scatter by that loop, then an all-gather) runs it with any message encoding, as the
+compressed 16-bit all-reduce (step 15) and ``course cluster``'s "ring f32" do.
 """
 
 from __future__ import annotations
@@ -62,6 +65,53 @@ def reduce_scatter_step(partial, chunks, s, axis_name: str):
     return received + chunks[(i - s - 2) % p]  # f32[m/p]
 
 
+def encoded_step(encode: Callable, decode: Callable) -> Callable:
+    """``reduce_scatter_step`` with the message encoded: ``encode(partial)`` goes on the wire
+    (bf16 bits as u16, say), ``decode`` reads it back and the sum is kept in f32 on arrival."""
+
+    def step(partial, chunks, s, axis_name):
+        p = chunks.shape[0]
+        received = jax.lax.ppermute(encode(partial), axis_name, ring_permutation(p))
+        return decode(received) + chunks[(jax.lax.axis_index(axis_name) - s - 2) % p]
+
+    return step
+
+
+def ring_scatter_sum(chunks, axis_name: str, *, step: Callable = reduce_scatter_step,
+                     n_steps: int | None = None):
+    """The ring reduce-scatter on one device: ``n_steps`` (default p − 1) calls of ``step``.
+
+    Args:
+        chunks: f32[p, m/p], this device's own block cut into p chunks.
+        axis_name: the mesh axis the ring runs along.
+        step: ``step(partial, chunks, s, axis_name)``, one step (``reduce_scatter_step``).
+        n_steps: how many steps; after p − 1 device i holds the sum of chunk i.
+
+    Returns:
+        f32[m/p], the partial sum this device holds after the steps.
+    """
+    p = chunks.shape[0]
+    i = jax.lax.axis_index(axis_name)
+    partial = chunks[(i - 1) % p]  # f32[m/p], the chunk this device sends first
+    for s in range(p - 1 if n_steps is None else n_steps):
+        partial = step(partial, chunks, s, axis_name)  # f32[m/p]
+    return partial
+
+
+def ring_all_reduce(g, axis: str, p: int, *, encode: Callable | None = None,
+                    decode: Callable | None = None):
+    """The sum over devices of f32[n] ``g``, inside ``shard_map`` over ``axis``: the ring
+    reduce-scatter (``ring_scatter_sum``, each device adding its own chunk in f32 on arrival),
+    then an all-gather of the summed slices. With ``encode`` and ``decode`` every message is
+    ``encode(values)`` on the wire, ``decode`` on arrival (``encoded_step``); without, f32.
+    """
+    if encode is None or decode is None:
+        mine = ring_scatter_sum(g.reshape(p, -1), axis)  # f32[n/p], summed
+        return jax.lax.all_gather(mine, axis, tiled=True)  # f32[n]
+    mine = ring_scatter_sum(g.reshape(p, -1), axis, step=encoded_step(encode, decode))
+    return decode(jax.lax.all_gather(encode(mine), axis, tiled=True))  # f32[n]
+
+
 def ring_reduce_scatter(
     mesh: Mesh, *, step: Callable = reduce_scatter_step, n_steps: int | None = None
 ) -> Kernel:
@@ -83,11 +133,7 @@ def ring_reduce_scatter(
     def kernel(block):
         # block: f32[1, m], this device's row
         chunks = block[0].reshape(p, -1)  # f32[p, m/p]
-        i = jax.lax.axis_index(axis)
-        partial = chunks[(i - 1) % p]  # f32[m/p], the chunk this device sends first
-        for s in range(n_steps):
-            partial = step(partial, chunks, s, axis)  # f32[m/p]
-        return partial[None]  # f32[1, m/p]
+        return ring_scatter_sum(chunks, axis, step=step, n_steps=n_steps)[None]  # f32[1, m/p]
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
                    lambda blocks: check_blocks(blocks, p, "reduce_scatter"))

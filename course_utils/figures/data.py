@@ -31,7 +31,7 @@ from __future__ import annotations
 import numbers
 from typing import Sequence
 
-from course_utils.models.cost import ring_bytes
+from course_utils.models.cost_model import ring_bytes
 
 KINDS = ("bar", "line", "grid")
 SCALES = ("linear", "log")
@@ -75,9 +75,9 @@ def placement_figure_data(local_sizes: Sequence[int], gradient_nbytes: int, rank
                     {
                         "label": "idealized ring payload",
                         "y": [
-                            ring["all_reduce"],
-                            ring["reduce_scatter"],
-                            ring["reduce_scatter"] + ring["all_gather"],
+                            ring.all_reduce,
+                            ring.reduce_scatter,
+                            ring.reduce_scatter + ring.all_gather,
                         ],
                     }
                 ],

@@ -1,19 +1,14 @@
-"""The α-β model with its latency term: all-reduce algorithms, and buckets of gradients.
+"""The α-β model with its latency term: all-reduce algorithms, buckets of gradients, and the
+two-level schedule on nodes × devices. Each function is a few lines over ``cost_model``'s table
+(its docstring lists the algorithms' steps and bytes).
 
 An all-reduce of ``n`` bytes over ``p`` ranks, each message costing ``α`` to start and ``1/B`` per
-byte (reduction arithmetic ignored), for ``p`` a power of two and ``L = log₂ p``: recursive
-doubling, halving-doubling and the tree after Thakur, Rabenseifner & Gropp (2005), *Optimization of
-Collective Communication Operations in MPICH*; the ring after Patarasuk & Yuan (2009). For other
-``p`` those algorithms need extra steps; ``L = ⌈log₂ p⌉`` is then an approximation.
+byte (reduction arithmetic ignored), for ``L = ⌈log₂ p⌉``:
 
-- ``ring``: reduce-scatter then all-gather around a ring, 2(p−1) steps of n/p bytes:
-  ``2(p−1)·α + 2(p−1)/p · n/B``;
-- ``recursive_doubling``: L steps, each exchanging the whole vector with a partner:
-  ``L·α + L · n/B``;
-- ``halving_doubling`` (Rabenseifner): recursive-halving reduce-scatter, recursive-doubling
-  all-gather: ``2L·α + 2(p−1)/p · n/B``;
-- ``tree``: a binomial-tree reduce, then a broadcast, the whole vector at every step:
-  ``2L·α + 2L · n/B``.
+- ``ring``: ``2(p−1)·α + 2(p−1)/p · n/B``;
+- ``recursive_doubling``: ``L·α + L · n/B``;
+- ``halving_doubling`` (Rabenseifner): ``2L·α + 2(p−1)/p · n/B``;
+- ``tree``: ``2L·α + 2L · n/B``.
 
 The ring and halving-doubling send the fewest bytes; recursive doubling and the tree take the
 fewest steps. Libraries choose by message size: few steps for small messages, few bytes for
@@ -27,10 +22,10 @@ Accelerating Data Parallel Training*). ``bucketed_step_time`` models that overla
 
 from __future__ import annotations
 
-import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-ALGORITHMS = ("ring", "recursive_doubling", "halving_doubling", "tree")
+from course_utils.models.cost_model import ALGORITHMS, Topology, modelled_time
+from course_utils.validate import positive_int
 
 
 def collective_time(
@@ -53,22 +48,14 @@ def collective_time(
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
-        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
     if nbytes < 0 or alpha_s < 0 or bandwidth_bytes_per_s <= 0:
         raise ValueError(
             "need nbytes >= 0, alpha_s >= 0 and bandwidth_bytes_per_s > 0; got "
             f"{nbytes}, {alpha_s}, {bandwidth_bytes_per_s}"
         )
-    p, per_byte = ranks, nbytes / bandwidth_bytes_per_s
-    steps = math.ceil(math.log2(p)) if p > 1 else 0
-    if algorithm == "ring":
-        return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * per_byte
-    if algorithm == "recursive_doubling":
-        return steps * (alpha_s + per_byte)
-    if algorithm == "halving_doubling":
-        return 2 * steps * alpha_s + 2 * (p - 1) / p * per_byte
-    return 2 * steps * (alpha_s + per_byte)
+    topology = Topology(1, positive_int("ranks", ranks))
+    return modelled_time("all_reduce", algorithm, nbytes, topology, alpha_s=alpha_s,
+                  bytes_per_s=bandwidth_bytes_per_s)
 
 
 def plan_buckets(sizes: Sequence[int], bucket_bytes: int) -> list[list[int]]:
@@ -123,3 +110,42 @@ def bucketed_step_time(
             algorithm=algorithm,
         )
     return max(finished, backward_s)
+
+
+class TwoLevelTime(NamedTuple):
+    """Seconds of a flat ring all-reduce and of the two-level schedule.
+
+    Examples:
+        >>> TwoLevelTime(flat=2.0, hierarchical=0.5).flat
+        2.0
+    """
+
+    flat: float
+    hierarchical: float
+
+
+def hierarchical_time(
+    nbytes: float,
+    nodes: int,
+    local: int,
+    *,
+    alpha_s: float,
+    local_bytes_per_s: float,
+    node_bytes_per_s: float,
+) -> TwoLevelTime:
+    """Modelled seconds of a flat ring all-reduce over all ``nodes · local`` ranks (every ring
+    crosses the network, so it runs at the network's speed) and of the two-level schedule
+    (ring phases inside the nodes at ``local_bytes_per_s``, a ring all-reduce of ``nbytes/local``
+    across the nodes at ``node_bytes_per_s``, each device with its own network adapter).
+
+    Examples:
+        >>> t = hierarchical_time(2**30, 2, 4, alpha_s=0, local_bytes_per_s=1e11,
+        ...                       node_bytes_per_s=1e10)
+        >>> round(t.flat / t.hierarchical, 2)
+        4.38
+    """
+    topology = Topology(nodes, local, adapters=local)
+    rates = {"alpha_s": alpha_s, "bytes_per_s": node_bytes_per_s,
+             "local_bytes_per_s": local_bytes_per_s}
+    return TwoLevelTime(*(modelled_time("all_reduce", a, nbytes, topology, **rates)
+                          for a in ("ring", "two_level")))

@@ -7,6 +7,7 @@ reduce-scatter or an all-gather (N: the whole vector, per device). The two-level
 (step 13) sends only its middle phase across: each of the D devices of a host all-reduces N/D over
 the hosts, 2(H−1)/H · N/D, and the D devices share the host's one link: 2(H−1)/H · N in all.
 Time = link bytes / rate (the latency of each message and the work inside a host are left out).
+Both read ``cost_model``'s table (``link_bytes_sent``).
 
 What gloo runs (XLA's CPU collectives over gloo): all-reduce and all-gather are rings, as above;
 reduce-scatter is recursive halving, whose bytes over a host's link equal the ring's for 2 hosts ×
@@ -19,11 +20,11 @@ of it (``FRAME_SHARE``).
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
-from course_utils.models.cost import fit_alpha_beta
-from course_utils.models.latency import collective_time
+from course_utils.models.cost_model import COLLECTIVES, Topology, link_bytes_sent
+from course_utils.models.fit import Fit, fit_alpha_beta
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 KINDS = (*COLLECTIVES, "hierarchical")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
@@ -47,7 +48,8 @@ def rate_bytes_per_s(rate: str) -> float:
 
 
 def link_bytes(kind: str, nbytes: float, hosts: int, devices: int) -> float:
-    """Bytes one host sends over its link for one collective over a vector of ``nbytes``.
+    """Bytes one host sends over its link for one collective over a vector of ``nbytes``: the
+    ring's (``cost_model.link_bytes_sent``), the two-level schedule's for ``"hierarchical"``.
 
     Examples:
         >>> [link_bytes(k, 1024, 2, 2) for k in KINDS]
@@ -55,27 +57,20 @@ def link_bytes(kind: str, nbytes: float, hosts: int, devices: int) -> float:
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    p = hosts * devices
-    if kind == "hierarchical":
-        return 2 * (hosts - 1) / hosts * nbytes
-    return (2 if kind == "all_reduce" else 1) * (p - 1) / p * nbytes
+    collective, algorithm = ("all_reduce", "two_level") if kind == "hierarchical" else (
+        kind, "ring")
+    return link_bytes_sent(collective, algorithm, nbytes, Topology(hosts, devices))
 
 
 def link_time_s(kind: str, nbytes: float, hosts: int, devices: int, bytes_per_s: float) -> float:
-    """Modelled seconds: the link bytes at the link's rate. For the flat all-reduce it is
-    ``latency.collective_time`` of a ring with α = 0 (the same formula, checked by a test).
+    """Modelled seconds: the link bytes at the link's rate (α = 0, the work inside a host left
+    out).
 
     Examples:
         >>> link_time_s("all_reduce", 4 * 2**20, 2, 2, 25e6)  # 4 MiB, 200 Mbit/s
         0.25165824
     """
     return link_bytes(kind, nbytes, hosts, devices) / bytes_per_s
-
-
-def ring_time_s(nbytes: float, hosts: int, devices: int, bytes_per_s: float) -> float:
-    """``collective_time`` of a flat ring all-reduce over all ranks at the link's rate, α = 0."""
-    return collective_time(nbytes, hosts * devices, alpha_s=0.0,
-                           bandwidth_bytes_per_s=bytes_per_s, algorithm="ring")
 
 
 # TCP payload per full Ethernet frame (1448 of 1514 bytes): the share of tc's rate left for data
@@ -85,21 +80,15 @@ FRAME_SHARE = 1448 / 1514
 FIT_FROM_BYTES = 2**20
 
 
-def fitted_link_rate(kind: str, sizes, times_s, hosts: int, devices: int,
-                     counted_bytes=None) -> dict:
+def fitted_link_rate(kind: str, sizes: Sequence[float], times_s: Sequence[float], hosts: int,
+                     devices: int, counted_bytes: Sequence[float] | None = None) -> Fit:
     """Fit T = α + (link bytes)/B to the measured times of sizes ≥ ``FIT_FROM_BYTES``; B is the
     rate the link delivered.
 
     The link bytes are the ring model's (``link_bytes``), or ``counted_bytes`` (one per size:
     what the host's link counter saw per call) when given.
-
-    Returns ``alpha_s``, ``bytes_per_s`` (``None`` if the times do not grow) and the fit's worst
-    relative error.
     """
     crossing = (counted_bytes if counted_bytes is not None
                 else [link_bytes(kind, s, hosts, devices) for s in sizes])
     kept = [(c, t) for s, c, t in zip(sizes, crossing, times_s) if s >= FIT_FROM_BYTES]
-    fit = fit_alpha_beta([c for c, _ in kept], [t * 1e6 for _, t in kept])
-    rate = None if fit["bandwidth_gbps"] is None else fit["bandwidth_gbps"] * 1e9
-    return {"alpha_s": fit["alpha_us"] / 1e6, "bytes_per_s": rate,
-            "max_rel_error": fit["max_rel_error"]}
+    return fit_alpha_beta([c for c, _ in kept], [t for _, t in kept])

@@ -8,15 +8,19 @@ Op names searched for:
   ``all-gather``, ``all-to-all``, ``collective-permute`` (and their ``-start`` async forms).
 
 ``bytes`` is the size of the op's *result buffer on one device* (the shapes inside ``shard_map`` are
-per-device), not the traffic a network would carry; ``course_utils.models.cost`` models that.
+per-device), not the traffic a network would carry; ``ring_payload`` reads that off
+``course_utils.models.cost_model``'s table.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
+
+from course_utils.models.cost_model import Topology, bytes_sent
 
 STABLEHLO_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute")
 HLO_OPS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "collective-permute")
@@ -57,22 +61,51 @@ _HLO_TUPLE_OP = re.compile(
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
 
 
-def _entry(op: str, shape: tuple[int, ...], dtype: str) -> dict:
-    return {
-        "op": op,
-        "shape": shape,
-        "dtype": dtype,
-        "bytes": math.prod(shape) * _ITEMSIZE.get(dtype, 0),
-    }
+class Collective(NamedTuple):
+    """One collective op of a program: its name as the dialect spells it, the result's
+    per-device shape, dtype and bytes, the device ids of each group (``[]``: all devices, or
+    StableHLO, which is not read for groups) and how many buffers a combined op carries.
+
+    Examples:
+        >>> op = Collective("all-reduce", (4,), "f32", 16, [[0, 1]])
+        >>> op.bytes, op.buffers
+        (16, 1)
+    """
+
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    replica_groups: list[list[int]] = []
+    buffers: int = 1
 
 
-def stablehlo_collectives(text: str) -> list[dict]:
+class ProgramCollectives(NamedTuple):
+    """The collectives of one program before (``stablehlo``) and after (``hlo``) XLA's
+    optimization, as ``collectives_in`` reads them.
+
+    Examples:
+        >>> ProgramCollectives([], []).hlo
+        []
+    """
+
+    stablehlo: list[Collective]
+    hlo: list[Collective]
+
+
+def _entry(op: str, shape: tuple[int, ...], dtype: str, groups=None, buffers=1) -> Collective:
+    size = math.prod(shape) * _ITEMSIZE.get(dtype, 0)
+    return Collective(op, shape, dtype, size, [] if groups is None else groups, buffers)
+
+
+def stablehlo_collectives(text: str) -> list[Collective]:
     """Collectives in StableHLO text, with each result's shape, dtype and bytes.
 
     Examples:
         >>> line = '%1 = "stablehlo.all_gather"(%arg1) <{...}> : (tensor<2xf32>) -> tensor<8xf32>'
-        >>> stablehlo_collectives(line)
-        [{'op': 'all_gather', 'shape': (8,), 'dtype': 'f32', 'bytes': 32}]
+        >>> stablehlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
+        [Collective(op='all_gather', shape=(8,), dtype='f32', bytes=32, replica_groups=[],
+                    buffers=1)]
     """
     found = []
     for match in _STABLEHLO_OP.finditer(text):
@@ -137,7 +170,7 @@ def replica_groups(text: str) -> list[list[int]]:
     return []
 
 
-def hlo_collectives(text: str) -> list[dict]:
+def hlo_collectives(text: str) -> list[Collective]:
     """Collectives in compiled HLO text, with result shape, dtype, bytes and replica groups.
 
     XLA combines several collectives of one program into one op with a tuple result (its
@@ -148,31 +181,30 @@ def hlo_collectives(text: str) -> list[dict]:
         >>> line = ('ROOT %rs = f32[2]{0} reduce-scatter(%p), channel_id=1, '
         ...         'replica_groups={{0,1,2,3}}, dimensions={0}')
         >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
-        [{'op': 'reduce-scatter', 'shape': (2,), 'dtype': 'f32', 'bytes': 8,
-          'replica_groups': [[0, 1, 2, 3]]}]
+        [Collective(op='reduce-scatter', shape=(2,), dtype='f32', bytes=8,
+                    replica_groups=[[0, 1, 2, 3]], buffers=1)]
         >>> line = '%ar = (f32[4]{0}, f32[2]{0}) all-reduce(%a, %b), replica_groups={{0,1}}'
         >>> hlo_collectives(line)  # doctest: +NORMALIZE_WHITESPACE
-        [{'op': 'all-reduce', 'shape': (4,), 'dtype': 'f32', 'bytes': 24,
-          'replica_groups': [[0, 1]], 'buffers': 2}]
+        [Collective(op='all-reduce', shape=(4,), dtype='f32', bytes=24,
+                    replica_groups=[[0, 1]], buffers=2)]
     """
     found = []
     for match in sorted([*_HLO_OP.finditer(text), *_HLO_TUPLE_OP.finditer(text)],
                         key=lambda m: m.start()):
         if match.re is _HLO_OP:
             dtype, dims, op, rest = match.groups()
-            entry = _entry(op, tuple(int(d) for d in dims.split(",") if d), dtype)
-            entry["replica_groups"] = replica_groups(rest)
+            shape = tuple(int(d) for d in dims.split(",") if d)
+            found.append(_entry(op, shape, dtype, replica_groups(rest)))
         else:
             arrays, op, rest = match.groups()
             parts = [_entry(op, tuple(_ints(d)), t) for t, d in _ARRAY.findall(arrays)]
-            entry = {**parts[0], "bytes": sum(e["bytes"] for e in parts)}
-            entry["replica_groups"] = replica_groups(rest)
-            entry["buffers"] = len(parts)
-        found.append(entry)
+            found.append(parts[0]._replace(bytes=sum(e.bytes for e in parts),
+                                           replica_groups=replica_groups(rest),
+                                           buffers=len(parts)))
     return found
 
 
-def collectives_in(fn, *args) -> dict:
+def collectives_in(fn, *args) -> ProgramCollectives:
     """The collective ops in ``fn``'s program for ``args``: before and after XLA's optimization.
 
     Args:
@@ -180,48 +212,51 @@ def collectives_in(fn, *args) -> dict:
         *args: example arguments.
 
     Returns:
-        ``{'stablehlo': [...], 'hlo': [...]}``, each a list of dicts with ``op``, ``shape``,
-        ``dtype`` and ``bytes`` (per-device result size); HLO entries also carry
-        ``replica_groups``.
+        ``ProgramCollectives(stablehlo=[...], hlo=[...])``, each a list of ``Collective``
+        (per-device result size; HLO entries also carry ``replica_groups``).
     """
     if not hasattr(fn, "lower"):
         raise TypeError(
             f"collectives_in needs a jitted function with .lower(), got {type(fn).__name__}"
         )
     lowered = fn.lower(*args)
-    return {
-        "stablehlo": stablehlo_collectives(str(lowered.compiler_ir(dialect="stablehlo"))),
-        "hlo": hlo_collectives(lowered.compile().as_text()),
-    }
+    return ProgramCollectives(
+        stablehlo=stablehlo_collectives(str(lowered.compiler_ir(dialect="stablehlo"))),
+        hlo=hlo_collectives(lowered.compile().as_text()),
+    )
 
 
-# bytes one rank sends in a ring, per byte of the op's per-device result, for a group of g ranks
-_RING_SENDS = {
-    "all-reduce": lambda g: 2 * (g - 1) / g,
-    "reduce-scatter": lambda g: g - 1,
-    "all-gather": lambda g: (g - 1) / g,
-    "all-to-all": lambda g: (g - 1) / g,
-    "collective-permute": lambda g: 1.0,
+# per HLO op: the collective of cost_model's table, and N (its vector) from the result's b bytes
+# in a group of g; all-to-all is one pass of N/g to each other device, a permute sends b once
+_AS_RING: dict[str, tuple[str, Callable[[float, int], float]]] = {
+    "all-reduce": ("all_reduce", lambda b, g: b),
+    "reduce-scatter": ("reduce_scatter", lambda b, g: b * g),  # its result is one slice
+    "all-gather": ("all_gather", lambda b, g: b),
+    "all-to-all": ("all_gather", lambda b, g: b),
 }
 
 
-def ring_payload(entries: list[dict], ranks: int) -> float:
+def ring_payload(entries: Sequence[Collective], ranks: int) -> float:
     """Bytes each device sends for the compiled collectives ``entries`` (from ``hlo_collectives``),
-    with every collective run as a ring over its group (Patarasuk & Yuan, 2009).
+    with every collective run as a ring over its group (``cost_model``'s table).
 
     Per op with a per-device result of b bytes in a group of g devices: all-reduce 2(g−1)/g·b,
     reduce-scatter (g−1)·b (its result is one slice), all-gather and all-to-all (g−1)/g·b,
     collective-permute b. The group size is read from ``replica_groups``, ``ranks`` if none.
 
     Examples:
-        >>> ring_payload([{"op": "all-reduce", "bytes": 400, "replica_groups": []}], 4)
+        >>> ring_payload([Collective("all-reduce", (100,), "f32", 400)], 4)
         600.0
-        >>> ring_payload([{"op": "reduce-scatter", "bytes": 100, "replica_groups": [[0, 1]]},
-        ...               {"op": "all-gather", "bytes": 200, "replica_groups": [[0, 1]]}], 2)
+        >>> ring_payload([Collective("reduce-scatter", (25,), "f32", 100, [[0, 1]]),
+        ...               Collective("all-gather", (50,), "f32", 200, [[0, 1]])], 2)
         200.0
     """
     total = 0.0
     for entry in entries:
-        groups = entry.get("replica_groups") or [range(ranks)]
-        total += _RING_SENDS[entry["op"]](len(groups[0])) * entry["bytes"]
+        if entry.op == "collective-permute":
+            total += entry.bytes
+            continue
+        g = len(entry.replica_groups[0]) if entry.replica_groups else ranks
+        collective, vector = _AS_RING[entry.op]
+        total += bytes_sent(collective, "ring", vector(entry.bytes, g), Topology(1, g))
     return total

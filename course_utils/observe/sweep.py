@@ -274,6 +274,6 @@ def compiled_collectives(mesh: Mesh) -> dict[str, list[str]]:
         "zero1_fused": (zero1_step(mesh), (grads, arg((n,), P()), arg((n,), P(axis)))),
     }
     return {
-        name: [e["op"] for e in hlo_collectives(fn.lower(*args).compile().as_text())]
+        name: [e.op for e in hlo_collectives(fn.lower(*args).compile().as_text())]
         for name, (fn, args) in programs.items()
     }

@@ -6,7 +6,7 @@ import json
 from importlib.resources import files
 from typing import Sequence
 
-from course_utils.models.cost import model_time_us
+from course_utils.models.fit import fit_from_json
 from course_utils.observe.sweep import LABELS, ZERO1_STEPS
 
 BASIC = ("psum", "psum_scatter", "all_gather")  # drawn with their fits; RS+AG get a ratio panel
@@ -57,7 +57,7 @@ def figure_data(results: dict) -> dict:
         series += [
             {
                 "label": f"{LABELS[f['variant']]}: α + S/B",
-                "y": [model_time_us(f, s) for s in x],
+                "y": [fit_from_json(f).time_s(s) * 1e6 for s in x],  # µs, as the data
                 "style": "model",
                 "color": color[f["variant"]],
             }

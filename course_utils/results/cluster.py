@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 
 from course_utils.display import format_bytes
+from course_utils.models.fit import Fit
+from course_utils.models.latency import collective_time
 from course_utils.models.links import (
     COLLECTIVES,
     fitted_link_rate,
     link_bytes,
     link_time_s,
     rate_bytes_per_s,
-    ring_time_s,
 )
 
 # the goals of the cluster measurements (issue: "a cluster on one machine")
@@ -52,13 +53,13 @@ def fits(run: dict) -> dict:
         model = fitted_link_rate(kind, sizes, times, hosts, devices)
         fit = fitted_link_rate(kind, sizes, times, hosts, devices,
                                [r["link_bytes"][kind] for r in rows]) if counted else model
-        out[kind] = {**fit, "gap": _gap(fit, rate), "model_gap": _gap(model, rate),
+        out[kind] = {**fit._asdict(), "gap": _gap(fit, rate), "model_gap": _gap(model, rate),
                      "counted": counted}
     return out
 
 
-def _gap(fit: dict, rate: float) -> float | None:
-    return None if fit["bytes_per_s"] is None else fit["bytes_per_s"] / rate - 1
+def _gap(fit: Fit, rate: float) -> float | None:
+    return None if fit.bytes_per_s is None else fit.bytes_per_s / rate - 1
 
 
 def _gaps_text(gaps: dict) -> str:
@@ -120,10 +121,12 @@ def summary_lines(run: dict) -> list[str]:
         cells = [f"{k} {row[k] * 1e3:.1f}/{link_time_s(k, n, hosts, devices, rate) * 1e3:.1f}"
                  for k in COLLECTIVES]
         model = link_time_s("hierarchical", n, hosts, devices, rate)
+        flat = collective_time(n, hosts * devices, alpha_s=0.0, bandwidth_bytes_per_s=rate,
+                               algorithm="ring")
         lines.append(f"{format_bytes(n):>8s}: " + ", ".join(cells)
                      + f"; two-level {hier['hierarchical'] * 1e3:.1f}/{model * 1e3:.1f}"
                      + f"; ring f32 {ring['f32'] * 1e3:.1f}, u16 {ring['u16'] * 1e3:.1f}"
-                     + f" (collective_time ring {ring_time_s(n, hosts, devices, rate) * 1e3:.1f})")
+                     + f" (collective_time ring {flat * 1e3:.1f})")
     b = run["buckets"]
     lines.append(f"bucketing: {b['count']} all-reduces of {format_bytes(b['bytes'])} "
                  f"{b['separate'] * 1e3:.1f} ms, one bucket {b['one_bucket'] * 1e3:.1f} ms")

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_utils.observe.ir import Collective
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -69,6 +71,6 @@ class TrainingRun:
     final_loss: float
     averaged_loss: tuple[tuple[int, float], ...] | None
     heldout_loss: tuple[tuple[int, float], ...] | None
-    collectives: tuple[dict, ...]
+    collectives: tuple[Collective, ...]
     params: np.ndarray
     shards: Mapping[str, list[tuple[int, ...]]]

@@ -16,10 +16,9 @@ from typing import Sequence
 
 import numpy as np
 
-from course_utils.models.cost import (
-    algbw_gbps,
-    busbw_gbps,
-    fit_alpha_beta,
+from course_utils.models.cost import algbw_gbps, busbw_gbps
+from course_utils.models.fit import fit_alpha_beta, fit_to_json
+from course_utils.models.traffic import (
     in_page_fault_regime,
     output_bytes_per_device,
     traffic_bytes,
@@ -151,13 +150,14 @@ def fit_rows(rows: Sequence[dict]) -> list[dict]:
         series = rows_of(rows, p, variant)
         fitted = [r for r in series if not r["page_fault"]]
         sizes, times = [r["bytes"] for r in series], [r["median_us"] for r in series]
-        fit = fit_alpha_beta([r["bytes"] for r in fitted], [r["median_us"] for r in fitted])
+        fit = fit_alpha_beta([r["bytes"] for r in fitted],
+                             [r["median_us"] * 1e-6 for r in fitted])
         faulting = [r["bytes"] for r in series if r["page_fault"]]
         fits.append(
             {
                 "devices": p,
                 "variant": variant,
-                **fit,
+                **fit_to_json(fit),
                 "fit_bytes": [fitted[0]["bytes"], fitted[-1]["bytes"]],
                 "floor_us": times[0],
                 "grows_from_bytes": first_size_at(sizes, times, GROWTH_FACTOR),

@@ -143,9 +143,10 @@ def measure(plan: dict, hosts: int) -> dict:
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
 
-    from course_utils.collectives.compression import bf16_all_reduce, ring_all_reduce
+    from course_utils.collectives.compression import bf16_all_reduce
     from course_utils.collectives.hierarchy import hierarchical_all_reduce
     from course_utils.collectives.kernels import block_collective
+    from course_utils.collectives.ring import ring_all_reduce
 
     devices = np.asarray(jax.devices())
     p = devices.size
