@@ -226,9 +226,11 @@ def test_full_plan_follows_the_protocol():
 
 def test_cli_errors_exit_2_with_a_message(capsys):
     assert main(["bench", "--repeats", "0"]) == 2
-    assert "--repeats must be a positive integer" in capsys.readouterr().out
+    assert "course bench: error: --repeats must be a positive integer" in capsys.readouterr().err
     assert main(["bench", "--strategies", "--quick"]) == 2
-    assert "--strategies takes no --quick or --repeats" in capsys.readouterr().out
+    assert "course bench: error: --strategies takes no --quick or --repeats" in (
+        capsys.readouterr().err
+    )
     with pytest.raises(SystemExit) as exited:
         main(["bench", "--no-such-option"])
     assert (

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,11 +22,13 @@ CAN_RUN = check_can_run() is None
 needs_root = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
 COURSE = [sys.executable, "-m", "course_utils.tools.cli", "cluster"]
 SMALL = ["--hosts", "2", "--devices-per-host", "1", "--plan", "quick"]
+# `course cluster` whose last host dies or hangs: FAULTY + ["die" | "hang", *arguments]
+FAULTY = [sys.executable, str(Path(__file__).with_name("cluster_fault.py"))]
 
 
 def _cluster(tmp_path, *extra, fault=None, timeout=240):
-    env = {**os.environ, **({"COURSE_CLUSTER_FAULT": fault} if fault else {})}
-    return subprocess.run([*COURSE, *SMALL, "--out", str(tmp_path), *extra], env=env,
+    command = COURSE if fault is None else [*FAULTY, fault]
+    return subprocess.run([*command, *SMALL, "--out", str(tmp_path), *extra],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -49,22 +52,22 @@ def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
 def test_a_dead_process_is_reported_and_everything_removed(tmp_path):
     done = _cluster(tmp_path, fault="die")
     assert done.returncode == 1
-    assert "host 1's process exited with status 3" in done.stdout
+    assert done.stderr.startswith("course cluster: error: host 1's process exited with status 3")
     assert leftovers() == []
 
 
 @needs_root
 def test_a_hung_process_meets_the_time_limit_and_everything_is_removed(tmp_path):
     done = _cluster(tmp_path, "--timeout", "6", fault="hang")
-    assert done.returncode == 1 and "ran past --timeout 6 s" in done.stdout
+    assert done.returncode == 1 and "ran past --timeout 6 s" in done.stderr
+    assert done.stderr.startswith("course cluster: error: ")
     assert leftovers() == []
 
 
 @needs_root
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
 def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status):
-    popen = subprocess.Popen([*COURSE, *SMALL, "--out", str(tmp_path)],
-                             env={**os.environ, "COURSE_CLUSTER_FAULT": "hang"},
+    popen = subprocess.Popen([*FAULTY, "hang", *SMALL, "--out", str(tmp_path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not any(name.endswith("h1") for name in leftovers()):
@@ -72,8 +75,8 @@ def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status):
         time.sleep(0.1)
     time.sleep(0.5)  # the workers are starting
     popen.send_signal(sig)
-    out, _ = popen.communicate(timeout=60)
-    assert popen.returncode == status and "interrupted" in out
+    _, err = popen.communicate(timeout=60)
+    assert popen.returncode == status and "course cluster: error: interrupted" in err
     assert leftovers() == []
 
 
@@ -133,8 +136,9 @@ def test_a_congestion_control_the_kernel_lacks_is_refused_with_what_it_offers(
 def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["cluster"]) == 2
-    out = capsys.readouterr().out.strip()
+    out = capsys.readouterr().err.strip()
     assert out.count("\n") == 0 and "needs root" in out and "saved results" in out
+    assert out.startswith("course cluster: error: ")
 
 
 @needs_root
@@ -145,7 +149,7 @@ def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
 ])
 def test_bad_arguments_get_one_line(capsys, argv, message):
     assert main(["cluster", *argv]) == 2
-    assert message in capsys.readouterr().out
+    assert f"course cluster: error: {message}" in capsys.readouterr().err
     assert leftovers() == []
 
 

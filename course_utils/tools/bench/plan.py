@@ -17,12 +17,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from course_utils.tools.errors import CourseError
 from course_utils.tools.processes import spawn, stop
 from course_utils.validate import positive_int
-
-
-class BenchError(RuntimeError):
-    """A worker failed or ran out of time; the message says which and what to do."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
     """Run one worker, pass each progress event to ``on_progress``, return its result event.
 
     Raises:
-        BenchError: the worker exited non-zero, sent no result, or ran past ``timeout_s``
+        CourseError: the worker exited non-zero, sent no result, or ran past ``timeout_s``
             (it is killed).
     """
     with tempfile.TemporaryFile(mode="w+") as stderr:
@@ -131,7 +128,7 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
                         result = event
             returncode = popen.wait(timeout=max(1.0, deadline - time.monotonic()))
         except (queue.Empty, subprocess.TimeoutExpired):
-            raise BenchError(
+            raise CourseError(
                 f"a worker ran past {timeout_s:.0f} s and was stopped: {' '.join(command[1:5])}; "
                 "the machine may be busy: try again later or with --quick"
             ) from None
@@ -140,7 +137,7 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
         if returncode != 0 or result is None:
             stderr.seek(0)
             tail = stderr.read().strip()[-1500:]
-            raise BenchError(
+            raise CourseError(
                 f"worker {' '.join(command[1:5])} failed with exit status {returncode}:\n{tail}"
             )
     return result
