@@ -13,11 +13,12 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.collectives.kernels import Kernel, make_kernel
+from course_utils.collectives.kernels import Kernel, cached_builder, make_kernel
 from course_utils.devices.setup import axis_of
 from course_utils.models.latency import plan_buckets
 
 
+@cached_builder
 def bucketed_all_reduce(mesh: Mesh, bucket_bytes: int) -> Kernel:
     """All-reduce a list of gradients, one ``psum`` per bucket of about ``bucket_bytes``.
 

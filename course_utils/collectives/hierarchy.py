@@ -11,7 +11,7 @@ import jax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.collectives.kernels import Kernel, check_blocks, make_kernel
+from course_utils.collectives.kernels import Kernel, cached_builder, check_blocks, make_kernel
 from course_utils.models.latency import collective_time
 
 AXES = ("node", "local")
@@ -26,6 +26,7 @@ def _two_level_mesh(mesh: Mesh) -> tuple[int, int]:
     return mesh.shape["node"], mesh.shape["local"]
 
 
+@cached_builder
 def hierarchical_all_reduce(mesh: Mesh) -> Kernel:
     """All-reduce in two levels: reduce-scatter over ``local``, all-reduce over ``node``,
     all-gather over ``local``.

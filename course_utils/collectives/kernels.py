@@ -4,12 +4,17 @@ Each builder takes the mesh and returns a ``Kernel``: a jitted ``jax.shard_map``
 checks its inputs' shapes against the mesh before JAX traces anything, places host arrays on the
 mesh, and has a ``.lower(...)`` like any jitted function (used by ``collectives_in``). The
 collective each kernel is named after is the last line of its body.
+
+Builders are cached (``cached_builder``): the same mesh and arguments give the same ``Kernel``,
+so a loop that calls ``all_reduce_gradient(mesh)`` again traces and compiles once per input shape,
+not once per call.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import jax
 import numpy as np
@@ -21,6 +26,9 @@ from course_utils.devices.setup import axis_of
 from course_utils.problems.regression import check_regression_shapes
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+BUILDER_CACHE_SIZE = 256  # kernels kept per builder (each holds its compiled programs)
+
+Builder = TypeVar("Builder", bound=Callable[..., "Kernel"])
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,36 @@ class Kernel:
         return self.jitted.lower(*self.place(args))
 
 
+def cached_builder(build: Builder) -> Builder:
+    """Cache a kernel builder on its arguments (the mesh, a kind, …): the same arguments return
+    the same ``Kernel``, whose jitted function then traces once per input shape.
+
+    Arguments that cannot be hashed skip the cache (the builder's own check still says what is
+    wrong); ``True`` and ``1`` are different keys; a builder that raised caches nothing.
+
+    Examples:
+        >>> calls = []
+        >>> @cached_builder
+        ... def build(mesh, kind):
+        ...     calls.append(kind)
+        ...     return (mesh, kind)
+        >>> build("m", "all_reduce") is build("m", "all_reduce"), calls
+        (True, ['all_reduce'])
+    """
+    cached = functools.lru_cache(maxsize=BUILDER_CACHE_SIZE, typed=True)(build)
+
+    @functools.wraps(build)
+    def builder(*args, **kwargs):
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return build(*args, **kwargs)
+        return cached(*args, **kwargs)
+
+    builder.cache_clear = cached.cache_clear
+    return builder  # type: ignore[return-value]
+
+
 def make_kernel(
     mesh: Mesh, body: Callable, in_specs: tuple, out_specs, check: Callable[..., None]
 ) -> Kernel:
@@ -84,6 +122,7 @@ def _regression_kernel(mesh: Mesh, body: Callable, out_specs, *, split_features:
     return make_kernel(mesh, body, (P(axis, None), P(axis), P()), out_specs, check)
 
 
+@cached_builder
 def all_reduce_gradient(mesh: Mesh) -> Kernel:
     """The MSE gradient with ``psum``: every device ends with the whole gradient.
 
@@ -104,6 +143,7 @@ def all_reduce_gradient(mesh: Mesh) -> Kernel:
     return _regression_kernel(mesh, kernel, P(), split_features=False)
 
 
+@cached_builder
 def reduce_scatter_gradient(mesh: Mesh) -> Kernel:
     """The MSE gradient with ``psum_scatter`` (tiled): each device keeps 1/p of it.
 
@@ -127,6 +167,7 @@ def reduce_scatter_gradient(mesh: Mesh) -> Kernel:
     return _regression_kernel(mesh, kernel, P(axis), split_features=True)
 
 
+@cached_builder
 def all_gather_shards(mesh: Mesh) -> Kernel:
     """Sharded → replicated with ``all_gather`` (tiled): every device ends with the whole vector.
 
@@ -202,6 +243,7 @@ def check_blocks(blocks, p: int, kind: str) -> None:
         raise ValueError(f"reduce_scatter needs m divisible by {p} devices; got blocks {shape}")
 
 
+@cached_builder
 def block_collective(mesh: Mesh, kind: str) -> Kernel:
     """One collective on per-device blocks, returned as a per-device view.
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.collectives.kernels import Kernel, check_blocks, make_kernel
+from course_utils.collectives.kernels import Kernel, cached_builder, check_blocks, make_kernel
 from course_utils.devices.setup import axis_of
 
 
@@ -62,6 +62,7 @@ def reduce_scatter_step(partial, chunks, s, axis_name: str):
     return received + chunks[(i - s - 2) % p]  # f32[m/p]
 
 
+@cached_builder
 def ring_reduce_scatter(
     mesh: Mesh, *, step: Callable = reduce_scatter_step, n_steps: int | None = None
 ) -> Kernel:
@@ -93,6 +94,7 @@ def ring_reduce_scatter(
                    lambda blocks: check_blocks(blocks, p, "reduce_scatter"))
 
 
+@cached_builder
 def ring_all_gather(mesh: Mesh) -> Kernel:
     """All-gather built from ``ppermute``: blocks ``(p, m)`` in, ``(p, p·m)`` out, every row all
     blocks in device order, as ``block_collective(mesh, "all_gather")``."""
