@@ -18,7 +18,6 @@ from course_utils.devices.setup import axis_of
 from course_utils.models.latency import plan_buckets
 
 
-@cached_builder
 def bucketed_all_reduce(mesh: Mesh, bucket_bytes: int) -> Kernel:
     """All-reduce a list of gradients, one ``psum`` per bucket of about ``bucket_bytes``.
 
@@ -58,3 +57,6 @@ def bucketed_all_reduce(mesh: Mesh, bucket_bytes: int) -> Kernel:
         return summed
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None), check)
+
+
+bucketed_all_reduce = cached_builder(bucketed_all_reduce)  # the same mesh, the same kernel

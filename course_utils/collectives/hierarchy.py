@@ -26,7 +26,6 @@ def _two_level_mesh(mesh: Mesh) -> tuple[int, int]:
     return mesh.shape["node"], mesh.shape["local"]
 
 
-@cached_builder
 def hierarchical_all_reduce(mesh: Mesh) -> Kernel:
     """All-reduce in two levels: reduce-scatter over ``local``, all-reduce over ``node``,
     all-gather over ``local``.
@@ -56,6 +55,9 @@ def hierarchical_all_reduce(mesh: Mesh) -> Kernel:
 
     spec = P(AXES, None)
     return make_kernel(mesh, kernel, (spec,), spec, check)
+
+
+hierarchical_all_reduce = cached_builder(hierarchical_all_reduce)  # the same mesh, the same kernel
 
 
 def hierarchical_time(

@@ -122,7 +122,6 @@ def _regression_kernel(mesh: Mesh, body: Callable, out_specs, *, split_features:
     return make_kernel(mesh, body, (P(axis, None), P(axis), P()), out_specs, check)
 
 
-@cached_builder
 def all_reduce_gradient(mesh: Mesh) -> Kernel:
     """The MSE gradient with ``psum``: every device ends with the whole gradient.
 
@@ -143,7 +142,6 @@ def all_reduce_gradient(mesh: Mesh) -> Kernel:
     return _regression_kernel(mesh, kernel, P(), split_features=False)
 
 
-@cached_builder
 def reduce_scatter_gradient(mesh: Mesh) -> Kernel:
     """The MSE gradient with ``psum_scatter`` (tiled): each device keeps 1/p of it.
 
@@ -167,7 +165,6 @@ def reduce_scatter_gradient(mesh: Mesh) -> Kernel:
     return _regression_kernel(mesh, kernel, P(axis), split_features=True)
 
 
-@cached_builder
 def all_gather_shards(mesh: Mesh) -> Kernel:
     """Sharded → replicated with ``all_gather`` (tiled): every device ends with the whole vector.
 
@@ -243,7 +240,6 @@ def check_blocks(blocks, p: int, kind: str) -> None:
         raise ValueError(f"reduce_scatter needs m divisible by {p} devices; got blocks {shape}")
 
 
-@cached_builder
 def block_collective(mesh: Mesh, kind: str) -> Kernel:
     """One collective on per-device blocks, returned as a per-device view.
 
@@ -281,3 +277,11 @@ def block_collective(mesh: Mesh, kind: str) -> Kernel:
         jax.shard_map(kernel, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     )
     return Kernel(jitted, (NamedSharding(mesh, spec),), check)
+
+
+# every builder caches on its arguments (after the definitions, so inspect.getsource shows each
+# as it is written)
+all_reduce_gradient = cached_builder(all_reduce_gradient)
+reduce_scatter_gradient = cached_builder(reduce_scatter_gradient)
+all_gather_shards = cached_builder(all_gather_shards)
+block_collective = cached_builder(block_collective)

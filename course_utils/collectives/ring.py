@@ -62,7 +62,6 @@ def reduce_scatter_step(partial, chunks, s, axis_name: str):
     return received + chunks[(i - s - 2) % p]  # f32[m/p]
 
 
-@cached_builder
 def ring_reduce_scatter(
     mesh: Mesh, *, step: Callable = reduce_scatter_step, n_steps: int | None = None
 ) -> Kernel:
@@ -94,7 +93,9 @@ def ring_reduce_scatter(
                    lambda blocks: check_blocks(blocks, p, "reduce_scatter"))
 
 
-@cached_builder
+ring_reduce_scatter = cached_builder(ring_reduce_scatter)  # the same mesh, the same kernel
+
+
 def ring_all_gather(mesh: Mesh) -> Kernel:
     """All-gather built from ``ppermute``: blocks ``(p, m)`` in, ``(p, p·m)`` out, every row all
     blocks in device order, as ``block_collective(mesh, "all_gather")``."""
@@ -112,3 +113,6 @@ def ring_all_gather(mesh: Mesh) -> Kernel:
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
                    lambda blocks: check_blocks(blocks, p, "all_gather"))
+
+
+ring_all_gather = cached_builder(ring_all_gather)  # the same mesh, the same kernel
