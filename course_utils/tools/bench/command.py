@@ -108,7 +108,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     write_outputs(results, out_dir)
     console.print(collectives_table(results))
-    if results["zero1"]:
+    if results.zero1:
         console.print(zero1_table(results))
     for line in summary_lines(results, out_dir):
         console.print(line, highlight=False)

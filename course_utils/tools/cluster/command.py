@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK
+from course_utils.results.cluster import ClusterResults, ClusterRun, Versions
+from course_utils.results.records import from_json, to_json
 from course_utils.tools.cli import positive_int_arg
 from course_utils.tools.errors import CourseError, usage
 from course_utils.tools.processes import first_exit, spawn, stop
@@ -25,7 +27,7 @@ PORT = 47301  # the coordinator's port inside host 0's namespace (nothing else l
 WORKER = ("-m", "course_utils.tools.cluster.worker")
 
 
-def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
+def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> ClusterRun:
     """One cluster shaped at ``rate``: set up, one worker per host, results, torn down."""
     from course_utils.tools.cluster.netns import Cluster, host_command
 
@@ -56,11 +58,11 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
         for f in files:
             f.close()
     result.pop("event")
-    return {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "link_rate": rate,
-            "tcp": args.tcp, **result}
+    return from_json(ClusterRun, {"hosts": args.hosts, "devices_per_host": args.devices_per_host,
+                                  "link_rate": rate, "tcp": args.tcp, **result}, "host 0's results")
 
 
-def run_cluster(args: argparse.Namespace, say) -> dict:
+def run_cluster(args: argparse.Namespace, say) -> ClusterResults:
     """Every rate of ``--link-rate`` in turn, each finished rate passed to ``say``; the results.
     Whatever happens, nothing the runs made is left.
 
@@ -100,16 +102,16 @@ def run_cluster(args: argparse.Namespace, say) -> dict:
         raise CourseError(f"{exc}; everything the run made was removed", exc.status) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return {"hosts": args.hosts, "devices_per_host": args.devices_per_host,
-            "plan": args.plan, "tcp": args.tcp, "versions": _versions(),
-            "seconds": time.monotonic() - started, "runs": runs}
+    return ClusterResults(hosts=args.hosts, devices_per_host=args.devices_per_host,
+                          plan=args.plan, tcp=args.tcp, versions=_versions(),
+                          seconds=time.monotonic() - started, runs=tuple(runs))
 
 
-def _versions() -> dict:
+def _versions() -> Versions:
     """The Python, jax and jaxlib versions the hosts ran (the same interpreter as this one)."""
     from importlib.metadata import version
 
-    return {"python": sys.version.split()[0], "jax": version("jax"), "jaxlib": version("jaxlib")}
+    return Versions(python=sys.version.split()[0], jax=version("jax"), jaxlib=version("jaxlib"))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -119,9 +121,9 @@ def _run(args: argparse.Namespace) -> int:
     results = run_cluster(args, lambda line: print(line, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cluster.json").write_text(json.dumps(results, indent=1))
+    (out / "cluster.json").write_text(json.dumps(to_json(results), indent=1))
     (out / "cluster.png").write_bytes(plot_figure(figure_data(results)).png())
-    for run in results["runs"]:
+    for run in results.runs:
         for line in summary_lines(run):
             print(line)
     from course_utils.tools.cluster.netns import leftovers
