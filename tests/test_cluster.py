@@ -18,6 +18,7 @@ from course_utils.models.links import link_time_s, rate_bytes_per_s, ring_time_s
 from course_utils.results.cluster import (
     ClusterResults,
     ClusterRun,
+    Versions,
     figure_data,
     goals,
     load_cluster_results,
@@ -193,7 +194,7 @@ def test_a_run_that_follows_the_model_meets_every_goal():
     lines = summary_lines(RUN)
     assert "4 MiB: all_reduce 251.7/251.7" in "\n".join(lines)
     results = ClusterResults(hosts=2, devices_per_host=2, plan="quick", tcp="reno",
-                             versions=None, seconds=1.0,
+                             versions=Versions("3.11", "0.10.2", "0.10.2"), seconds=1.0,
                              runs=(RUN, replace(RUN, link_rate="1gbit")))
     data = figure_data(results)
     validate_figure_data(data)
