@@ -6,6 +6,7 @@ No test asserts a time: timings depend on the machine and its load.
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,14 @@ from course_utils.models.cost import algbw_gbps, busbw_gbps
 from course_utils.models.fit import fit_alpha_beta, fit_from_json, fit_to_json
 from course_utils.models.traffic import PAGE_FAULT_BYTES, traffic_bytes
 from course_utils.observe.sweep import VARIANTS, ZERO1_STEPS
-from course_utils.results.bench import figure_data, steps_figure_data
+from course_utils.results.bench import (
+    BenchRun,
+    figure_data,
+    load_bench_run,
+    saved_results,
+    steps_figure_data,
+)
+from course_utils.results.records import to_json
 from course_utils.tools.bench.combine import (
     collective_rows,
     combine_repeats,
@@ -132,12 +140,13 @@ def test_traffic_model_and_the_sum_for_reduce_scatter_then_all_gather():
 
 def test_combine_repeats_takes_the_median_of_medians():
     combined = combine_repeats([summary(100.0), summary(300.0), summary(110.0)])
-    assert combined["median_us"] == 110.0 and combined["min_us"] == 90.0
-    assert combined["spread"] == pytest.approx(200 / 110)
-    assert combine_repeats([summary(100.0)])["spread"] == 0.0
+    assert combined.median_us == 110.0 and combined.min_us == 90.0
+    assert combined.spread == pytest.approx(200 / 110)
+    assert combine_repeats([summary(100.0)]).spread == 0.0
 
 
-def synthetic_results() -> dict:
+def synthetic_results() -> BenchRun:
+    """The saved run with its measured sections replaced by the synthetic reports'."""
     reports = [
         synthetic_report(p, SIZES, scale, repeat)
         for repeat, scale in enumerate((1.0, 1.2, 0.9))
@@ -145,19 +154,21 @@ def synthetic_results() -> dict:
     ]
     rows = collective_rows(reports, memcpy_traffic_gbps=10.0)
     zero1 = zero1_rows(reports)
-    return {
-        "collectives": rows,
-        "fits": fit_rows(rows),
-        "rs_ag_vs_psum": rs_ag_against_psum(rows),
-        "zero1": zero1,
-        "zero1_goal": zero1_goal(zero1),
-        "plan": {"repeats": 3},
-    }
+    saved = saved_results()
+    return replace(
+        saved,
+        collectives=tuple(rows),
+        fits=tuple(fit_rows(rows)),
+        rs_ag_vs_psum=tuple(rs_ag_against_psum(rows)),
+        zero1=tuple(zero1),
+        zero1_goal=zero1_goal(zero1),
+        plan=replace(saved.plan, repeats=3),
+    )
 
 
 def test_rows_fits_and_page_faults_from_synthetic_reports():
     results = synthetic_results()
-    rows, fits = results["collectives"], results["fits"]
+    rows, fits = results.collectives, results.fits
     assert len(rows) == 2 * len(VARIANTS) * len(SIZES) and len(fits) == 2 * len(VARIANTS)
     for f in fits:  # the repeats' medians are the scale-1.0 times, so the fit is exact
         i = VARIANTS.index(f["variant"])
@@ -174,12 +185,10 @@ def test_rows_fits_and_page_faults_from_synthetic_reports():
             )
         else:
             assert f["page_fault_from_bytes"] is None and f["top"]["bytes"] == largest
-    psum = next(
-        r for r in rows if r["devices"] == 4 and r["variant"] == "psum" and r["bytes"] == 2**22
-    )
-    assert psum["busbw_gbps"] == pytest.approx(1.5 * psum["algbw_gbps"])
-    assert psum["memcpy_fraction"] == pytest.approx(11 * 2**22 / psum["median_us"] / 1e3 / 10.0)
-    faulting = {(r["variant"], r["devices"]) for r in rows if r["page_fault"]}
+    psum = next(r for r in rows if r.devices == 4 and r.variant == "psum" and r.bytes == 2**22)
+    assert psum.busbw_gbps == pytest.approx(1.5 * psum.algbw_gbps)
+    assert psum.memcpy_fraction == pytest.approx(11 * 2**22 / psum.median_us / 1e3 / 10.0)
+    faulting = {(r.variant, r.devices) for r in rows if r.page_fault}
     assert ("psum", 4) in faulting and (
         "psum_scatter",
         4,
@@ -189,11 +198,11 @@ def test_rows_fits_and_page_faults_from_synthetic_reports():
 
 
 def test_zero1_goal_reads_ratio_and_state_fraction():
-    goal = synthetic_results()["zero1_goal"]
-    assert goal["state_fraction"] == 0.25 and goal["ratio"] == pytest.approx(
+    goal = synthetic_results().zero1_goal
+    assert goal.state_fraction == 0.25 and goal.ratio == pytest.approx(
         alpha_beta_us(200, 2, 2**22) / alpha_beta_us(100, 2, 2**22)
     )
-    assert goal["met"] is (goal["ratio"] <= 1.1)
+    assert goal.met is (goal.ratio <= 1.1)
     assert zero1_goal([]) is None
 
 
@@ -227,9 +236,11 @@ def test_full_plan_follows_the_protocol():
 
 def test_cli_errors_exit_2_with_a_message(capsys):
     assert main(["bench", "--repeats", "0"]) == 2
-    assert "--repeats must be a positive integer" in capsys.readouterr().out
+    assert "course bench: error: --repeats must be a positive integer" in capsys.readouterr().err
     assert main(["bench", "--strategies", "--quick"]) == 2
-    assert "--strategies takes no --quick or --repeats" in capsys.readouterr().out
+    assert "course bench: error: --strategies takes no --quick or --repeats" in (
+        capsys.readouterr().err
+    )
     with pytest.raises(SystemExit) as exited:
         main(["bench", "--no-such-option"])
     assert (
@@ -342,5 +353,7 @@ def test_course_bench_quick_writes_json_and_png(tmp_path):
     ]
     assert all(r["agree"] for r in results["zero1"])
     assert results["zero1_goal"]["state_fraction"] == 0.25
-    validate_figure_data(figure_data(results))
-    validate_figure_data(steps_figure_data(results))
+    run = load_bench_run(tmp_path / "bench.json")  # the file's records give back the file
+    assert run.zero1_goal.state_fraction == 0.25 and to_json(run) == results
+    validate_figure_data(figure_data(run))
+    validate_figure_data(steps_figure_data(run))

@@ -12,10 +12,12 @@ import pytest
 from course_utils import validate_figure_data
 from course_utils.observe.sweep import VARIANTS
 from course_utils.results.bench import figure_data, saved_results, steps_figure_data
+from course_utils.results.records import to_json
 from course_utils.tools.bench.combine import fit_rows, rs_ag_against_psum, zero1_goal
 from course_utils.tools.bench.plan import make_plan
 
 SAVED = saved_results()
+SAVED_JSON = to_json(SAVED)  # what the file holds
 
 
 def close(a, b, rel: float = 1e-9) -> bool:
@@ -44,16 +46,39 @@ def test_close_tells_a_changed_value():
 
 def test_saved_run_is_the_full_default_plan():
     plan = asdict(make_plan())
-    assert SAVED["command"] == "course bench"
-    assert SAVED["plan"] == json.loads(json.dumps(plan))
-    measured = {(r["devices"], r["variant"], r["elements"]) for r in SAVED["collectives"]}
+    assert SAVED.command == "course bench"
+    assert SAVED_JSON["plan"] == json.loads(json.dumps(plan))
+    measured = {(r.devices, r.variant, r.elements) for r in SAVED.collectives}
     assert measured == {(p, v, e) for p in plan["devices"] for v in VARIANTS for e in plan["sizes"]}
 
 
 def test_derived_sections_are_what_the_current_code_computes():
-    rows = SAVED["collectives"]
-    assert close(SAVED["fits"], json.loads(json.dumps(fit_rows(rows))))
-    assert close(SAVED["rs_ag_vs_psum"], json.loads(json.dumps(rs_ag_against_psum(rows))))
-    assert close(SAVED["zero1_goal"], json.loads(json.dumps(zero1_goal(SAVED["zero1"]))))
+    rows = SAVED.collectives
+
+    def as_saved(value):
+        return json.loads(json.dumps(to_json(value)))
+
+    assert close(SAVED_JSON["fits"], as_saved(fit_rows(rows)))
+    assert close(SAVED_JSON["rs_ag_vs_psum"], as_saved(rs_ag_against_psum(rows)))
+    assert close(SAVED_JSON["zero1_goal"], as_saved(zero1_goal(SAVED.zero1)))
     validate_figure_data(figure_data(SAVED))
     validate_figure_data(steps_figure_data(SAVED))
+
+
+def test_the_records_give_back_the_saved_file():
+    from importlib.resources import files
+
+    text = files("course_utils").joinpath("saved", "bench_full.json").read_text()
+    assert SAVED_JSON == json.loads(text)
+
+
+def test_a_file_that_is_not_a_bench_run_says_so(tmp_path):
+    from course_utils.results.bench import load_bench_run
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({**SAVED_JSON, "machine": {"cpu_count": 2}}))
+    with pytest.raises(ValueError, match=r"bench.json: Machine has no cpus_usable; is this file"):
+        load_bench_run(path)
+    path.write_text(json.dumps({**SAVED_JSON, "extra": 1}))
+    with pytest.raises(ValueError, match="BenchRun has no field extra; was this file written"):
+        load_bench_run(path)

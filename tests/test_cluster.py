@@ -8,12 +8,24 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from course_utils import validate_figure_data
 from course_utils.models.links import rate_bytes_per_s
-from course_utils.results.cluster import figure_data, goals, summary_lines
+from course_utils.results.cluster import (
+    ClusterResults,
+    ClusterRun,
+    Versions,
+    figure_data,
+    goals,
+    load_cluster_results,
+    saved_cluster_results,
+    summary_lines,
+)
+from course_utils.results.records import from_json, to_json
 from course_utils.tools.cli import main
 from course_utils.tools.cluster.netns import Cluster, check_can_run, host_command, leftovers
 
@@ -21,11 +33,13 @@ CAN_RUN = check_can_run() is None
 needs_root = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
 COURSE = [sys.executable, "-m", "course_utils.tools.cli", "cluster"]
 SMALL = ["--hosts", "2", "--devices-per-host", "1", "--plan", "quick"]
+# `course cluster` whose last host dies or hangs: FAULTY + ["die" | "hang", *arguments]
+FAULTY = [sys.executable, str(Path(__file__).with_name("cluster_fault.py"))]
 
 
 def _cluster(tmp_path, *extra, fault=None, timeout=240):
-    env = {**os.environ, **({"COURSE_CLUSTER_FAULT": fault} if fault else {})}
-    return subprocess.run([*COURSE, *SMALL, "--out", str(tmp_path), *extra], env=env,
+    command = COURSE if fault is None else [*FAULTY, fault]
+    return subprocess.run([*command, *SMALL, "--out", str(tmp_path), *extra],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -34,6 +48,7 @@ def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
     done = _cluster(tmp_path, "--link-rate", "200mbit,1gbit")
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "cluster.json").read_text())
+    assert to_json(load_cluster_results(tmp_path / "cluster.json")) == results
     assert [r["link_rate"] for r in results["runs"]] == ["200mbit", "1gbit"]
     assert (tmp_path / "cluster.png").stat().st_size > 0
     assert "goal hierarchical speed-up" in done.stdout
@@ -49,22 +64,22 @@ def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
 def test_a_dead_process_is_reported_and_everything_removed(tmp_path):
     done = _cluster(tmp_path, fault="die")
     assert done.returncode == 1
-    assert "host 1's process exited with status 3" in done.stdout
+    assert done.stderr.startswith("course cluster: error: host 1's process exited with status 3")
     assert leftovers() == []
 
 
 @needs_root
 def test_a_hung_process_meets_the_time_limit_and_everything_is_removed(tmp_path):
     done = _cluster(tmp_path, "--timeout", "6", fault="hang")
-    assert done.returncode == 1 and "ran past --timeout 6 s" in done.stdout
+    assert done.returncode == 1 and "ran past --timeout 6 s" in done.stderr
+    assert done.stderr.startswith("course cluster: error: ")
     assert leftovers() == []
 
 
 @needs_root
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
 def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status):
-    popen = subprocess.Popen([*COURSE, *SMALL, "--out", str(tmp_path)],
-                             env={**os.environ, "COURSE_CLUSTER_FAULT": "hang"},
+    popen = subprocess.Popen([*FAULTY, "hang", *SMALL, "--out", str(tmp_path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not any(name.endswith("h1") for name in leftovers()):
@@ -72,8 +87,8 @@ def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status):
         time.sleep(0.1)
     time.sleep(0.5)  # the workers are starting
     popen.send_signal(sig)
-    out, _ = popen.communicate(timeout=60)
-    assert popen.returncode == status and "interrupted" in out
+    _, err = popen.communicate(timeout=60)
+    assert popen.returncode == status and "course cluster: error: interrupted" in err
     assert leftovers() == []
 
 
@@ -133,8 +148,9 @@ def test_a_congestion_control_the_kernel_lacks_is_refused_with_what_it_offers(
 def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["cluster"]) == 2
-    out = capsys.readouterr().out.strip()
+    out = capsys.readouterr().err.strip()
     assert out.count("\n") == 0 and "needs root" in out and "saved results" in out
+    assert out.startswith("course cluster: error: ")
 
 
 @needs_root
@@ -145,11 +161,11 @@ def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
 ])
 def test_bad_arguments_get_one_line(capsys, argv, message):
     assert main(["cluster", *argv]) == 2
-    assert message in capsys.readouterr().out
+    assert f"course cluster: error: {message}" in capsys.readouterr().err
     assert leftovers() == []
 
 
-RUN = {
+RUN_JSON = {
     "hosts": 2, "devices_per_host": 2, "link_rate": "200mbit", "tcp": "reno",
     "collectives": [{"bytes": b, "all_reduce": 1.5 * b / 25e6, "reduce_scatter": 0.75 * b / 25e6,
                      "all_gather": 0.75 * b / 25e6} for b in (2**20, 2**22)],
@@ -163,13 +179,24 @@ RUN = {
 }
 
 
+RUN = from_json(ClusterRun, RUN_JSON)
+
+
+def run_with(**changes) -> ClusterRun:
+    """``RUN`` with some of its fields (as JSON) replaced."""
+    return from_json(ClusterRun, {**RUN_JSON, **changes})
+
+
 def test_a_run_that_follows_the_model_meets_every_goal():
     met = goals(RUN)
-    assert all(g["met"] for g in met.values()), met
-    assert met["hierarchical speed-up"]["value"] == pytest.approx(1.5)
+    assert all(g.met for g in met.values()), met
+    assert met["hierarchical speed-up"].value == pytest.approx(1.5)
     lines = summary_lines(RUN)
     assert "4 MiB: all_reduce 251.7/251.7" in "\n".join(lines)
-    data = figure_data({"runs": [RUN, {**RUN, "link_rate": "1gbit"}]})
+    results = ClusterResults(hosts=2, devices_per_host=2, plan="quick", tcp="reno",
+                             versions=Versions("3.11", "0.10.2", "0.10.2"), seconds=1.0,
+                             runs=(RUN, replace(RUN, link_rate="1gbit")))
+    data = figure_data(results)
     validate_figure_data(data)
     assert len(data["panels"]) == 4
     models = [s for s in data["panels"][0]["series"] if s.get("style") == "model"]
@@ -182,42 +209,51 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
     sent = {"all_reduce": 1.5, "reduce_scatter": 1.0, "all_gather": 0.75}
     rows = [{**row, "reduce_scatter": row["bytes"] / 25e6,
              "link_bytes": {k: f * row["bytes"] for k, f in sent.items()}}
-            for row in RUN["collectives"]]
+            for row in RUN_JSON["collectives"]]
     from course_utils.results.cluster import counted_against_model, fits
 
-    fitted = fits({**RUN, "collectives": rows})
+    fitted = fits(run_with(collectives=rows))
     assert fitted["reduce_scatter"]["gap"] == pytest.approx(0, abs=1e-9)
     assert fitted["reduce_scatter"]["model_gap"] == pytest.approx(-0.25)
     assert fits(RUN)["reduce_scatter"]["counted"] is False
-    counts = counted_against_model({**RUN, "collectives": rows})
+    counts = counted_against_model(run_with(collectives=rows))
     assert counts["reduce_scatter"]["counted"] / counts["reduce_scatter"]["model"] == (
         pytest.approx(4 / 3))
     assert counted_against_model(RUN) is None
-    two_level = [{**row, "link_bytes": row["bytes"]} for row in RUN["hierarchy"]]
-    counts = counted_against_model({**RUN, "collectives": rows, "hierarchy": two_level})
+    two_level = [{**row, "link_bytes": row["bytes"]} for row in RUN_JSON["hierarchy"]]
+    counts = counted_against_model(run_with(collectives=rows, hierarchy=two_level))
     assert counts["hierarchical"] == {"counted": 4 * 2**20, "model": 4 * 2**20}
-    text = "\n".join(summary_lines({**RUN, "collectives": rows}))
+    text = "\n".join(summary_lines(run_with(collectives=rows)))
     assert "reduce_scatter 4.00/3.00 MiB (1.33)" in text and "reduce_scatter -25.0%" in text
 
 
 @pytest.mark.parametrize("shape, hosts, devices, tcp", [
     ("2x2", 2, 2, "reno"), ("2x4", 2, 4, "reno"), ("2x2_bbr", 2, 2, "bbr")])
 def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devices, tcp):
-    from course_utils.results.cluster import saved_cluster_results
     from course_utils.tools.cluster.worker import PLANS
 
     saved = saved_cluster_results(shape)
-    assert (saved["hosts"], saved["devices_per_host"], saved["plan"]) == (hosts, devices, "full")
-    assert saved["tcp"] == tcp and {"jax", "jaxlib", "python"} <= set(saved["versions"])
-    assert all(run["tcp"] == tcp for run in saved["runs"])
-    for run in saved["runs"]:
+    assert (saved.hosts, saved.devices_per_host, saved.plan) == (hosts, devices, "full")
+    assert saved.tcp == tcp and {"jax", "jaxlib", "python"} <= set(to_json(saved.versions))
+    assert all(run.tcp == tcp for run in saved.runs)
+    for run in saved.runs:
         for key in ("collectives", "hierarchy", "ring16"):
-            assert [r["bytes"] for r in run[key]] == PLANS["full"]["sizes"]
-        assert run["buckets"]["count"] == PLANS["full"]["buckets"][0]
-        assert run["training"]["local_sgd_step"] > 0
-        rate_bytes_per_s(run["link_rate"])
-    assert "200mbit" in [r["link_rate"] for r in saved["runs"]]
+            assert [r.bytes for r in getattr(run, key)] == PLANS["full"]["sizes"]
+        assert run.buckets.count == PLANS["full"]["buckets"][0]
+        assert run.training.local_sgd_step > 0
+        rate_bytes_per_s(run.link_rate)
+    assert "200mbit" in [r.link_rate for r in saved.runs]
     validate_figure_data(figure_data(saved))
+    text = (Path(__file__).parents[1] / f"course_utils/saved/cluster_{shape}.json").read_text()
+    assert to_json(saved) == json.loads(text)  # the records give back the file
+
+
+def test_a_file_that_is_not_a_cluster_run_says_so(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({**to_json(saved_cluster_results("2x2")), "runs": [RUN_JSON, {}]}))
+    with pytest.raises(ValueError, match=r"cluster.json: ClusterRun has no hosts; is this file"):
+        load_cluster_results(path)
+
 
 
 def test_the_link_counter_is_read_once_it_stops_moving(monkeypatch):

@@ -17,6 +17,8 @@ from course_utils import (
     sharded_momentum_step,
     toy_regression,
 )
+from course_utils.collectives.bucketing import bucketed_all_reduce
+from course_utils.collectives.ring import ring_all_gather, ring_reduce_scatter
 from course_utils.constants import ATOL, RTOL
 
 TOL = dict(atol=ATOL, rtol=RTOL)
@@ -187,3 +189,47 @@ def test_block_collective_bad_input(mesh):
         block_collective(mesh, "all_reduce")(np.zeros((3, 8), np.float32))
     with pytest.raises(ValueError, match=r"m divisible by 4 devices; got blocks \(4, 6\)"):
         block_collective(mesh, "reduce_scatter")(np.zeros((4, 6), np.float32))
+
+
+@pytest.mark.parametrize("builder", [
+    all_reduce_gradient, reduce_scatter_gradient, all_gather_shards,
+    lambda mesh: block_collective(mesh, "all_gather"), ring_reduce_scatter, ring_all_gather,
+    lambda mesh: bucketed_all_reduce(mesh, 1024),
+])
+def test_a_builder_returns_the_same_kernel_for_the_same_mesh_and_another_for_another(
+        mesh, builder):
+    other = jax.sharding.Mesh(np.asarray(jax.devices())[::-1], mesh.axis_names)
+    assert builder(mesh) is builder(data_mesh())  # an equal mesh built again: no re-trace
+    assert builder(other) is not builder(mesh) and builder(other) is builder(other)
+
+
+def test_block_collective_caches_on_the_kind_and_a_bad_kind_is_not_cached(mesh):
+    kernels = [block_collective(mesh, kind) for kind in COLLECTIVES]
+    assert len({id(k) for k in kernels}) == 3
+    assert [block_collective(mesh, kind) for kind in COLLECTIVES] == kernels
+    for _ in range(2):
+        with pytest.raises(ValueError, match="kind must be one of"):
+            block_collective(mesh, "all_to_all")
+
+
+def test_a_cached_kernel_traces_once_per_shape(mesh):
+    from course_utils.collectives.kernels import cached_builder, make_kernel
+
+    traces = []
+
+    @cached_builder
+    def doubled(mesh):
+        axis = mesh.axis_names[0]
+
+        def body(block):
+            traces.append(block.shape)
+            return 2 * block
+
+        spec = jax.sharding.PartitionSpec(axis)
+        return make_kernel(mesh, body, (spec,), spec, lambda a: None)
+
+    blocks = np.ones(4 * mesh.size, np.float32)
+    for _ in range(3):
+        doubled(mesh)(blocks)
+    doubled(mesh)(np.ones(8 * mesh.size, np.float32))
+    assert traces == [(4,), (8,)]

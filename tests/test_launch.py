@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from course_utils import data_mesh, placements, shard_error
+from course_utils.tools.errors import CourseError
 from course_utils.tools.launch.command import (
-    LaunchError,
     Worker,
     free_port,
     stop_workers,
@@ -184,7 +184,7 @@ def test_the_overall_deadline_stops_a_hanging_launch(tmp_path):
     start = time.monotonic()
     try:
         with pytest.raises(
-            LaunchError, match=r"did not finish within 1 s \(still running: process 0, 1\)"
+            CourseError, match=r"did not finish within 1 s \(still running: process 0, 1\)"
         ):
             wait_for_workers(workers, 1)
     finally:
@@ -201,7 +201,7 @@ def test_a_crashed_worker_is_reported_by_its_last_meaningful_line(tmp_path):
     workers = dummy_workers(tmp_path, "import time; time.sleep(60)", crash)
     try:
         with pytest.raises(
-            LaunchError, match=r"process 1 failed \(killed by SIGABRT\): F0000 client.h:80\] Term"
+            CourseError, match=r"process 1 failed \(killed by SIGABRT\): F0000 client.h:80\] Term"
         ):
             wait_for_workers(workers, 30)
     finally:

@@ -8,12 +8,12 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from course_utils.tools.errors import CourseError
 from course_utils.tools.notebooks.run import find_notebooks
 from course_utils.tools.notebooks.student import (
     BEGIN,
     END,
     NEEDS_NBGRADER,
-    SolutionMarkerError,
     build,
     student_edition,
 )
@@ -126,7 +126,7 @@ def test_bad_markers_name_notebook_and_cell_and_write_nothing(tmp_path, cell, ma
     nbformat.write(good, folder / "01_good.ipynb")
     nbformat.write(bad, folder / "02_bad.ipynb")
     out = tmp_path / "out"
-    with pytest.raises(SolutionMarkerError, match=f"02_bad.ipynb, cell 1: {match}"):
+    with pytest.raises(CourseError, match=f"02_bad.ipynb, cell 1: {match}"):
         build(find_notebooks(folder), out)
     assert not out.exists()
 
@@ -165,21 +165,21 @@ def test_hidden_tests_leave_check_cells_and_are_refused_elsewhere(tmp_path):
     nb.cells = [check]
     assert [c.source for c in student_edition(nb, "nb").cells] == ["check(x)"]
     del nb.cells[0].metadata["nbgrader"]
-    with pytest.raises(SolutionMarkerError, match="nb: nbgrader's ClearHiddenTests: Hidden test"):
+    with pytest.raises(CourseError, match="nb: nbgrader's ClearHiddenTests: Hidden test"):
         student_edition(nb, "nb")
 
 
 def test_course_student_refuses_to_overwrite_the_solutions():
     before = [p.read_bytes() for p in NOTEBOOKS]
-    with pytest.raises(SolutionMarkerError, match="overwrite"):
+    with pytest.raises(CourseError, match="overwrite"):
         build(NOTEBOOKS, NOTEBOOKS[0].parent)
     assert [p.read_bytes() for p in NOTEBOOKS] == before
 
 
 def test_course_student_without_nbgrader_says_how_to_install(course, without_nbgrader, tmp_path):
     status, output = course("student", "--out", str(tmp_path / "student"), cwd=ROOT)
-    assert status == 2 and output.strip() == NEEDS_NBGRADER
-    assert NEEDS_NBGRADER == 'course student needs nbgrader: pip install -e ".[instructor]"'
+    assert status == 2 and output.strip() == f"course student: error: {NEEDS_NBGRADER}"
+    assert NEEDS_NBGRADER == 'needs nbgrader: pip install -e ".[instructor]"'
     assert not (tmp_path / "student").exists()
 
 

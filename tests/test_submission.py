@@ -8,13 +8,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_utils.tools.errors import CourseError
 from course_utils.tools.notebooks.run import find_notebooks
 from course_utils.tools.notebooks.student import build
 from course_utils.tools.notebooks.submission import (
     FAILED,
     NOT_ATTEMPTED,
     PASSED,
-    SubmissionError,
     check_submission,
 )
 
@@ -261,7 +261,7 @@ def test_a_deleted_solution_cell_is_reported(edition, tmp_path):
     nb = nbformat.read(edition / "07_row_permutation_exercise.ipynb", as_version=4)
     nb.cells = [c for c in nb.cells if "solution" not in c.metadata.get("tags", [])]
     nbformat.write(nb, tmp_path / "07_row_permutation_exercise.ipynb")
-    with pytest.raises(SubmissionError, match="has 0 cells tagged 'solution', the exercise has 1"):
+    with pytest.raises(CourseError, match="has 0 cells tagged 'solution', the exercise has 1"):
         check_submission(tmp_path / "07_row_permutation_exercise.ipynb", SOLUTIONS)
 
 
@@ -274,7 +274,7 @@ def test_a_broken_course_setup_is_not_blamed_on_the_submission(edition, tmp_path
     setup.source += "\nfrom course_utils import no_such_name"
     nbformat.write(nb, solutions / name)
     submission = _restore_solutions(edition, tmp_path, SOLUTIONS / name)
-    with pytest.raises(SubmissionError, match=r"the course's own cell \d+, before any exercise, "
+    with pytest.raises(CourseError, match=r"the course's own cell \d+, before any exercise, "
                        r"raised ImportError: cannot import name 'no_such_name'.*not a fault of "
                        r"the submission: reinstall the course"):
         check_submission(submission, solutions)
@@ -313,5 +313,6 @@ def test_a_kernel_that_does_not_start_gets_one_line(edition, tmp_path, monkeypat
     path = _answer(edition, tmp_path, "07_row_permutation_exercise.ipynb", "pass")
     assert main(["check-submission", str(path)]) == 2
     out = capsys.readouterr().err.strip()
-    assert out.count("\n") == 0 and "Kernel didn't respond in 60 seconds" in out
+    assert out.count("\n") == 0 and out.startswith("course check-submission: error: ")
+    assert "Kernel didn't respond in 60 seconds" in out
     assert "check fewer notebooks at once and try again" in out

@@ -13,7 +13,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.collectives.kernels import Kernel, make_kernel
+from course_utils.collectives.kernels import Kernel, cached_builder, make_kernel
 from course_utils.devices.setup import axis_of
 from course_utils.models.latency import plan_buckets
 
@@ -57,3 +57,6 @@ def bucketed_all_reduce(mesh: Mesh, bucket_bytes: int) -> Kernel:
         return summed
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None), check)
+
+
+bucketed_all_reduce = cached_builder(bucketed_all_reduce)  # the same mesh, the same kernel

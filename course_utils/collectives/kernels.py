@@ -4,12 +4,17 @@ Each builder takes the mesh and returns a ``Kernel``: a jitted ``jax.shard_map``
 checks its inputs' shapes against the mesh before JAX traces anything, places host arrays on the
 mesh, and has a ``.lower(...)`` like any jitted function (used by ``collectives_in``). The
 collective each kernel is named after is the last line of its body.
+
+Builders are cached (``cached_builder``): the same mesh and arguments give the same ``Kernel``,
+so a loop that calls ``all_reduce_gradient(mesh)`` again traces and compiles once per input shape,
+not once per call.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import jax
 import numpy as np
@@ -21,6 +26,9 @@ from course_utils.devices.setup import axis_of
 from course_utils.problems.regression import check_regression_shapes
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+BUILDER_CACHE_SIZE = 256  # kernels kept per builder (each holds its compiled programs)
+
+Builder = TypeVar("Builder", bound=Callable[..., "Kernel"])
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,36 @@ class Kernel:
     def lower(self, *args):
         """``jitted.lower`` on the checked, placed arguments (for ``collectives_in``)."""
         return self.jitted.lower(*self.place(args))
+
+
+def cached_builder(build: Builder) -> Builder:
+    """Cache a kernel builder on its arguments (the mesh, a kind, …): the same arguments return
+    the same ``Kernel``, whose jitted function then traces once per input shape.
+
+    Arguments that cannot be hashed skip the cache (the builder's own check still says what is
+    wrong); ``True`` and ``1`` are different keys; a builder that raised caches nothing.
+
+    Examples:
+        >>> calls = []
+        >>> @cached_builder
+        ... def build(mesh, kind):
+        ...     calls.append(kind)
+        ...     return (mesh, kind)
+        >>> build("m", "all_reduce") is build("m", "all_reduce"), calls
+        (True, ['all_reduce'])
+    """
+    cached = functools.lru_cache(maxsize=BUILDER_CACHE_SIZE, typed=True)(build)
+
+    @functools.wraps(build)
+    def builder(*args, **kwargs):
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return build(*args, **kwargs)
+        return cached(*args, **kwargs)
+
+    builder.cache_clear = cached.cache_clear
+    return builder  # type: ignore[return-value]
 
 
 def make_kernel(
@@ -239,3 +277,11 @@ def block_collective(mesh: Mesh, kind: str) -> Kernel:
         jax.shard_map(kernel, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     )
     return Kernel(jitted, (NamedSharding(mesh, spec),), check)
+
+
+# every builder caches on its arguments (after the definitions, so inspect.getsource shows each
+# as it is written)
+all_reduce_gradient = cached_builder(all_reduce_gradient)
+reduce_scatter_gradient = cached_builder(reduce_scatter_gradient)
+all_gather_shards = cached_builder(all_gather_shards)
+block_collective = cached_builder(block_collective)

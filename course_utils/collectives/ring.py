@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.collectives.kernels import Kernel, check_blocks, make_kernel
+from course_utils.collectives.kernels import Kernel, cached_builder, check_blocks, make_kernel
 from course_utils.devices.setup import axis_of
 
 
@@ -139,6 +139,9 @@ def ring_reduce_scatter(
                    lambda blocks: check_blocks(blocks, p, "reduce_scatter"))
 
 
+ring_reduce_scatter = cached_builder(ring_reduce_scatter)  # the same mesh, the same kernel
+
+
 def ring_all_gather(mesh: Mesh) -> Kernel:
     """All-gather built from ``ppermute``: blocks ``(p, m)`` in, ``(p, p·m)`` out, every row all
     blocks in device order, as ``block_collective(mesh, "all_gather")``."""
@@ -156,3 +159,6 @@ def ring_all_gather(mesh: Mesh) -> Kernel:
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
                    lambda blocks: check_blocks(blocks, p, "all_gather"))
+
+
+ring_all_gather = cached_builder(ring_all_gather)  # the same mesh, the same kernel

@@ -1,23 +1,192 @@
-"""Reading a ``course bench`` run: the saved full run that notebook 10 reads, and its figure."""
+"""Reading a ``course bench`` run: its records, the saved full run that notebook 10 reads, and
+its figures.
+
+A run (``BenchRun``) is what ``bench.json`` holds, as typed records; ``load_bench_run`` reads
+the file and ``to_json`` (``results.records``) gives back its JSON. The fits (``BenchRun.fits``)
+are ``fit_alpha_beta``'s, one per device count and variant.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from importlib.resources import files
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 from course_utils.models.fit import fit_from_json
 from course_utils.observe.sweep import LABELS, ZERO1_STEPS
+from course_utils.results.records import from_json
 
 BASIC = ("psum", "psum_scatter", "all_gather")  # drawn with their fits; RS+AG get a ratio panel
 
 
-def rows_of(rows: Sequence[dict], p: int, variant: str) -> list[dict]:
+@dataclass(frozen=True)
+class BenchPlan:
+    """What one ``course bench`` run measures, and how."""
+
+    quick: bool
+    devices: tuple[int, ...]
+    sizes: tuple[int, ...]  # float32 elements, S = 4·elements bytes
+    zero1_sizes: tuple[int, ...]  # parameters
+    samples_fast: int
+    samples_slow: int
+    warmup: int
+    repeats: int
+    worker_timeout_s: float
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine a run was measured on, and its load average before and after the sweep."""
+
+    cpu_count: int
+    cpus_usable: int
+    cpu_model: str
+    platform: str
+    python: str
+    jax_version: str
+    jaxlib_version: str
+    numpy_version: str
+    load_average_before: tuple[float, ...]
+    load_average_after: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Memcpy:
+    """The best NumPy copy: ``copy_gbps`` counts bytes copied, ``traffic_gbps`` read + written."""
+
+    bytes: int
+    best_s: float
+    copy_gbps: float
+    traffic_gbps: float
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One call's repeats combined: the median of the repeats' medians, their spread
+    ((max − min) / median), the median IQR and the overall minimum."""
+
+    median_us: float
+    iqr_us: float
+    min_us: float
+    repeat_medians_us: tuple[float, ...]
+    spread: float
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One (devices, variant, size): its timing, bandwidths, traffic fraction and page faults."""
+
+    devices: int
+    variant: str
+    elements: int
+    bytes: int
+    median_us: float
+    iqr_us: float
+    min_us: float
+    repeat_medians_us: tuple[float, ...]
+    spread: float
+    n_samples: int
+    compile_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    traffic_gbps: float
+    memcpy_fraction: float
+    output_bytes_per_device: float
+    page_fault: bool
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """A time over ``psum``'s at each size, and their range."""
+
+    ratios: tuple[float, ...]
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class RsAgRatios:
+    """Per device count: reduce-scatter + all-gather (two calls; one jit) over ``psum``."""
+
+    devices: int
+    bytes: tuple[int, ...]
+    rs_ag_calls: Ratios
+    rs_ag_fused: Ratios
+
+
+@dataclass(frozen=True)
+class Zero1Row:
+    """One (devices, parameters): each optimizer step's timing, its ratio to the data-parallel
+    step, the optimizer-state bytes on device 0 and whether the steps agree."""
+
+    devices: int
+    params: int
+    steps: dict[str, Timing]
+    ratio_to_dp: dict[str, float]
+    state_bytes_device0: dict[str, int]
+    agree: bool
+
+
+@dataclass(frozen=True)
+class Zero1Goal:
+    """Fused ZeRO-1 within ``max_ratio`` × the data-parallel step, holding 1/p of the state."""
+
+    devices: int
+    params: int
+    max_ratio: float
+    ratio: float
+    state_fraction: float
+    agree: bool
+    met: bool
+
+
+@dataclass(frozen=True)
+class WorkerSeconds:
+    """How long one worker process (device count, repeat) ran."""
+
+    devices: int
+    repeat: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """A ``course bench`` run: what ``bench.json`` holds."""
+
+    command: str
+    machine: Machine
+    plan: BenchPlan
+    size_definition: str
+    protocol: str
+    memcpy: Memcpy
+    collectives: tuple[CollectiveRow, ...]
+    fits: tuple[Any, ...]  # fit_alpha_beta's, with the devices, variant, floor and top
+    rs_ag_vs_psum: tuple[RsAgRatios, ...]
+    zero1: tuple[Zero1Row, ...]
+    zero1_goal: Zero1Goal | None
+    compiled_collectives: dict[str, dict]  # per device count (as text): collectives_in's
+    worker_seconds: tuple[WorkerSeconds, ...]
+    seconds: float
+
+
+def rows_of(rows: Sequence[CollectiveRow], p: int, variant: str) -> list[CollectiveRow]:
     """The rows of one device count and one variant, in size order (as ``course bench`` stores)."""
-    return [r for r in rows if r["devices"] == p and r["variant"] == variant]
+    return [r for r in rows if r.devices == p and r.variant == variant]
 
 
-def saved_results() -> dict:
+def load_bench_run(path: str | Path) -> BenchRun:
+    """The ``course bench`` run saved in ``path`` (a ``bench.json``).
+
+    Raises:
+        ValueError: the file is not a ``course bench`` run (the message names the file).
+    """
+    text = Path(path).read_text()
+    return from_json(BenchRun, json.loads(text), str(path))
+
+
+def saved_results() -> BenchRun:
     """The full ``course bench`` run shipped with the package
     (``course_utils/saved/bench_full.json``).
 
@@ -25,30 +194,30 @@ def saved_results() -> dict:
     Regenerate: ``nice -n 5 course bench --out build/bench &&
     cp build/bench/bench.json course_utils/saved/bench_full.json``.
     """
-    return json.loads(files("course_utils").joinpath("saved", "bench_full.json").read_text())
+    return load_bench_run(files("course_utils").joinpath("saved", "bench_full.json"))
 
 
-def _band(rows: list[dict]) -> dict:
+def _band(rows: Sequence[CollectiveRow | Timing]) -> dict:
     """Low and high of a series: the smallest and largest of the repeats' medians."""
     return {
-        "low": [min(r["repeat_medians_us"]) for r in rows],
-        "high": [max(r["repeat_medians_us"]) for r in rows],
+        "low": [min(r.repeat_medians_us) for r in rows],
+        "high": [max(r.repeat_medians_us) for r in rows],
     }
 
 
-def figure_data(results: dict) -> dict:
+def figure_data(results: BenchRun) -> dict:
     """Log-log panels for ``plot_figure``, one per device count: the three collectives measured
     (median of the repeats' medians, the band spanning them) and their fitted α + S/B lines."""
-    rows, fits, repeats = results["collectives"], results["fits"], results["plan"]["repeats"]
-    counts = sorted({r["devices"] for r in rows})
-    x = [r["bytes"] for r in rows_of(rows, counts[0], "psum")]
+    rows, fits, repeats = results.collectives, results.fits, results.plan.repeats
+    counts = sorted({r.devices for r in rows})
+    x = [r.bytes for r in rows_of(rows, counts[0], "psum")]
     panels = []
     for p in counts:
         color = {v: f"C{k}" for k, v in enumerate(BASIC)}  # a fit is drawn like its data
         series = [
             {
                 "label": LABELS[v],
-                "y": [r["median_us"] for r in rows_of(rows, p, v)],
+                "y": [r.median_us for r in rows_of(rows, p, v)],
                 **_band(rows_of(rows, p, v)),
                 "color": color[v],
             }
@@ -80,14 +249,14 @@ def figure_data(results: dict) -> dict:
     return {"panels": panels}
 
 
-def steps_figure_data(results: dict) -> dict:
+def steps_figure_data(results: BenchRun) -> dict:
     """Two panels for ``plot_figure``: reduce-scatter + all-gather over ``psum`` (a ratio, with
     the line y = 1) per device count, and the ZeRO-1 steps against the data-parallel step."""
-    rows = results["collectives"]
-    x = [r["bytes"] for r in rows_of(rows, min(r["devices"] for r in rows), "psum")]
+    rows = results.collectives
+    x = [r.bytes for r in rows_of(rows, min(r.devices for r in rows), "psum")]
     ratios = [
-        {"label": f"{LABELS[v]}, p={e['devices']}", "y": e[v]["ratios"]}
-        for e in results["rs_ag_vs_psum"]
+        {"label": f"{LABELS[v]}, p={e.devices}", "y": list(getattr(e, v).ratios)}
+        for e in results.rs_ag_vs_psum
         for v in ("rs_ag_calls", "rs_ag_fused")
     ]
     panels = [
@@ -103,22 +272,22 @@ def steps_figure_data(results: dict) -> dict:
             "ylabel": "time / psum's time",
         }
     ]
-    zero1 = results["zero1"]
+    zero1 = results.zero1
     if zero1:
-        goal = results.get("zero1_goal")
-        p = goal["devices"] if goal else zero1[0]["devices"]
-        mine = [r for r in zero1 if r["devices"] == p]
+        goal = results.zero1_goal
+        p = goal.devices if goal else zero1[0].devices
+        mine = [r for r in zero1 if r.devices == p]
         panels.append(
             {
                 "kind": "line",
-                "x": [r["params"] for r in mine],
+                "x": [r.params for r in mine],
                 "xscale": "log",
                 "yscale": "log",
                 "series": [
                     {
                         "label": LABELS[s],
-                        "y": [r["steps"][s]["median_us"] for r in mine],
-                        **_band([r["steps"][s] for r in mine]),
+                        "y": [r.steps[s].median_us for r in mine],
+                        **_band([r.steps[s] for r in mine]),
                     }
                     for s in ZERO1_STEPS
                 ],

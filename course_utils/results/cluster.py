@@ -1,14 +1,18 @@
 """Reading a ``course cluster`` run against the link models (``links``): the table, the goals and
 the figure that ``course cluster`` prints and step 17 shows.
 
-A run (``run["runs"][i]``) is one link rate: ``hosts``, ``devices_per_host``, ``link_rate``,
-``tcp`` (the hosts' TCP congestion control) and the times in seconds (``collectives``,
-``hierarchy``, ``ring16``, ``buckets``).
+A ``course cluster`` run (``ClusterResults``, what ``cluster.json`` holds) has one
+``ClusterRun`` per link rate: ``hosts``, ``devices_per_host``, ``link_rate``, ``tcp`` (the hosts'
+TCP congestion control) and the times in seconds (``collectives``, ``hierarchy``, ``ring16``,
+``buckets``, ``training``). ``load_cluster_results`` reads the file; ``to_json``
+(``results.records``) gives back its JSON.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 from course_utils.display import format_bytes
 from course_utils.models.fit import Fit
@@ -20,6 +24,7 @@ from course_utils.models.links import (
     link_time_s,
     rate_bytes_per_s,
 )
+from course_utils.results.records import from_json
 
 # the goals of the cluster measurements (issue: "a cluster on one machine")
 RATE_TOLERANCE = 0.15  # fitted rate within 15 % of the configured one
@@ -30,29 +35,136 @@ GOAL_BYTES = 4 * 2**20  # the size at which the ratios are read
 GOAL_RATE = "200mbit"  # the goals are set at this link rate
 
 
-def _shape(run: dict) -> tuple[int, int, float]:
-    return run["hosts"], run["devices_per_host"], rate_bytes_per_s(run["link_rate"])
+@dataclass(frozen=True)
+class CollectiveTimes:
+    """One size (bytes per device): each collective's median seconds, and the bytes host 0's
+    link sent per call (``None`` in a run without the link's counter)."""
+
+    bytes: int
+    all_reduce: float
+    reduce_scatter: float
+    all_gather: float
+    link_bytes: dict[str, float] | None = None
+
+    def time(self, kind: str) -> float:
+        """The seconds of collective ``kind`` (one of ``COLLECTIVES``)."""
+        return getattr(self, kind)
 
 
-def _at_goal_size(rows: list[dict]) -> dict:
+@dataclass(frozen=True)
+class TwoLevelTimes:
+    """One size: the flat and the two-level all-reduce, and the two-level's bytes over host 0's
+    link per call (``None`` without the counter)."""
+
+    bytes: int
+    flat: float
+    hierarchical: float
+    link_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class RingTimes:
+    """One size: the hand-built ring all-reduce with f32 messages and with u16 ones."""
+
+    bytes: int
+    f32: float
+    u16: float
+
+
+@dataclass(frozen=True)
+class BucketTimes:
+    """``count`` all-reduces of ``bytes`` each: as separate calls, and as one bucket."""
+
+    count: int
+    bytes: int
+    separate: float
+    one_bucket: float
+
+
+@dataclass(frozen=True)
+class TrainingTimes:
+    """Seconds of one data-parallel step, one local SGD step, one averaging, and local SGD's
+    step with the averaging spread over ``local_steps``."""
+
+    dp_step: float
+    local_step: float
+    averaging: float
+    local_steps: int
+    local_sgd_step: float
+
+
+@dataclass(frozen=True)
+class ClusterRun:
+    """The plan timed at one link rate."""
+
+    hosts: int
+    devices_per_host: int
+    link_rate: str
+    tcp: str
+    collectives: tuple[CollectiveTimes, ...]
+    hierarchy: tuple[TwoLevelTimes, ...]
+    ring16: tuple[RingTimes, ...]
+    buckets: BucketTimes
+    training: TrainingTimes
+
+
+@dataclass(frozen=True)
+class Versions:
+    """The Python, jax and jaxlib versions the hosts ran."""
+
+    python: str
+    jax: str
+    jaxlib: str
+
+
+@dataclass(frozen=True)
+class ClusterResults:
+    """A ``course cluster`` run: every link rate of ``--link-rate``, what ``cluster.json``
+    holds."""
+
+    hosts: int
+    devices_per_host: int
+    plan: str
+    tcp: str
+    versions: Versions
+    seconds: float
+    runs: tuple[ClusterRun, ...]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal: the measured figure (per collective for the fitted rates), the target as text,
+    whether it is met, and the size it was read at where that matters."""
+
+    value: float | dict[str, float | None]
+    target: str
+    met: bool
+    bytes: int | None = None
+
+
+def _shape(run: ClusterRun) -> tuple[int, int, float]:
+    return run.hosts, run.devices_per_host, rate_bytes_per_s(run.link_rate)
+
+
+def _at_goal_size(rows):
     """The row whose size is ``GOAL_BYTES``, or the nearest to it."""
-    return min(rows, key=lambda r: abs(r["bytes"] - GOAL_BYTES))
+    return min(rows, key=lambda r: abs(r.bytes - GOAL_BYTES))
 
 
-def fits(run: dict) -> dict:
+def fits(run: ClusterRun) -> dict:
     """Per collective, the link rate fitted from the measured times and its gap to the
     configured rate (a fraction): ``gap`` from the bytes the host's link counted (when the run
     has them, else from the ring model's bytes) and ``model_gap`` from the ring model's bytes."""
     hosts, devices, rate = _shape(run)
-    rows = run["collectives"]
-    sizes = [r["bytes"] for r in rows]
-    counted = all("link_bytes" in r for r in rows)
+    rows = run.collectives
+    sizes = [r.bytes for r in rows]
+    counted = all(r.link_bytes is not None for r in rows)
     out = {}
     for kind in COLLECTIVES:
-        times = [r[kind] for r in rows]
+        times = [r.time(kind) for r in rows]
         model = fitted_link_rate(kind, sizes, times, hosts, devices)
         fit = fitted_link_rate(kind, sizes, times, hosts, devices,
-                               [r["link_bytes"][kind] for r in rows]) if counted else model
+                               [r.link_bytes[kind] for r in rows]) if counted else model
         out[kind] = {**fit._asdict(), "gap": _gap(fit, rate), "model_gap": _gap(model, rate),
                      "counted": counted}
     return out
@@ -67,69 +179,66 @@ def _gaps_text(gaps: dict) -> str:
     return ", ".join(f"{k} {v:+.1%}" if v is not None else f"{k} none" for k, v in gaps.items())
 
 
-def counted_against_model(run: dict, nbytes: int | None = None) -> dict | None:
+def counted_against_model(run: ClusterRun, nbytes: int | None = None) -> dict | None:
     """At ``nbytes`` per device (default: ``GOAL_BYTES`` or the nearest size): per collective,
     and for the two-level all-reduce when the run counted it, the bytes host 0's link counted per
     call and the model's ``link_bytes``; ``None`` for a run saved without counts."""
-    rows = run["collectives"]
-    row = _at_goal_size(rows) if nbytes is None else next(r for r in rows if r["bytes"] == nbytes)
-    if "link_bytes" not in row:
+    rows = run.collectives
+    row = _at_goal_size(rows) if nbytes is None else next(r for r in rows if r.bytes == nbytes)
+    if row.link_bytes is None:
         return None
     hosts, devices, _ = _shape(run)
-    counted = dict(row["link_bytes"])
-    two_level = next(r for r in run["hierarchy"] if r["bytes"] == row["bytes"])
-    if "link_bytes" in two_level:
-        counted["hierarchical"] = two_level["link_bytes"]
-    return {"bytes": row["bytes"],
-            **{kind: {"counted": c, "model": link_bytes(kind, row["bytes"], hosts, devices)}
+    counted = dict(row.link_bytes)
+    two_level = next(r for r in run.hierarchy if r.bytes == row.bytes)
+    if two_level.link_bytes is not None:
+        counted["hierarchical"] = two_level.link_bytes
+    return {"bytes": row.bytes,
+            **{kind: {"counted": c, "model": link_bytes(kind, row.bytes, hosts, devices)}
                for kind, c in counted.items()}}
 
 
-def goals(run: dict) -> dict:
+def goals(run: ClusterRun) -> dict[str, Goal]:
     """Each goal's measured figure and whether it is met; ratios at ``GOAL_BYTES`` (or the size
     nearest to it)."""
-    row = _at_goal_size(run["collectives"])
-    ratio = row["all_reduce"] / row["reduce_scatter"]
+    row = _at_goal_size(run.collectives)
+    ratio = row.all_reduce / row.reduce_scatter
     gaps = {k: f["gap"] for k, f in fits(run).items()}
-    target = _at_goal_size(run["hierarchy"])
-    speedup = target["flat"] / target["hierarchical"]
-    rings = _at_goal_size(run["ring16"])
-    halved = rings["u16"] / rings["f32"]
+    target = _at_goal_size(run.hierarchy)
+    speedup = target.flat / target.hierarchical
+    rings = _at_goal_size(run.ring16)
+    halved = rings.u16 / rings.f32
     return {
-        "fitted rates": {"value": gaps, "target": f"each within {RATE_TOLERANCE:.0%} of the rate",
-                         "met": all(g is not None and abs(g) <= RATE_TOLERANCE
-                                    for g in gaps.values())},
-        "all-reduce / reduce-scatter": {"value": ratio,
-                                        "target": f"2 within {RATIO_TOLERANCE:.0%}",
-                                        "met": abs(ratio / 2 - 1) <= RATIO_TOLERANCE},
-        "hierarchical speed-up": {"value": speedup, "bytes": target["bytes"],
-                                  "target": f"at least {HIERARCHY_GOAL}",
-                                  "met": speedup >= HIERARCHY_GOAL},
-        "u16 ring / f32 ring": {"value": halved,
-                                "target": f"{RING16_GOAL} ± {RING16_TOLERANCE}",
-                                "met": abs(halved - RING16_GOAL) <= RING16_TOLERANCE},
+        "fitted rates": Goal(gaps, f"each within {RATE_TOLERANCE:.0%} of the rate",
+                             all(g is not None and abs(g) <= RATE_TOLERANCE
+                                 for g in gaps.values())),
+        "all-reduce / reduce-scatter": Goal(ratio, f"2 within {RATIO_TOLERANCE:.0%}",
+                                            abs(ratio / 2 - 1) <= RATIO_TOLERANCE),
+        "hierarchical speed-up": Goal(speedup, f"at least {HIERARCHY_GOAL}",
+                                      speedup >= HIERARCHY_GOAL, target.bytes),
+        "u16 ring / f32 ring": Goal(halved, f"{RING16_GOAL} ± {RING16_TOLERANCE}",
+                                    abs(halved - RING16_GOAL) <= RING16_TOLERANCE),
     }
 
 
-def summary_lines(run: dict) -> list[str]:
+def summary_lines(run: ClusterRun) -> list[str]:
     """The measured times beside the models, then the goals."""
     hosts, devices, rate = _shape(run)
-    lines = [f"{hosts} hosts × {devices} devices, each host's link {run['link_rate']} "
-             f"({rate / 1e6:.1f} MB/s, TCP {run['tcp']}); times in ms, measured / model"]
-    for row, hier, ring in zip(run["collectives"], run["hierarchy"], run["ring16"]):
-        n = row["bytes"]
-        cells = [f"{k} {row[k] * 1e3:.1f}/{link_time_s(k, n, hosts, devices, rate) * 1e3:.1f}"
-                 for k in COLLECTIVES]
+    lines = [f"{hosts} hosts × {devices} devices, each host's link {run.link_rate} "
+             f"({rate / 1e6:.1f} MB/s, TCP {run.tcp}); times in ms, measured / model"]
+    for row, hier, ring in zip(run.collectives, run.hierarchy, run.ring16):
+        n = row.bytes
+        cells = [f"{k} {row.time(k) * 1e3:.1f}/"
+                 f"{link_time_s(k, n, hosts, devices, rate) * 1e3:.1f}" for k in COLLECTIVES]
         model = link_time_s("hierarchical", n, hosts, devices, rate)
         flat = collective_time(n, hosts * devices, alpha_s=0.0, bandwidth_bytes_per_s=rate,
                                algorithm="ring")
         lines.append(f"{format_bytes(n):>8s}: " + ", ".join(cells)
-                     + f"; two-level {hier['hierarchical'] * 1e3:.1f}/{model * 1e3:.1f}"
-                     + f"; ring f32 {ring['f32'] * 1e3:.1f}, u16 {ring['u16'] * 1e3:.1f}"
+                     + f"; two-level {hier.hierarchical * 1e3:.1f}/{model * 1e3:.1f}"
+                     + f"; ring f32 {ring.f32 * 1e3:.1f}, u16 {ring.u16 * 1e3:.1f}"
                      + f" (collective_time ring {flat * 1e3:.1f})")
-    b = run["buckets"]
-    lines.append(f"bucketing: {b['count']} all-reduces of {format_bytes(b['bytes'])} "
-                 f"{b['separate'] * 1e3:.1f} ms, one bucket {b['one_bucket'] * 1e3:.1f} ms")
+    b = run.buckets
+    lines.append(f"bucketing: {b.count} all-reduces of {format_bytes(b.bytes)} "
+                 f"{b.separate * 1e3:.1f} ms, one bucket {b.one_bucket * 1e3:.1f} ms")
     counts = counted_against_model(run)
     if counts is not None:
         lines.append(f"bytes over host 0's link per call at {format_bytes(counts['bytes'])}, "
@@ -139,28 +248,28 @@ def summary_lines(run: dict) -> list[str]:
                          for k, c in counts.items() if k != "bytes"))
         lines.append("rates fitted from the ring model's bytes instead: "
                      + _gaps_text({k: f["model_gap"] for k, f in fits(run).items()}))
-    t = run["training"]
-    lines.append(f"training step: data parallelism {t['dp_step'] * 1e3:.1f} ms, local SGD "
-                 f"H={t['local_steps']} {t['local_sgd_step'] * 1e3:.1f} ms (local step "
-                 f"{t['local_step'] * 1e3:.1f} ms + averaging {t['averaging'] * 1e3:.1f} ms "
-                 f"/ {t['local_steps']})")
-    for name, goal in goals(run).items() if run["link_rate"] == GOAL_RATE else ():
-        value = goal["value"]
+    t = run.training
+    lines.append(f"training step: data parallelism {t.dp_step * 1e3:.1f} ms, local SGD "
+                 f"H={t.local_steps} {t.local_sgd_step * 1e3:.1f} ms (local step "
+                 f"{t.local_step * 1e3:.1f} ms + averaging {t.averaging * 1e3:.1f} ms "
+                 f"/ {t.local_steps})")
+    for name, goal in goals(run).items() if run.link_rate == GOAL_RATE else ():
+        value = goal.value
         # four decimals: a ratio a hair below its goal must not print as the goal itself
         shown = _gaps_text(value) if isinstance(value, dict) else f"{value:.4f}"
-        lines.append(f"goal {name} ({goal['target']}): {shown} — "
-                     f"{'MET' if goal['met'] else 'NOT MET'}")
+        lines.append(f"goal {name} ({goal.target}): {shown} — "
+                     f"{'MET' if goal.met else 'NOT MET'}")
     return lines
 
 
-def figure_data(results: dict, rate: str | None = None) -> dict:
+def figure_data(results: ClusterResults, rate: str | None = None) -> dict:
     """The run at ``rate`` (default: the first): the collectives, flat against two-level, the two
     rings, measured (markers) against the link model (dashed, in the measurement's colour; one
     grey labelled line where two collectives share a model); with several rates a fourth panel,
     the two-level schedule's speed-up against the rate."""
-    run = next(r for r in results["runs"] if rate in (None, r["link_rate"]))
+    run = next(r for r in results.runs if rate in (None, r.link_rate))
     hosts, devices, bytes_per_s = _shape(run)
-    sizes = [r["bytes"] for r in run["collectives"]]
+    sizes = [r.bytes for r in run.collectives]
 
     def model(kind):
         return [link_time_s(kind, n, hosts, devices, bytes_per_s) * 1e3 for n in sizes]
@@ -175,7 +284,7 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
         return [line] + ([{"y": modelled, "style": "model", "color": color}] if modelled else [])
 
     collectives = [s for i, k in enumerate(COLLECTIVES)
-                   for s in pair(k, [r[k] for r in run["collectives"]], None, f"C{i}")]
+                   for s in pair(k, [r.time(k) for r in run.collectives], None, f"C{i}")]
     sharing = {}  # kinds by model curve: reduce-scatter's and all-gather's are the same line
     for k in COLLECTIVES:
         sharing.setdefault(tuple(model(k)), []).append(k)
@@ -184,21 +293,21 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
         collectives.append({"y": list(curve), "style": "model",
                             "color": f"C{COLLECTIVES.index(kinds[0])}" if alone else "0.4",
                             **({} if alone else {"label": "ring model: " + " = ".join(kinds)})})
-    hierarchy = (pair("flat", [r["flat"] for r in run["hierarchy"]], model("all_reduce"), "C0")
-                 + pair("two-level", [r["hierarchical"] for r in run["hierarchy"]],
+    hierarchy = (pair("flat", [r.flat for r in run.hierarchy], model("all_reduce"), "C0")
+                 + pair("two-level", [r.hierarchical for r in run.hierarchy],
                         model("hierarchical"), "C1"))
-    rings = (pair("f32 messages", [r["f32"] for r in run["ring16"]], model("all_reduce"), "C0")
-             + pair("u16 messages", [r["u16"] for r in run["ring16"]], None, "C1"))
-    where = f"{hosts} hosts × {devices}, {run['link_rate']}"
+    rings = (pair("f32 messages", [r.f32 for r in run.ring16], model("all_reduce"), "C0")
+             + pair("u16 messages", [r.u16 for r in run.ring16], None, "C1"))
+    where = f"{hosts} hosts × {devices}, {run.link_rate}"
     panels = [panel(f"collectives, {where} (dashed: model)", collectives),
               panel("flat against two-level all-reduce", hierarchy),
               panel("hand-built ring all-reduce", rings)]
-    if len(results["runs"]) > 1:
-        rates = [rate_bytes_per_s(r["link_rate"]) * 8 / 1e6 for r in results["runs"]]
-        rows = [_at_goal_size(r["hierarchy"]) for r in results["runs"]]
-        speedup = [h["flat"] / h["hierarchical"] for h in rows]
+    if len(results.runs) > 1:
+        rates = [rate_bytes_per_s(r.link_rate) * 8 / 1e6 for r in results.runs]
+        rows = [_at_goal_size(r.hierarchy) for r in results.runs]
+        speedup = [h.flat / h.hierarchical for h in rows]
         panels.append({
-            "kind": "line", "title": f"two-level speed-up at {format_bytes(rows[0]['bytes'])}",
+            "kind": "line", "title": f"two-level speed-up at {format_bytes(rows[0].bytes)}",
             "x": rates, "xscale": "log", "hline": 1, "xlabel": "link rate (Mbit/s)",
             "ylabel": "flat time / two-level time",
             "series": [{"label": "measured", "y": speedup},
@@ -209,7 +318,16 @@ def figure_data(results: dict, rate: str | None = None) -> dict:
     return {"panels": panels}
 
 
-def saved_cluster_results(shape: str) -> dict:
+def load_cluster_results(path: str | Path) -> ClusterResults:
+    """The ``course cluster`` run saved in ``path`` (a ``cluster.json``).
+
+    Raises:
+        ValueError: the file is not a ``course cluster`` run (the message names the file).
+    """
+    return from_json(ClusterResults, json.loads(Path(path).read_text()), str(path))
+
+
+def saved_cluster_results(shape: str) -> ClusterResults:
     """A saved ``course cluster --plan full`` run, ``shape`` ``"2x2"`` or ``"2x4"`` (hosts ×
     devices per host), or ``"2x2_bbr"``, from ``course_utils/saved/cluster_<shape>.json``.
     Regenerate (as root): ``course cluster --plan full --link-rate 50mbit,200mbit,1gbit,10gbit
@@ -217,5 +335,4 @@ def saved_cluster_results(shape: str) -> dict:
     --link-rate 200mbit``), then copy ``cluster.json``."""
     from importlib.resources import files
 
-    text = files("course_utils").joinpath("saved", f"cluster_{shape}.json").read_text()
-    return json.loads(text)
+    return load_cluster_results(files("course_utils").joinpath("saved", f"cluster_{shape}.json"))

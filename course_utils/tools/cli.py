@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from course_utils.constants import EXIT_INTERRUPTED
+from course_utils.tools.errors import CourseError, report
 from course_utils.validate import positive_int
 
 # Each entry registers one subcommand on the subparsers object. Only the module of the command
@@ -60,11 +62,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``course`` command with ``argv`` (default: the command line); return its exit
-    status.
+    status. A ``CourseError`` from any command is printed here, once, by ``report``; Ctrl-C
+    that no command caught exits with ``EXIT_INTERRUPTED`` too.
     """
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv else None).parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except CourseError as error:
+        return report(args.command, error)
+    except KeyboardInterrupt:
+        return report(args.command, CourseError("interrupted", EXIT_INTERRUPTED))
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ import os
 import time
 from pathlib import Path
 
-from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from course_utils.observe.sweep import LABELS
 from course_utils.tools.bench.combine import build_results
-from course_utils.tools.bench.plan import BenchError, make_plan, run_sweep, steps_per_worker
+from course_utils.tools.bench.plan import make_plan, run_sweep, steps_per_worker
 from course_utils.tools.bench.report import (
     collectives_table,
     summary_lines,
@@ -27,23 +27,21 @@ from course_utils.tools.bench.report import (
     zero1_table,
 )
 from course_utils.tools.cli import progress_bar
+from course_utils.tools.errors import CourseError, usage
 
 
 def _progress_text(medians: dict) -> str:
     return " · ".join(f"{LABELS[name]} {t:.0f} µs" for name, t in medians.items())
 
 
-def _workers(console, run):
-    """``run()``'s result, or the exit status after a worker failed or Ctrl-C stopped it (the
-    one line that says so is printed)."""
+def _workers(run):
+    """``run()``'s result; after Ctrl-C, a ``CourseError`` that says the worker was stopped (a
+    worker that failed raises its own)."""
     try:
         return run()
-    except BenchError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
-        return EXIT_FAILED
     except KeyboardInterrupt:
-        console.print("[red]interrupted:[/] the running worker was stopped; nothing was written")
-        return EXIT_INTERRUPTED
+        raise CourseError("interrupted; the running worker was stopped and nothing was written",
+                          EXIT_INTERRUPTED) from None
 
 
 def _run_strategies(console, out_dir: Path) -> int:
@@ -57,9 +55,7 @@ def _run_strategies(console, out_dir: Path) -> int:
         def on_run(label: str) -> None:
             progress.update(task, advance=1, description=f"training {label}")
 
-        results = _workers(console, lambda: run_strategies(out_dir, on_run))
-        if isinstance(results, int):
-            return results
+        results = _workers(lambda: run_strategies(out_dir, on_run))
     base = results.runs[0]
     for run in results.runs:
         console.print(
@@ -83,15 +79,13 @@ def _run_bench(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 150))
     if args.strategies:
         if args.quick or args.repeats is not None:
-            console.print("[red]error:[/] --strategies takes no --quick or --repeats; "
-                          "run it alone: course bench --strategies")
-            return EXIT_USAGE
+            raise CourseError("--strategies takes no --quick or --repeats; "
+                              "run it alone: course bench --strategies", EXIT_USAGE)
         return _run_strategies(console, Path(args.out))
     try:
         plan = make_plan(args.quick, args.repeats, args.max_log2)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
-        return EXIT_USAGE
+        raise usage(exc) from None
     if not plan.quick and plan.repeats < 3:
         console.print(
             f"[yellow]note:[/] {plan.repeats} repeat(s): the protocol wants 3 or more for a spread"
@@ -109,14 +103,12 @@ def _run_bench(args: argparse.Namespace) -> int:
                 description=f"repeat {repeat + 1}/{plan.repeats} · {p} devices · {event['label']}",
             )
 
-        reports = _workers(console, lambda: run_sweep(plan, on_progress))
-        if isinstance(reports, int):
-            return reports
+        reports = _workers(lambda: run_sweep(plan, on_progress))
     results = build_results(plan, reports, load_before, time.perf_counter() - start)
     out_dir = Path(args.out)
     write_outputs(results, out_dir)
     console.print(collectives_table(results))
-    if results["zero1"]:
+    if results.zero1:
         console.print(zero1_table(results))
     for line in summary_lines(results, out_dir):
         console.print(line, highlight=False)

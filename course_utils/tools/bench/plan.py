@@ -14,33 +14,15 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
+from course_utils.results.bench import BenchPlan
+from course_utils.tools.errors import CourseError
 from course_utils.tools.processes import spawn, stop
 from course_utils.validate import positive_int
 
-
-class BenchError(RuntimeError):
-    """A worker failed or ran out of time; the message says which and what to do."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one ``course bench`` run measures, and how."""
-
-    quick: bool
-    devices: tuple[int, ...]
-    sizes: tuple[int, ...]  # float32 elements, S = 4·elements bytes
-    zero1_sizes: tuple[int, ...]  # parameters
-    samples_fast: int
-    samples_slow: int
-    warmup: int
-    repeats: int
-    worker_timeout_s: float
-
-
-FULL = Plan(quick=False, devices=(2, 4, 8), sizes=tuple(2**k for k in range(3, 23)),
+FULL = BenchPlan(quick=False, devices=(2, 4, 8), sizes=tuple(2**k for k in range(3, 23)),
             zero1_sizes=tuple(2**k for k in range(10, 23, 2)), samples_fast=50, samples_slow=15,
             warmup=3, repeats=3, worker_timeout_s=1800)
 QUICK = replace(FULL, quick=True, devices=(2, 4), sizes=(2**3, 2**10, 2**16, 2**20),
@@ -48,7 +30,7 @@ QUICK = replace(FULL, quick=True, devices=(2, 4), sizes=(2**3, 2**10, 2**16, 2**
                 worker_timeout_s=180)
 
 
-def make_plan(quick: bool = False, repeats: int | None = None, max_log2: int = 22) -> Plan:
+def make_plan(quick: bool = False, repeats: int | None = None, max_log2: int = 22) -> BenchPlan:
     """The full sweep (2^3…2^max_log2 elements on 2, 4, 8 devices, 3 repeats) or the quick one.
 
     Examples:
@@ -77,7 +59,7 @@ def make_plan(quick: bool = False, repeats: int | None = None, max_log2: int = 2
     return replace(FULL, sizes=sizes, repeats=repeats or FULL.repeats)
 
 
-def worker_command(plan: Plan, devices: int) -> list[str]:
+def worker_command(plan: BenchPlan, devices: int) -> list[str]:
     """The command line of one worker."""
     return [
         sys.executable,
@@ -98,7 +80,7 @@ def worker_command(plan: Plan, devices: int) -> list[str]:
     ]
 
 
-def steps_per_worker(plan: Plan) -> int:
+def steps_per_worker(plan: BenchPlan) -> int:
     """Progress events one worker sends: memcpy, each size, each ZeRO-1 size."""
     return 1 + len(plan.sizes) + len(plan.zero1_sizes)
 
@@ -113,7 +95,7 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
     """Run one worker, pass each progress event to ``on_progress``, return its result event.
 
     Raises:
-        BenchError: the worker exited non-zero, sent no result, or ran past ``timeout_s``
+        CourseError: the worker exited non-zero, sent no result, or ran past ``timeout_s``
             (it is killed).
     """
     with tempfile.TemporaryFile(mode="w+") as stderr:
@@ -131,7 +113,7 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
                         result = event
             returncode = popen.wait(timeout=max(1.0, deadline - time.monotonic()))
         except (queue.Empty, subprocess.TimeoutExpired):
-            raise BenchError(
+            raise CourseError(
                 f"a worker ran past {timeout_s:.0f} s and was stopped: {' '.join(command[1:5])}; "
                 "the machine may be busy: try again later or with --quick"
             ) from None
@@ -140,13 +122,13 @@ def run_worker(command: list[str], timeout_s: float, on_progress: Callable[[dict
         if returncode != 0 or result is None:
             stderr.seek(0)
             tail = stderr.read().strip()[-1500:]
-            raise BenchError(
+            raise CourseError(
                 f"worker {' '.join(command[1:5])} failed with exit status {returncode}:\n{tail}"
             )
     return result
 
 
-def run_sweep(plan: Plan, on_progress: Callable[[int, int, dict], None]) -> list[dict]:
+def run_sweep(plan: BenchPlan, on_progress: Callable[[int, int, dict], None]) -> list[dict]:
     """All workers, repeat by repeat, each device count in turn; each report gains its
     ``repeat``.
     """

@@ -11,16 +11,17 @@ import numpy as np
 
 from course_utils.display import format_bytes, format_gbps
 from course_utils.observe.sweep import LABELS
-from course_utils.results.bench import figure_data, steps_figure_data
+from course_utils.results.bench import BenchRun, figure_data, steps_figure_data
+from course_utils.results.records import to_json
 
 
-def collectives_table(results: dict):
+def collectives_table(results: BenchRun):
     """The compact summary: floor, fit, bandwidths and traffic fraction per device count
     and variant.
     """
     from rich.table import Table
 
-    repeats = results["plan"]["repeats"]
+    repeats = results.plan.repeats
     table = Table(
         title="collectives against T = α + S/B "
         "(medians of repeat medians; 'top' = largest size fitted)"
@@ -45,7 +46,7 @@ def collectives_table(results: dict):
         table.add_column(
             column, justify="left" if column in ("variant", "page faults") else "right"
         )
-    for f in results["fits"]:
+    for f in results.fits:
         top = f["top"]
         spread = f"{100 * f['max_spread']:.0f} %" if repeats > 1 else "—"
         faults = (
@@ -73,7 +74,7 @@ def collectives_table(results: dict):
     return table
 
 
-def zero1_table(results: dict):
+def zero1_table(results: BenchRun):
     """ZeRO-1 against the data-parallel step: times, ratios, optimizer-state bytes on device 0."""
     from rich.table import Table
 
@@ -88,64 +89,64 @@ def zero1_table(results: dict):
         "agree",
     ):
         table.add_column(column, justify="right")
-    for r in results["zero1"]:
-        steps, ratio, state = r["steps"], r["ratio_to_dp"], r["state_bytes_device0"]
+    for r in results.zero1:
+        steps, ratio, state = r.steps, r.ratio_to_dp, r.state_bytes_device0
         table.add_row(
-            str(r["devices"]),
-            f"2^{int(np.log2(r['params']))}",
-            f"{steps['dp']['median_us']:.0f}",
-            f"{steps['zero1_fused']['median_us']:.0f} ({ratio['zero1_fused']:.2f}×)",
-            f"{steps['zero1_calls']['median_us']:.0f} ({ratio['zero1_calls']:.2f}×)",
+            str(r.devices),
+            f"2^{int(np.log2(r.params))}",
+            f"{steps['dp'].median_us:.0f}",
+            f"{steps['zero1_fused'].median_us:.0f} ({ratio['zero1_fused']:.2f}×)",
+            f"{steps['zero1_calls'].median_us:.0f} ({ratio['zero1_calls']:.2f}×)",
             f"{format_bytes(state['dp'])} → {format_bytes(state['zero1_fused'])}",
-            "yes" if r["agree"] else "NO",
+            "yes" if r.agree else "NO",
         )
     return table
 
 
-def summary_lines(results: dict, out_dir: Path) -> list[str]:
+def summary_lines(results: BenchRun, out_dir: Path) -> list[str]:
     """The lines printed under the tables: RS+AG vs psum, the ZeRO-1 goal, memcpy,
     machine, files.
     """
-    memcpy, machine, plan = results["memcpy"], results["machine"], results["plan"]
-    lines = [f"S: {results['size_definition']}"]
-    for entry in results["rs_ag_vs_psum"]:
-        calls, fused = entry["rs_ag_calls"], entry["rs_ag_fused"]
+    memcpy, machine, plan = results.memcpy, results.machine, results.plan
+    lines = [f"S: {results.size_definition}"]
+    for entry in results.rs_ag_vs_psum:
+        calls, fused = entry.rs_ag_calls, entry.rs_ag_fused
         lines.append(
-            f"RS+AG / psum on {entry['devices']} devices: "
-            f"2 calls {calls['min']:.2f}–{calls['max']:.2f}×, "
-            f"1 jit {fused['min']:.2f}–{fused['max']:.2f}× over the sizes"
+            f"RS+AG / psum on {entry.devices} devices: "
+            f"2 calls {calls.min:.2f}–{calls.max:.2f}×, "
+            f"1 jit {fused.min:.2f}–{fused.max:.2f}× over the sizes"
         )
-    goal = results["zero1_goal"]
+    goal = results.zero1_goal
     if goal is not None:
-        verdict = "MET" if goal["met"] else "NOT MET"
+        verdict = "MET" if goal.met else "NOT MET"
         lines.append(
-            f"ZeRO-1 goal ({goal['devices']} devices, 2^{int(np.log2(goal['params']))} params: "
-            f"fused step ≤ {goal['max_ratio']}× data-parallel "
-            f"with 1/{goal['devices']} of the state): {verdict} — "
-            f"{goal['ratio']:.2f}× the time, {goal['state_fraction']:.3g} of the optimizer state"
-            + ("" if goal["agree"] else ", but the steps DISAGREE numerically")
+            f"ZeRO-1 goal ({goal.devices} devices, 2^{int(np.log2(goal.params))} params: "
+            f"fused step ≤ {goal.max_ratio}× data-parallel "
+            f"with 1/{goal.devices} of the state): {verdict} — "
+            f"{goal.ratio:.2f}× the time, {goal.state_fraction:.3g} of the optimizer state"
+            + ("" if goal.agree else ", but the steps DISAGREE numerically")
         )
     lines.append(
-        f"memcpy (NumPy copy of {format_bytes(memcpy['bytes'])}, best of all tries): "
-        f"{memcpy['copy_gbps']:.1f} GB/s copied = {memcpy['traffic_gbps']:.1f} GB/s read+written; "
+        f"memcpy (NumPy copy of {format_bytes(memcpy.bytes)}, best of all tries): "
+        f"{memcpy.copy_gbps:.1f} GB/s copied = {memcpy.traffic_gbps:.1f} GB/s read+written; "
         "'mem %' = modeled traffic ((3p−1)S, (p+1)S, 2pS) per second over the latter"
     )
-    load = machine["load_average_before"][0], machine["load_average_after"][0]
+    load = machine.load_average_before[0], machine.load_average_after[0]
     lines.append(
-        f"machine: {machine['cpu_count']} CPUs ({machine['cpu_model']}), "
-        f"jax {machine['jax_version']}, load {load[0]:.2f} → {load[1]:.2f}; "
-        f"{plan['repeats']} repeat(s) in {results['seconds']:.0f} s"
+        f"machine: {machine.cpu_count} CPUs ({machine.cpu_model}), "
+        f"jax {machine.jax_version}, load {load[0]:.2f} → {load[1]:.2f}; "
+        f"{plan.repeats} repeat(s) in {results.seconds:.0f} s"
     )
     lines.append(f"wrote bench.json, bench.png and bench-steps.png in {out_dir}")
     return lines
 
 
-def write_outputs(results: dict, out_dir: Path) -> None:
+def write_outputs(results: BenchRun, out_dir: Path) -> None:
     """``bench.json``, ``bench.png`` and ``bench-steps.png`` (through ``plot_figure``) in
     ``out_dir``."""
     from course_utils.figures.plot import plot_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "bench.json").write_text(json.dumps(to_json(results), indent=1))
     (out_dir / "bench.png").write_bytes(plot_figure(figure_data(results)).png())
     (out_dir / "bench-steps.png").write_bytes(plot_figure(steps_figure_data(results)).png())

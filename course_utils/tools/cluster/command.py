@@ -14,26 +14,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK
+from course_utils.results.cluster import ClusterResults, ClusterRun, Versions
+from course_utils.results.records import from_json, to_json
 from course_utils.tools.cli import positive_int_arg
+from course_utils.tools.errors import CourseError, usage
 from course_utils.tools.processes import first_exit, spawn, stop
 
 PORT = 47301  # the coordinator's port inside host 0's namespace (nothing else listens there)
+# what each host runs, after the interpreter and before ``--process-id I …`` (a test swaps in a
+# wrapper that fails on purpose)
+WORKER = ("-m", "course_utils.tools.cluster.worker")
 
 
-class _Stopped(Exception):
-    """SIGTERM arrived: leave through the same cleanup as Ctrl-C."""
-
-
-def _raise_stopped(*_) -> None:
-    raise _Stopped
-
-
-class _Failed(Exception):
-    """One run failed; the message is the line to print."""
-
-
-def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
+def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> ClusterRun:
     """One cluster shaped at ``rate``: set up, one worker per host, results, torn down."""
     from course_utils.tools.cluster.netns import Cluster, host_command
 
@@ -43,7 +37,7 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
         with cluster as hosts, tempfile.TemporaryDirectory() as logs:
             coordinator = f"{hosts[0].address}:{PORT}"
             for i, host in enumerate(hosts):
-                argv = [sys.executable, "-m", "course_utils.tools.cluster.worker",
+                argv = [sys.executable, *WORKER,
                         "--process-id", str(i), "--processes", str(len(hosts)),
                         "--devices", str(args.devices_per_host), "--coordinator", coordinator,
                         "--plan", args.plan]
@@ -53,44 +47,44 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> dict:
                 if done.returncode != 0:
                     i = popens.index(done)
                     tail = (Path(logs) / f"err{i}").read_text().strip().splitlines()[-3:]
-                    raise _Failed(f"host {i}'s process exited with status {done.returncode}"
-                                  + (f": {' / '.join(tail)}" if tail else ""))
+                    raise CourseError(f"host {i}'s process exited with status {done.returncode}"
+                                      + (f": {' / '.join(tail)}" if tail else ""))
             lines = (Path(logs) / "out0").read_text().splitlines()
             result = next((json.loads(x) for x in lines if x.startswith("{")), None)
             if result is None:
-                raise _Failed("host 0 finished without results")
+                raise CourseError("host 0 finished without results")
     finally:
         stop(popens)
         for f in files:
             f.close()
     result.pop("event")
-    return {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "link_rate": rate,
-            "tcp": args.tcp, **result}
+    return from_json(ClusterRun, {"hosts": args.hosts, "devices_per_host": args.devices_per_host,
+                                  "link_rate": rate, "tcp": args.tcp, **result}, "host 0's results")
 
 
-def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
-    """Every rate of ``--link-rate`` in turn; ``(exit status, results)``. Whatever happens,
-    nothing the runs made is left."""
+def run_cluster(args: argparse.Namespace, say) -> ClusterResults:
+    """Every rate of ``--link-rate`` in turn, each finished rate passed to ``say``; the results.
+    Whatever happens, nothing the runs made is left.
+
+    Raises:
+        CourseError: bad arguments, no root, a host's process failed or hung past
+            ``--timeout``, or Ctrl-C / SIGTERM (the message says everything was removed).
+    """
     from course_utils.models.links import check_rate
-    from course_utils.tools.cluster.netns import (
-        ClusterError,
-        check_can_run,
-        check_congestion_control,
-    )
+    from course_utils.tools.cluster.netns import check_can_run, check_congestion_control
 
     problem = check_can_run()
     if problem:
-        say(f"error: {problem}")
-        return EXIT_USAGE, None
+        raise usage(problem)
     try:
         rates = [check_rate(r) for r in args.link_rate.split(",")]
         check_congestion_control(args.tcp)
         if not 2 <= args.hosts <= 200:
             raise ValueError(f"--hosts must be from 2 to 200, got {args.hosts}")
     except ValueError as exc:
-        say(f"error: {exc}")
-        return EXIT_USAGE, None
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+        raise usage(exc) from None
+    # SIGTERM leaves through the same cleanup as Ctrl-C
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.monotonic()
     runs = []
     try:
@@ -98,49 +92,45 @@ def run_cluster(args: argparse.Namespace, say) -> tuple[int, dict | None]:
             runs.append(_one_rate(args, rate, started + args.timeout))
             say(f"{rate}: done")
     except TimeoutError:
-        say(f"error: the plan ran past --timeout {args.timeout:.0f} s; the processes were "
-            "stopped and everything was removed (try --plan quick or a larger --timeout)")
-        return EXIT_FAILED, None
-    except (KeyboardInterrupt, _Stopped):
-        say("interrupted: the processes were stopped and every namespace, link and file removed")
-        return EXIT_INTERRUPTED, None
-    except (ClusterError, _Failed) as exc:
-        say(f"error: {exc}; everything the run made was removed")
-        return EXIT_FAILED, None
+        raise CourseError(f"the plan ran past --timeout {args.timeout:.0f} s; the processes "
+                          "were stopped and everything was removed (try --plan quick or a "
+                          "larger --timeout)") from None
+    except KeyboardInterrupt:
+        raise CourseError("interrupted: the processes were stopped and every namespace, link "
+                          "and file removed", EXIT_INTERRUPTED) from None
+    except CourseError as exc:
+        raise CourseError(f"{exc}; everything the run made was removed", exc.status) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return EXIT_OK, {"hosts": args.hosts, "devices_per_host": args.devices_per_host,
-                     "plan": args.plan, "tcp": args.tcp, "versions": _versions(),
-                     "seconds": time.monotonic() - started, "runs": runs}
+    return ClusterResults(hosts=args.hosts, devices_per_host=args.devices_per_host,
+                          plan=args.plan, tcp=args.tcp, versions=_versions(),
+                          seconds=time.monotonic() - started, runs=tuple(runs))
 
 
-def _versions() -> dict:
+def _versions() -> Versions:
     """The Python, jax and jaxlib versions the hosts ran (the same interpreter as this one)."""
     from importlib.metadata import version
 
-    return {"python": sys.version.split()[0], "jax": version("jax"), "jaxlib": version("jaxlib")}
+    return Versions(python=sys.version.split()[0], jax=version("jax"), jaxlib=version("jaxlib"))
 
 
 def _run(args: argparse.Namespace) -> int:
     from course_utils.figures.plot import plot_figure
     from course_utils.results.cluster import figure_data, summary_lines
 
-    status, results = run_cluster(args, lambda line: print(line, flush=True))
-    if results is None:
-        return status
+    results = run_cluster(args, lambda line: print(line, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cluster.json").write_text(json.dumps(results, indent=1))
+    (out / "cluster.json").write_text(json.dumps(to_json(results), indent=1))
     (out / "cluster.png").write_bytes(plot_figure(figure_data(results)).png())
-    for run in results["runs"]:
+    for run in results.runs:
         for line in summary_lines(run):
             print(line)
     from course_utils.tools.cluster.netns import leftovers
 
     left = leftovers()
     if left:
-        print(f"error: left behind: {', '.join(left)}; remove them with ip netns del")
-        return EXIT_FAILED
+        raise CourseError(f"left behind: {', '.join(left)}; remove them with ip netns del")
     print(f"wrote cluster.json and cluster.png in {out}; no namespace, link or file is left")
     return EXIT_OK
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_utils.models.links import check_rate
+from course_utils.tools.errors import CourseError
 
 PREFIX = "d03"
 # held while a cluster exists: a second `course cluster` refuses instead of removing the first's
@@ -39,25 +40,21 @@ CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
 AVAILABLE_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
-class ClusterError(RuntimeError):
-    """Setting up the hosts failed; the message says what to do."""
-
-
 def _ip(*args: str, check: bool = True) -> str:
     done = subprocess.run(["ip", *args], capture_output=True, text=True)
     if check and done.returncode != 0:
-        raise ClusterError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+        raise CourseError(f"ip {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
 
 
 def check_can_run() -> str | None:
     """``None`` if this process can create namespaces, else one line saying what to do."""
     if os.geteuid() != 0:
-        return ("course cluster needs root to create network namespaces: run it as root "
+        return ("needs root to create network namespaces: run it as root "
                 "(e.g. sudo .venv/bin/course cluster …) or read the saved results in step 17")
     for program, package in (("ip", "iproute2"), ("tc", "iproute2"), ("setpriv", "util-linux")):
         if shutil.which(program) is None:
-            return f"course cluster needs the {program!r} program (Debian: apt install {package})"
+            return f"needs the {program!r} program (Debian: apt install {package})"
     return None
 
 
@@ -163,7 +160,7 @@ class Cluster:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
-            raise ClusterError("another course cluster is running; wait for it to end") from None
+            raise CourseError("another course cluster is running; wait for it to end") from None
         self._made_netns_etc = not NETNS_ETC.exists()
         teardown(self.prefix)  # what a killed run may have left (no other run holds the lock)
         try:
@@ -205,7 +202,7 @@ class Cluster:
                      "root", "tbf", "rate", self.rate, "burst", "256kb", "latency", "500ms"],
                     capture_output=True, text=True)
                 if shaped.returncode != 0:
-                    raise ClusterError(f"tc could not shape the link: {shaped.stderr.strip()}")
+                    raise CourseError(f"tc could not shape the link: {shaped.stderr.strip()}")
             folder = NETNS_ETC / host.namespace
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "hosts").write_text(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,8 +24,6 @@ PLANS = {
     "quick": {"sizes": [2**18, 2**20, 2**22], "repeats": 3, "buckets": (64, 1024)},
     "full": {"sizes": [2**k for k in range(16, 25, 2)], "repeats": 5, "buckets": (64, 4096)},
 }
-# a test may make one host's process fail, to see that everything is still cleaned up
-FAULT = "COURSE_CLUSTER_FAULT"
 # inside a host's namespace (``ip netns exec`` mounts its own /sys): what the host's link sent
 LINK_COUNTER = Path("/sys/class/net/eth0/statistics/tx_bytes")
 
@@ -195,11 +192,6 @@ def measure(plan: dict, hosts: int) -> dict:
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    fault = os.environ.get(FAULT)
-    if fault == "die" and args.process_id == args.processes - 1:
-        return 3
-    if fault == "hang" and args.process_id == args.processes - 1:
-        time.sleep(3600)
     from course_utils.devices.multiprocess import join_runtime
 
     join_runtime(args.coordinator, args.process_id, args.processes, args.devices)

@@ -19,18 +19,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_utils.constants import ATOL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from course_utils.constants import ATOL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from course_utils.tools.cli import positive_int_arg
+from course_utils.tools.errors import CourseError, usage
 from course_utils.tools.processes import first_exit, spawn, stop
 from course_utils.validate import positive_int
 
 HOST = "127.0.0.1"
 MAX_DEVICES = 64
 RUN_SECONDS = 120  # allowed after the join deadline: compile, check and time four kernels
-
-
-class LaunchError(RuntimeError):
-    """The launch could not start or a worker failed; the message says which and what to do."""
 
 
 @dataclass
@@ -78,14 +75,14 @@ def free_port() -> int:
 
 
 def check_port(port: int) -> None:
-    """Raise ``LaunchError`` if ``HOST:port`` cannot be bound (``ValueError`` if it is no port)."""
+    """Raise ``CourseError`` if ``HOST:port`` cannot be bound (``ValueError`` if it is no port)."""
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind((HOST, port))
         except OSError as exc:
-            raise LaunchError(
+            raise CourseError(
                 f"port {port} on {HOST} is already taken ({exc.strerror}); "
                 f"pick another with --port or omit --port to use a free one"
             ) from None
@@ -154,7 +151,7 @@ def _status(returncode: int) -> str:
 
 
 def wait_for_workers(workers: list[Worker], seconds: float) -> None:
-    """Wait until every worker exits 0; raise ``LaunchError`` at the first failure or at the
+    """Wait until every worker exits 0; raise ``CourseError`` at the first failure or at the
     deadline.
     """
     by_popen = {id(w.popen): w for w in workers}
@@ -162,13 +159,13 @@ def wait_for_workers(workers: list[Worker], seconds: float) -> None:
         for popen in first_exit([w.popen for w in workers], seconds):
             w = by_popen[id(popen)]
             if popen.returncode != 0:
-                raise LaunchError(
+                raise CourseError(
                     f"process {w.process_id} failed ({_status(popen.returncode)}): "
                     f"{_last_line(w.stderr)}; the other processes were stopped"
                 )
     except TimeoutError:
         late = ", ".join(str(v.process_id) for v in workers if v.popen.poll() is None)
-        raise LaunchError(
+        raise CourseError(
             f"the launch did not finish within {seconds:.0f} s (still running: "
             f"process {late}); raise --timeout or run fewer processes"
         ) from None
@@ -182,7 +179,7 @@ def read_report(worker: Worker) -> dict:
         if line.startswith("{")
     ]
     if not lines:
-        raise LaunchError(
+        raise CourseError(
             f"process {worker.process_id} exited 0 without a report; "
             f"run it by hand: {' '.join(worker.popen.args)}"
         )
@@ -194,7 +191,7 @@ def merge_reports(reports: list[dict], devices_per_process: int, port: int, wall
     expected = len(reports) * devices_per_process
     for r in reports:
         if r["local_devices"] != devices_per_process or r["global_devices"] != expected:
-            raise LaunchError(
+            raise CourseError(
                 f"process {r['process_id']} saw {r['local_devices']} local "
                 f"and {r['global_devices']} global devices "
                 f"instead of {devices_per_process} and {expected}; "
@@ -252,7 +249,7 @@ def launch(
 
     Raises:
         ValueError: invalid N, D, timeout, port or ``fail_rank``.
-        LaunchError: the port is taken, a process failed, or the deadline passed.
+        CourseError: the port is taken, a process failed, or the deadline passed.
         KeyboardInterrupt: interrupted; the workers are stopped first.
     """
     start = time.perf_counter()
@@ -308,14 +305,10 @@ def _run_launch(args: argparse.Namespace) -> int:
             fail_rank=args.fail_rank,
         )
     except ValueError as exc:
-        print(f"course launch: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except LaunchError as exc:
-        print(f"course launch: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise usage(exc) from None
     except KeyboardInterrupt:
-        print("course launch: interrupted; the worker processes were stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise CourseError("interrupted; the worker processes were stopped",
+                          EXIT_INTERRUPTED) from None
     print(json.dumps(summary) if args.json else format_summary(summary))
     return EXIT_OK if summary["passed"] else EXIT_FAILED
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from course_utils.tools.errors import CourseError, usage
 
 UNIT_TITLE = "Communication-efficient algorithms"
 # the first line of each notebook's first markdown cell: "# Step N — title"
@@ -80,19 +81,6 @@ build this site.
 """
 
 
-class BookError(RuntimeError):
-    """The site cannot be built; the message is one line that says what to do.
-
-    Args:
-        message: the one line.
-        status: the exit status of ``course book`` (a usage error unless the build failed).
-    """
-
-    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 @dataclass(frozen=True)
 class Step:
     """One notebook of the series, as the landing page lists it."""
@@ -122,22 +110,22 @@ def read_step(path: Path) -> Step:
         The step, its title without the ``Step N —`` prefix.
 
     Raises:
-        BookError: the notebook cannot be read, has no such heading, or its number is not N.
+        CourseError: the notebook cannot be read, has no such heading, or its number is not N.
     """
     try:
         nb = nbformat.read(path, as_version=4)
     except (OSError, ValueError) as exc:
-        raise BookError(f"{path.name}: not a readable notebook ({exc})") from None
+        raise usage(f"{path.name}: not a readable notebook ({exc})") from None
     markdown = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.strip()]
     first = markdown[0].strip().splitlines()[0] if markdown else ""
     match = HEADING.fullmatch(first)
     if not match:
-        raise BookError(
+        raise usage(
             f"{path.name}: its first markdown cell does not start with '# Step N — title'"
         )
     number = int(match.group(1))
     if number != int(path.name[:2]):
-        raise BookError(
+        raise usage(
             f"{path.name}: its heading says Step {number}, its name says {path.name[:2]}"
         )
     return Step(number, match.group(2), path)
@@ -160,12 +148,12 @@ def mathjax_root() -> Path:
     """The folder of MathJax 2 files shipped by ``jupyter-server-mathjax``.
 
     Raises:
-        BookError: the package is not installed.
+        CourseError: the package is not installed.
     """
     spec = importlib.util.find_spec("jupyter_server_mathjax")
     root = Path(spec.origin).parent / "static" if spec and spec.origin else None
     if root is None or not (root / "MathJax.js").is_file():
-        raise BookError(f"MathJax (jupyter-server-mathjax) is not installed; {INSTALL_HINT}")
+        raise usage(f"MathJax (jupyter-server-mathjax) is not installed; {INSTALL_HINT}")
     return root
 
 
@@ -267,7 +255,7 @@ def run_jupyter_book(source: Path, output: Path, log: Path) -> Path:
         The folder with the built HTML.
 
     Raises:
-        BookError: the build failed or timed out; the message names the log.
+        CourseError: the build failed or timed out; the message names the log.
     """
     command = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build"]
     command += [str(source), "--path-output", str(output), "--builder", "html", "--all"]
@@ -277,14 +265,14 @@ def run_jupyter_book(source: Path, output: Path, log: Path) -> Path:
                 command, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, check=False
             )
         except subprocess.TimeoutExpired:
-            raise BookError(
+            raise CourseError(
                 f"the build took over {BUILD_TIMEOUT} s; log: {log}", EXIT_FAILED
             ) from None
     html = output / "_build" / "html"
     if done.returncode != 0 or not (html / "index.html").is_file():
         lines = [ANSI.sub("", line).strip() for line in log.read_text("utf-8").splitlines()]
         reason = next((line[:160] for line in lines if REASON.match(line)), "see its log")
-        raise BookError(
+        raise CourseError(
             f"Jupyter Book failed (exit status {done.returncode}): {reason}; log: {log}",
             EXIT_FAILED,
         )
@@ -299,13 +287,13 @@ def check_out(out: Path, folder: Path) -> None:
         folder: the notebooks' folder.
 
     Raises:
-        BookError: ``out`` holds, is or is inside ``folder``, or holds files but no built site.
+        CourseError: ``out`` holds, is or is inside ``folder``, or holds files but no built site.
     """
     out, folder = out.resolve(), folder.resolve()
     if out == folder or folder in out.parents or out in folder.parents:
-        raise BookError(f"--out {out} would overwrite the notebooks' folder; choose another --out")
+        raise usage(f"--out {out} would overwrite the notebooks' folder; choose another --out")
     if out.is_file() or (out.is_dir() and any(out.iterdir()) and not (out / ".buildinfo").exists()):
-        raise BookError(f"--out {out} exists and is not a site built before; choose another --out")
+        raise usage(f"--out {out} exists and is not a site built before; choose another --out")
 
 
 def build(folder: Path, out: Path, on_start: Callable[[str], object] | None = None) -> Site:
@@ -320,16 +308,16 @@ def build(folder: Path, out: Path, on_start: Callable[[str], object] | None = No
         What was built: the steps, in order, and the build's warnings (with its log if any).
 
     Raises:
-        BookError: bad input, missing tools or a failed build (the message is one line).
+        CourseError: bad input, missing tools or a failed build (the message is one line).
     """
     from course_utils.tools.notebooks.run import find_notebooks
 
     try:
         notebooks = find_notebooks(folder)
     except FileNotFoundError as exc:
-        raise BookError(str(exc)) from None
+        raise usage(str(exc)) from None
     if importlib.util.find_spec("jupyter_book") is None:
-        raise BookError(f"Jupyter Book is not installed; {INSTALL_HINT}")
+        raise usage(f"Jupyter Book is not installed; {INSTALL_HINT}")
     mathjax = mathjax_root()
     check_out(out, folder)
     steps = [read_step(path) for path in notebooks]
@@ -359,12 +347,8 @@ def _run_book(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         site = build(Path(args.folder), out, on_start=print)
-    except BookError as exc:
-        print(f"course book: error: {exc}", file=sys.stderr)
-        return exc.status
     except KeyboardInterrupt:
-        print(f"course book: error: interrupted; {out} may be incomplete", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise CourseError(f"interrupted; {out} may be incomplete", EXIT_INTERRUPTED) from None
     seconds = time.perf_counter() - start
     print(f"site of {len(site.steps)} steps written in {seconds:.0f} s: open {out / 'index.html'}")
     if site.warnings:

@@ -15,6 +15,7 @@ import nbformat
 from course_utils.constants import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from course_utils.display import error_line
 from course_utils.tools.cli import positive_int_arg, progress_bar
+from course_utils.tools.errors import CourseError, usage
 
 PARAMETERS_TAG = "parameters"
 
@@ -172,17 +173,14 @@ def _run(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.in_place and args.devices is not None:
-        console.print("[red]error:[/] --in-place stores the 4-device run only; drop --devices")
-        return EXIT_USAGE
+        raise CourseError("--in-place stores the 4-device run only; drop --devices", EXIT_USAGE)
     try:
         paths = [Path(p) for p in args.notebooks] or find_notebooks(Path(args.folder))
     except FileNotFoundError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
-        return EXIT_USAGE
+        raise usage(exc) from None
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        console.print(f"[red]error:[/] no such notebook: {', '.join(missing)}", soft_wrap=True)
-        return EXIT_USAGE
+        raise CourseError(f"no such notebook: {', '.join(missing)}", EXIT_USAGE)
     parameters = {"N_DEVICES": args.devices} if args.devices is not None else None
     out_dir = Path(args.out)
     results = {}

@@ -20,24 +20,20 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from pathlib import Path
 
 import nbformat
 
-from course_utils.constants import EXIT_OK, EXIT_USAGE
+from course_utils.constants import EXIT_OK
+from course_utils.tools.errors import CourseError, usage
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 SOLUTION_TAG = "solution"
-NEEDS_NBGRADER = 'course student needs nbgrader: pip install -e ".[instructor]"'
+NEEDS_NBGRADER = 'needs nbgrader: pip install -e ".[instructor]"'
 # nbgrader's delimiters: a line that contains one of these is a marker (as nbgrader reads it)
 BEGIN_DELIMITER, END_DELIMITER = BEGIN.removeprefix("### "), END.removeprefix("### ")
 # ClearOutput removes these cell metadata fields as well (per-cell timing from JupyterLab)
 OUTPUT_METADATA = {"collapsed", "scrolled", "execution"}
-
-
-class SolutionMarkerError(ValueError):
-    """Solution markers that cannot be stripped safely; the message names the notebook and cell."""
 
 
 def check_markers(source: str, where: str) -> None:
@@ -48,21 +44,21 @@ def check_markers(source: str, where: str) -> None:
         where: the notebook and cell, for the error message.
 
     Raises:
-        SolutionMarkerError: a nested ``### BEGIN SOLUTION``, an ``### END SOLUTION`` without
+        CourseError: a nested ``### BEGIN SOLUTION``, an ``### END SOLUTION`` without
             one, or a region that is never closed.
     """
     inside = False
     for number, line in enumerate(source.splitlines(), start=1):
         if BEGIN_DELIMITER in line:
             if inside:
-                raise SolutionMarkerError(f"{where}: line {number}: nested {BEGIN}")
+                raise usage(f"{where}: line {number}: nested {BEGIN}")
             inside = True
         elif END_DELIMITER in line:
             if not inside:
-                raise SolutionMarkerError(f"{where}: line {number}: {END} without {BEGIN}")
+                raise usage(f"{where}: line {number}: {END} without {BEGIN}")
             inside = False
     if inside:
-        raise SolutionMarkerError(f"{where}: {BEGIN} is never closed by {END}")
+        raise usage(f"{where}: {BEGIN} is never closed by {END}")
 
 
 def check_cell(cell, where: str) -> None:
@@ -73,26 +69,26 @@ def check_cell(cell, where: str) -> None:
         where: the notebook and cell, for the error message.
 
     Raises:
-        SolutionMarkerError: the three disagree, or the markers do not pair up.
+        CourseError: the three disagree, or the markers do not pair up.
     """
     tagged = SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
     has_markers = BEGIN_DELIMITER in cell.source or END_DELIMITER in cell.source
     nbgrader_solution = bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
     if tagged and not has_markers:
-        raise SolutionMarkerError(
+        raise usage(
             f"{where}: tagged {SOLUTION_TAG!r} but has no {BEGIN} / {END} markers"
         )
     if has_markers and not tagged:
-        raise SolutionMarkerError(
+        raise usage(
             f"{where}: has solution markers but is not tagged {SOLUTION_TAG!r}"
         )
     if nbgrader_solution and not tagged:
-        raise SolutionMarkerError(
+        raise usage(
             f"{where}: an nbgrader solution cell but not tagged {SOLUTION_TAG!r}"
         )
     check_markers(cell.source, where)
     if tagged and not nbgrader_solution:
-        raise SolutionMarkerError(
+        raise usage(
             f"{where}: tagged {SOLUTION_TAG!r} but not an nbgrader solution cell; give it the "
             'metadata "nbgrader": {"solution": true, "grade": false, "locked": false, '
             '"grade_id": "<unique id>", "schema_version": 3}'
@@ -124,7 +120,7 @@ def student_edition(nb, name: str):
         The notebook with solutions stripped and outputs cleared.
 
     Raises:
-        SolutionMarkerError: a cell's tag, markers and nbgrader metadata disagree (the message
+        CourseError: a cell's tag, markers and nbgrader metadata disagree (the message
             names the notebook and the cell).
         ImportError: nbgrader is not installed.
     """
@@ -137,7 +133,7 @@ def student_edition(nb, name: str):
         elif SOLUTION_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         elif BEGIN_DELIMITER in cell.source or END_DELIMITER in cell.source:
-            raise SolutionMarkerError(
+            raise usage(
                 f"{where}: a {cell.cell_type} cell with solution markers; tag it "
                 f"{SOLUTION_TAG!r} to leave it out of the student edition"
             )
@@ -149,7 +145,7 @@ def student_edition(nb, name: str):
             nb, resources = preprocessor.preprocess(nb, resources)
         except RuntimeError as exc:  # e.g. a hidden-test region outside a check cell
             step = type(preprocessor).__name__
-            raise SolutionMarkerError(f"{name}: nbgrader's {step}: {exc}") from None
+            raise usage(f"{name}: nbgrader's {step}: {exc}") from None
     return nb
 
 
@@ -164,7 +160,7 @@ def build(notebooks: list[Path], out: Path) -> list[Path]:
         The notebooks written.
 
     Raises:
-        SolutionMarkerError: a notebook's markers are wrong, or ``out`` is the notebooks' own
+        CourseError: a notebook's markers are wrong, or ``out`` is the notebooks' own
             folder; nothing is written.
         ImportError: nbgrader is not installed.
     """
@@ -173,7 +169,7 @@ def build(notebooks: list[Path], out: Path) -> list[Path]:
     ]
     for path, _ in editions:
         if (out / path.name).resolve() == path.resolve():
-            raise SolutionMarkerError(
+            raise usage(
                 f"{path}: the student edition would overwrite the solution notebook; "
                 f"choose another --out"
             )
@@ -191,14 +187,12 @@ def _run_student(args: argparse.Namespace) -> int:
     try:
         import nbgrader.preprocessors  # noqa: F401
     except ImportError:
-        print(NEEDS_NBGRADER, file=sys.stderr)
-        return EXIT_USAGE
+        raise usage(NEEDS_NBGRADER) from None
     try:
         notebooks = find_notebooks(Path(args.folder))
         written = build(notebooks, Path(args.out))
-    except (SolutionMarkerError, FileNotFoundError) as exc:
-        print(f"course student: error: {exc}; nothing was written", file=sys.stderr)
-        return EXIT_USAGE
+    except (CourseError, FileNotFoundError) as exc:
+        raise usage(f"{exc}; nothing was written") from None
     print(
         f"student edition of {len(written)} notebooks written to {args.out}/ "
         "(solutions stripped, outputs cleared)"

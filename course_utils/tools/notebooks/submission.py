@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import copy
 import re
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from course_utils.constants import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from course_utils.constants import EXIT_FAILED, EXIT_OK
+from course_utils.tools.errors import usage
 from course_utils.tools.notebooks.run import run_in_fresh_kernel
 from course_utils.tools.notebooks.student import SOLUTION_TAG
 
@@ -26,10 +26,6 @@ CHECK_TAG = "check"
 # the course's own solution notebooks, beside the package in a checkout (pip install -e .)
 SOLUTIONS = Path(__file__).resolve().parents[3] / "notebooks"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
-
-
-class SubmissionError(ValueError):
-    """The submission cannot be checked at all; the message is one line saying why."""
 
 
 @dataclass
@@ -46,29 +42,29 @@ def _tagged(nb, tag: str) -> list[int]:
 
 
 def read_submission(path: Path):
-    """The submission as a notebook; ``SubmissionError`` if it is missing or not a notebook."""
+    """The submission as a notebook; a usage ``CourseError`` if it is missing or not a notebook."""
     if not path.is_file():
-        raise SubmissionError(f"{path}: no such file")
+        raise usage(f"{path}: no such file")
     try:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
     except Exception as exc:  # nbformat raises JSON, validation and version errors of several types
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SubmissionError(f"{path.name} is not a Jupyter notebook ({reason[:120]})") from None
+        raise usage(f"{path.name} is not a Jupyter notebook ({reason[:120]})") from None
     return nb
 
 
 def solution_notebook_for(path: Path, solutions: Path) -> Path:
     """The solution notebook with the submission's step number (``07_…`` → ``07_*.ipynb``)."""
     if not solutions.is_dir():
-        raise SubmissionError(
+        raise usage(
             f"no solution notebooks: {solutions}/ is not a folder; pass --solutions with the "
             "folder of the course's solution notebooks (notebooks/ in a checkout of the course)"
         )
     step = re.match(r"(\d\d)_", path.name)
     matches = sorted(solutions.glob(f"{step.group(1)}_*.ipynb")) if step else []
     if len(matches) != 1:
-        raise SubmissionError(
+        raise usage(
             f"{path.name}: no solution notebook in {solutions}/ has its step number; "
             f"keep the file name's NN_ prefix (e.g. 07_row_permutation_exercise.ipynb)"
         )
@@ -81,7 +77,7 @@ def merge(submission, solution, name: str):
     """
     theirs, ours = _tagged(submission, SOLUTION_TAG), _tagged(solution, SOLUTION_TAG)
     if len(theirs) != len(ours):
-        raise SubmissionError(
+        raise usage(
             f"{name} has {len(theirs)} cells tagged {SOLUTION_TAG!r}, the exercise has "
             f"{len(ours)}; keep each exercise's solution cell (do not delete or split it)"
         )
@@ -106,14 +102,14 @@ def _stdout(cell) -> str:
 
 
 def _setup_failure(executed, name: str) -> None:
-    """``SubmissionError`` if a course cell before the first solution cell raised: the course's
-    own setup failed (an import, a saved file), which no answer can cause or fix."""
+    """A usage ``CourseError`` if a course cell before the first solution cell raised: the
+    course's own setup failed (an import, a saved file), which no answer can cause or fix."""
     solutions = _tagged(executed, SOLUTION_TAG)
     for index, cell in enumerate(executed.cells[: solutions[0] if solutions else None]):
         if (failure := _error(cell)) is not None:
             ename, evalue = failure
             first = evalue.splitlines()[0] if evalue else ""
-            raise SubmissionError(
+            raise usage(
                 f"{name}: the course's own cell {index}, before any exercise, raised {ename}: "
                 f"{first}; not a fault of the submission: reinstall the course with the README's "
                 "install command, or tell the instructor"
@@ -177,8 +173,8 @@ def check_submission(
         One ``ExerciseResult`` per exercise (per cell tagged ``check``).
 
     Raises:
-        SubmissionError: not a notebook, no matching exercise, cells missing, the kernel died,
-            or the course's own setup cells failed.
+        CourseError: (usage status) not a notebook, no matching exercise, cells missing, the
+            kernel died, or the course's own setup cells failed.
     """
     from nbclient.exceptions import DeadKernelError
 
@@ -191,13 +187,13 @@ def check_submission(
                 merged, Path(folder), timeout, allow_errors=True, interrupt_on_timeout=True
             )
         except DeadKernelError:
-            raise SubmissionError(
+            raise usage(
                 f"{path.name}: the kernel died while running it (did the code exit Python?)"
             ) from None
         except RuntimeError as exc:  # nbclient: the kernel did not start in time
             text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__
-            raise SubmissionError(
+            raise usage(
                 f"{path.name}: the kernel did not run it ({first}); on a busy machine, check "
                 "fewer notebooks at once and try again"
             ) from None
@@ -206,11 +202,7 @@ def check_submission(
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    try:
-        results = check_submission(Path(args.notebook), Path(args.solutions), args.timeout)
-    except SubmissionError as exc:
-        print(f"course check-submission: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    results = check_submission(Path(args.notebook), Path(args.solutions), args.timeout)
     if not results:
         print(
             f"{args.notebook}: this step has no exercises (no cell tagged {CHECK_TAG!r}); "
