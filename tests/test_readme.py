@@ -62,3 +62,16 @@ def test_the_series_table_lists_every_step():
     assert [f"{row[0]}_{row[1].strip('`').split('_', 1)[1]}" for row in rows] == [
         p.stem for p in NOTEBOOKS
     ]
+
+
+def test_course_student_and_the_readme_say_it_needs_the_instructor_extra(capsys):
+    from course_utils.tools.cli import main
+
+    try:
+        main(["student", "--help"])
+    except SystemExit:
+        pass
+    assert 'pip install -e ".[instructor]"' in capsys.readouterr().out
+    assert "`course student` uses nbgrader's own preprocessors, so it needs the `instructor`" in (
+        README
+    )

@@ -207,7 +207,11 @@ def add_student_parser(sub) -> None:
         sub: the ``course`` parser's subparsers.
     """
     student = sub.add_parser(
-        "student", help="write the student edition (solutions stripped, outputs cleared)"
+        "student",
+        help="write the student edition (solutions stripped, outputs cleared)",
+        description="Write the student edition of the solution notebooks: solutions stripped, "
+        "outputs cleared, by nbgrader's own preprocessors. Needs the instructor extra: "
+        'pip install -e ".[instructor]".',
     )
     student.add_argument("--out", required=True, help="folder for the student notebooks")
     student.add_argument(
