@@ -12,6 +12,10 @@ STEP_ATOL = STEP_RTOL = 1e-5
 LR = 0.1
 BETA = 0.9
 
+# int8 compression keeps one scale per this many values (step 15); part three's flat parameter
+# vector is padded to a multiple of p · SCALE_BUCKET so that every scheme splits it evenly
+SCALE_BUCKET = 64
+
 # exit statuses of the `course` command
 EXIT_OK = 0
 EXIT_FAILED = 1

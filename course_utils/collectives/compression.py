@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from course_utils.collectives.ring import ring_all_reduce
-from course_utils.problems.classification import SCALE_BUCKET
+from course_utils.constants import SCALE_BUCKET
 
 
 def _to_u16(values):

@@ -16,12 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from course_utils.constants import SCALE_BUCKET
 from course_utils.validate import positive_int
 
 # 3840 = 2^8·3·5 rows: equal shards on 1, 2, 3, 4, 5, 6 and 8 devices
 ROWS, FEATURES, CLASSES, HIDDEN = 3840, 32, 8, 256
-# one int8 scale per this many values (notebook 15); the flat vector is cut into such buckets
-SCALE_BUCKET = 64
 # (name, shape) of each parameter, in the order they sit in the flat vector
 LAYERS = (("w1", (FEATURES, HIDDEN)), ("b1", (HIDDEN,)),
           ("w2", (HIDDEN, CLASSES)), ("b2", (CLASSES,)))
