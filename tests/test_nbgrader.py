@@ -83,6 +83,8 @@ def _submit(course: Path, student: str, release: Path) -> None:
 @pytest.fixture(scope="module")
 def course_folder(tmp_path_factory):
     """A course folder after generate, collect (by copying), autograde and export."""
+    from nbgrader.api import Gradebook
+
     course = tmp_path_factory.mktemp("course")
     (course / "nbgrader_config.py").write_text(CONFIG)
     for assignment, notebooks in [
@@ -93,11 +95,11 @@ def course_folder(tmp_path_factory):
         folder.mkdir(parents=True)
         for path in notebooks:
             (folder / path.name).write_bytes(path.read_bytes())
-        _nbgrader(course, "generate_assignment", assignment)
-    (course / "students.csv").write_text(
-        "id,last_name\n" + "".join(f"{s},{n}\n" for s, n in STUDENTS.items())
-    )
-    _nbgrader(course, "db", "student", "import", "students.csv")
+    _nbgrader(course, "generate_assignment", "*")  # both assignments, one command
+    # the students, as `nbgrader db student import` adds them (in this process: one command less)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student, last_name in STUDENTS.items():
+            gradebook.update_or_create_student(student, last_name=last_name)
     for student in STUDENTS:
         for release in sorted((course / "release" / GRADED).glob("*.ipynb")):
             _submit(course, student, release)
