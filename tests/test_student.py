@@ -19,6 +19,7 @@ from course_utils.tools.notebooks.student import (
     student_edition,
 )
 
+pytestmark = pytest.mark.instructor  # nbgrader builds the student edition
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
 EXERCISES = [p for p in NOTEBOOKS if BEGIN in p.read_text()]
