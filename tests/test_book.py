@@ -247,7 +247,11 @@ def test_page(site, server, open_page, name, title, figures, has_math):
     assert page.title().startswith(title)
 
     # every image/png output of the notebook, loaded, at the size the notebook stores
-    page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=30_000)
+    try:
+        page.wait_for_function("() => [...document.images].every(i => i.complete)",
+                               timeout=120_000)
+    except PlaywrightTimeout:
+        pytest.fail("timed out: the page's images did not finish loading in 120 s")
     images = page.locator("article img")
     assert images.count() == len(figures)
     sizes = images.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
@@ -258,10 +262,10 @@ def test_page(site, server, open_page, name, title, figures, has_math):
     math = page.locator(MATH).count()
     assert (math > 0) == has_math
     try:
-        page.wait_for_function(f"() => {RENDERED}.length === {math}", timeout=30_000)
+        page.wait_for_function(f"() => {RENDERED}.length === {math}", timeout=120_000)
     except PlaywrightTimeout:
-        pass
-    assert page.evaluate(f"() => {RENDERED}.length") == math
+        rendered = page.evaluate(f"() => {RENDERED}.length")
+        pytest.fail(f"timed out: MathJax rendered {rendered} of {math} formulas in 120 s")
     assert page.locator(".MathJax_Error, merror").count() == 0
 
     # code cells fit the column: no sideways scrolling

@@ -38,7 +38,7 @@ WRONG = {
 STUDENTS = {"right": "Reference", "wrong": "Mistaken"}
 CONFIG = """c = get_config()
 c.CourseDirectory.course_id = "distributed-03"
-c.Execute.timeout = 300  # seconds per cell (nbgrader's default is 30)
+c.Execute.timeout = 600  # seconds per cell (nbgrader's default is 30)
 """
 
 
@@ -55,7 +55,7 @@ def _nbgrader(course: Path, *args: str) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stderr[-3000:]}"
 
