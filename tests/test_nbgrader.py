@@ -18,7 +18,6 @@ import nbformat
 import pytest
 from sample import sample
 from test_student import _solution_lines
-from test_submission import LOCAL_NORMALIZATION, PERMUTE_LABELS_ONLY
 
 from course_utils.tools.notebooks.run import find_notebooks
 from course_utils.tools.notebooks.student import BEGIN, END, build
@@ -31,6 +30,14 @@ EXERCISES = [p for p in find_notebooks(ROOT / "notebooks") if BEGIN in p.read_te
 # autograded here (02, 07)
 RELEASED = sample(EXERCISES, {"03", "08", "17"})
 ALL, GRADED = "all_steps", "ps1"  # the assignments: the released sample, and the two autograded
+# the wrong student's answers (their messages are checked at function level in test_checks.py)
+PERMUTE_LABELS_ONLY = """x2 = jax.device_put(xh, rows)
+y2 = jax.device_put(yh[::-1].copy(), features)
+w2 = jax.device_put(w2h, replicated)
+g_all = all_reduce(x2, y2, w2)
+g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
+LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(yb)
+                      for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
 WRONG = {
     "02_partial_gradients": LOCAL_NORMALIZATION,
     "07_row_permutation_exercise": PERMUTE_LABELS_ONLY,

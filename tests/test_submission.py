@@ -1,8 +1,9 @@
 """course check-submission: one whole-notebook run per kind of verdict (passed, failed, not
 attempted, the solution cell raised, timed out, broken submission, broken course setup, no
-exercises); every wrong answer's message is checked at function level in tests/test_checks.py and
-beside it, and ``scripts/test_all_notebooks.sh`` checks the reference solutions of every exercise
-notebook."""
+exercises). The wrong answers' messages are checked at function level (tests/test_checks.py,
+test_algorithm_checks.py, test_training_checks.py), each verdict's wording at the end of this file
+without a kernel, and ``scripts/test_all_notebooks.sh`` checks the reference solutions of every
+exercise notebook."""
 
 import hashlib
 import subprocess
@@ -66,7 +67,7 @@ def _restore_solutions(edition: Path, tmp_path: Path, solution: Path) -> Path:
 @pytest.mark.parametrize("solution", EXERCISES, ids=lambda p: p.stem)
 def test_solutions_put_back_give_the_solution_notebooks_code(edition, tmp_path, solution):
     # strict nbval runs the solution notebooks in the same test run; with their code restored,
-    # a submission is that notebook, so only two are also run end to end below
+    # a submission is that notebook, so only one is also run end to end below
     restored = nbformat.read(_restore_solutions(edition, tmp_path, solution), as_version=4)
     original = nbformat.read(solution, as_version=4)
     assert [c.source for c in restored.cells if c.cell_type == "code"] == [
@@ -100,14 +101,6 @@ def test_check_submission_imports_no_nbgrader():
     assert "'nbgrader'" not in done.stdout
 
 
-PERMUTE_LABELS_ONLY = """x2 = jax.device_put(xh, rows)
-y2 = jax.device_put(yh[::-1].copy(), features)
-w2 = jax.device_put(w2h, replicated)
-g_all = all_reduce(x2, y2, w2)
-g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
-
-LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(yb)
-                      for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
 WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
        "scatter_gather_bytes": nbytes, "shard_storage_bytes": nbytes // N_DEVICES}"""
 
