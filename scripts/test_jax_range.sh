@@ -40,9 +40,11 @@ for end in "${ends[@]}"; do
     "$venv/bin/python" -m pip install --quiet -e ".[test]" "jax==$version" "jaxlib==$version"
     echo "== Python $py, jax $("$venv/bin/python" -c 'import jax; print(jax.__version__)')"
     # the notebooks start `course` from the kernel's own environment: put it first on PATH
+    # (course student without nbgrader says how to install it before it looks for --folder)
     if PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q \
         -m "not browser and not instructor" \
-        --deselect "tests/test_notebooks.py::test_the_series_runs_green_with_other_device_counts"
+        --deselect "tests/test_notebooks.py::test_the_series_runs_green_with_other_device_counts" \
+        --deselect "tests/test_bad_input.py::test_commands_outside_the_course_folder_say_where_to_run[argv1---folder]"
     then
         summary+=("Python $py with jax $version: PASSED")
     else
