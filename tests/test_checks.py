@@ -475,23 +475,16 @@ def test_two_level(capsys):
 
 
 def test_memory_prediction_of_zero1_counted_like_data_parallel():
+    from test_training_checks import MEASURED, RIGHT  # what train measures, and the answer
+
     from course_utils.checks import check_memory_prediction
 
-    n, p = 1024, 4
-    whole, piece = 4 * n, 4 * n // p
-    slices = {"data_parallel": 0, "zero1": 1, "zero2": 2, "zero3": 3}
-    measured = {
-        stage: {part: piece if i >= 3 - k else whole
-                for i, part in enumerate(["parameters", "gradients", "optimizer"])}
-        for stage, k in slices.items()
-    }
-    right = {stage: sum(parts.values()) for stage, parts in measured.items()}
-    check_memory_prediction(right, measured)
+    check_memory_prediction(RIGHT, MEASURED)
     with pytest.raises(  # step 14's ZERO1_LIKE_DP: zero1 predicted as data parallel
         ExerciseFailed, match="counts 0 of the three parts as 1/p slices; zero1 keeps optimizer in "
         "slices of n/p$"
     ):
-        check_memory_prediction({**right, "zero1": right["data_parallel"]}, measured)
+        check_memory_prediction({**RIGHT, "zero1": RIGHT["data_parallel"]}, MEASURED)
 
 
 def test_error_feedback_that_compresses_g_alone():
