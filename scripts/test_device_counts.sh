@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the whole series headless with device counts the test suite does not (it runs 8, and
-# strict nbval the stored 4-device run): every count must pass. CI runs it.
+# Run the whole series headless with other device counts (strict nbval checks the stored 4-device
+# run; the suite runs a few steps at 8): every count must pass. scripts/test_all_notebooks.sh
+# runs it with 1, 2, 3 and 6 (CI).
 #   bash scripts/test_device_counts.sh [COUNT ...]      (default: 1 2 3 6)
 set -euo pipefail
 cd "$(dirname "$0")/.."

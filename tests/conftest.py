@@ -1,9 +1,11 @@
 """Test setup: four logical CPU devices, configured before any test touches JAX."""
 
 import json
+import select
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import network_guard
 import pytest
@@ -12,6 +14,10 @@ from course_utils import use_cpu_devices
 
 use_cpu_devices(4)
 network_guard.install()
+
+SERVER = Path(__file__).resolve().parent / "device_server.py"
+# generous: a machine with two busy processes beside the suite must still pass
+STARTUP_TIMEOUT, SNIPPET_TIMEOUT = 180, 600
 
 
 @pytest.fixture(autouse=True)
@@ -51,19 +57,73 @@ def without_nbgrader(monkeypatch):
     monkeypatch.setitem(sys.modules, "nbgrader", None)
 
 
+class DeviceServers:
+    """One ``tests/device_server.py`` process per device count, started on first use."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.running: dict[int, tuple[subprocess.Popen, Path]] = {}
+
+    def _start(self, n: int) -> tuple[subprocess.Popen, Path]:
+        log = self.folder / f"devices-{n}.stderr"
+        server = subprocess.Popen(
+            [sys.executable, str(SERVER), str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log.open("w"),
+            text=True,
+        )
+        self.running[n] = server, log
+        self._answer(n, timeout=STARTUP_TIMEOUT)  # the "ready" line: JAX started
+        return server, log
+
+    def _answer(self, n: int, timeout: float) -> dict:
+        server, log = self.running[n]
+        ready, _, _ = select.select([server.stdout], [], [], timeout)
+        line = server.stdout.readline() if ready else ""
+        if not line:
+            if ready:
+                self.running.pop(n)
+                reason = f"stopped with exit status {server.wait(10)}"
+            else:
+                self.stop(n)
+                reason = f"timed out: no answer within {timeout:.0f} s"
+            raise AssertionError(
+                f"the {n}-device process {reason}; its stderr ends:\n{log.read_text()[-2000:]}"
+            )
+        return json.loads(line)
+
+    def run(self, n: int, code: str, timeout: float) -> dict:
+        server, _ = self.running.get(n) or self._start(n)
+        server.stdin.write(json.dumps({"code": code}) + "\n")
+        server.stdin.flush()
+        return self._answer(n, timeout)
+
+    def stop(self, n: int) -> None:
+        server, _ = self.running.pop(n)
+        server.stdin.close()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 @pytest.fixture(scope="session")
-def run_with_devices():
-    """Run a Python snippet in a fresh process with n devices; return what it prints as JSON."""
+def run_with_devices(tmp_path_factory):
+    """Run a Python snippet with n devices; return what its last line prints, read as JSON.
+
+    The snippet sees ``from course_utils import *``, ``json``, ``np`` and ``jax``, in a fresh
+    namespace, in one process per device count shared by the session (tests/device_server.py);
+    a snippet that raises fails the test with its traceback.
+    """
+    servers = DeviceServers(tmp_path_factory.mktemp("device-servers"))
 
     def run(n: int, body: str):
-        script = (
-            f"from course_utils import *\nimport json, numpy as np, jax\nuse_cpu_devices({n})\n"
-        )
-        script += textwrap.dedent(body)
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        answer = servers.run(n, textwrap.dedent(body), timeout=SNIPPET_TIMEOUT)
+        assert answer["ok"], f"the snippet raised on {n} devices:\n{answer['traceback']}"
+        return json.loads(answer["stdout"].strip().splitlines()[-1])
 
-    return run
+    yield run
+    for n in list(servers.running):
+        servers.stop(n)

@@ -449,3 +449,71 @@ def test_off_by_names_the_kind_of_miss(got, expected, message):
     from course_utils.checks.helpers import off_by
 
     assert re.search(message, off_by(got, expected))
+
+
+# The wrong answers tests/test_submission.py once ran as whole notebooks (one check-submission run
+# each), checked here at function level; the others already have twins above, in
+# test_algorithm_checks.py (steps 11, 12) and in test_training_checks.py (step 16).
+def test_two_level(capsys):
+    from course_utils import node_local_mesh
+    from course_utils.checks import check_two_level
+
+    mesh = node_local_mesh(2)
+
+    def two_level(x):  # the reference solution of step 13
+        mine = jax.lax.psum_scatter(x, "local", tiled=True)
+        return jax.lax.all_gather(jax.lax.psum(mine, "node"), "local", tiled=True)
+
+    check_two_level(two_level, mesh)
+    assert "PASSED: two-level all-reduce" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match="one all-reduce over all devices: that is the flat"):
+        check_two_level(lambda x: jax.lax.psum(x, ("node", "local")), mesh)
+    with pytest.raises(ExerciseFailed, match="nothing is reduce-scattered inside the nodes"):
+        check_two_level(lambda x: jax.lax.psum(jax.lax.psum(x, "local"), "node"), mesh)
+    with pytest.raises(ExerciseFailed, match="my_two_level is not defined"):
+        check_two_level(None, mesh)
+
+
+def test_memory_prediction_of_zero1_counted_like_data_parallel():
+    from test_training_checks import MEASURED, RIGHT  # what train measures, and the answer
+
+    from course_utils.checks import check_memory_prediction
+
+    check_memory_prediction(RIGHT, MEASURED)
+    with pytest.raises(  # step 14's ZERO1_LIKE_DP: zero1 predicted as data parallel
+        ExerciseFailed, match="counts 0 of the three parts as 1/p slices; zero1 keeps optimizer in "
+        "slices of n/p$"
+    ):
+        check_memory_prediction({**RIGHT, "zero1": RIGHT["data_parallel"]}, MEASURED)
+
+
+def test_error_feedback_that_compresses_g_alone():
+    from course_utils.checks import check_error_feedback
+
+    def feedback_of_g(g, residual, k):  # step 15's wrong answer: the top k of g, not g + residual
+        _, idx = jax.lax.top_k(jnp.abs(g), k)
+        sent = jnp.zeros_like(g).at[idx].set(g[idx])
+        return sent, g + residual - sent
+
+    with pytest.raises(ExerciseFailed, match="you send the top k of g alone: compress g \\+ resid"):
+        check_error_feedback(feedback_of_g)
+
+
+def test_link_prediction_with_the_rate_in_bits():
+    from course_utils.checks import check_link_prediction
+
+    hosts, devices, nbytes, rate_bits = 2, 4, 16 * 2**20, 1e9  # step 17's numbers
+    p = hosts * devices
+    flat_ms = 2 * (p - 1) / p * nbytes / rate_bits * 1e3  # bits per second taken for bytes
+    two_level_ms = 2 * (hosts - 1) / hosts * nbytes / rate_bits * 1e3
+    model = dict(nbytes=nbytes, hosts=hosts, devices=devices, bytes_per_s=rate_bits / 8)
+    check_link_prediction(8 * flat_ms, 8 * two_level_ms, **model)
+    with pytest.raises(ExerciseFailed, match="the rate is in bits per second: divide it by 8"):
+        check_link_prediction(flat_ms, two_level_ms, **model)
+
+
+def test_predicted_shard_shapes_of_step_4_names_the_device(setup):
+    mesh, _, (xh, _, _), _ = setup
+    placed = jax.device_put(xh, NamedSharding(mesh, P(None, "data")))
+    with pytest.raises(ExerciseFailed, match="wrong shard shape on device 0: dimension 0"):
+        check_predicted_shard_shapes([(4, 8)] * 4, placed)

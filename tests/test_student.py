@@ -7,6 +7,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from sample import sample
 
 from course_utils.tools.errors import CourseError
 from course_utils.tools.notebooks.run import find_notebooks
@@ -18,6 +19,7 @@ from course_utils.tools.notebooks.student import (
     student_edition,
 )
 
+pytestmark = pytest.mark.instructor  # nbgrader builds the student edition
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = find_notebooks(ROOT / "notebooks")
 EXERCISES = [p for p in NOTEBOOKS if BEGIN in p.read_text()]
@@ -183,11 +185,17 @@ def test_course_student_without_nbgrader_says_how_to_install(course, without_nbg
     assert not (tmp_path / "student").exists()
 
 
-@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+# run in a kernel: the first exercise after kernels and a figure (03), one whose setup places the
+# data the exercise rebinds (07), and the last step, whose exercise follows the saved cluster runs
+# (17); every exercise notebook: scripts/test_all_notebooks.sh
+STOPS = sample(EXERCISES, {"03", "07", "17"})
+
+
+@pytest.mark.parametrize("path", STOPS, ids=lambda p: p.stem)
 def test_student_notebook_stops_at_its_first_exercise(edition, path):
     nb = nbformat.read(edition / path.name, as_version=4)
     with pytest.raises(CellExecutionError) as err:
-        NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+        NotebookClient(nb, timeout=600, kernel_name="python3").execute()
     assert err.value.ename == "NotImplementedError"
     first = next(i for i, c in enumerate(nb.cells) if "solution" in c.metadata.get("tags", []))
     ran = [c for c in nb.cells[:first] if c.cell_type == "code"]
