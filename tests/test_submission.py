@@ -6,6 +6,7 @@ without a kernel, and ``scripts/test_all_notebooks.sh`` checks the reference sol
 exercise notebook."""
 
 import hashlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -264,3 +265,22 @@ def test_each_verdict_read_off_an_executed_notebook(outputs, status, message):
     # status and the message shown to the student
     (result,) = grade(_executed(**outputs), timeout=7)
     assert (result.check, result.status, result.message) == ("check_x", status, message)
+
+
+@pytest.mark.parametrize(
+    "ename, says",
+    [("ImportError", "raised ImportError: no module; not a fault of the submission: reinstall"),
+     ("KeyboardInterrupt", "ran longer than 7 s and was stopped; not a fault of the submission: "
+      "on a busy machine, try again with a larger --timeout")],
+)
+def test_a_failed_course_cell_before_the_exercise_is_named_without_a_kernel(ename, says):
+    from course_utils.tools.notebooks.submission import _setup_failure
+
+    nb = _executed()
+    setup = nbformat.v4.new_code_cell("import course_utils")
+    setup.outputs = [nbformat.v4.new_output("error", ename=ename, evalue="no module", traceback=[])]
+    nb.cells.insert(0, setup)
+    with pytest.raises(CourseError, match=re.escape(f"07.ipynb: the course's own cell 0, before "
+                                                    f"any exercise, {says}")):
+        _setup_failure(nb, "07.ipynb", 7)
+    _setup_failure(_executed(), "07.ipynb", 7)  # no failure before the exercise: nothing raised

@@ -101,13 +101,20 @@ def _stdout(cell) -> str:
     )
 
 
-def _setup_failure(executed, name: str) -> None:
-    """A usage ``CourseError`` if a course cell before the first solution cell raised: the
-    course's own setup failed (an import, a saved file), which no answer can cause or fix."""
+def _setup_failure(executed, name: str, timeout: int) -> None:
+    """A usage ``CourseError`` if a course cell before the first solution cell raised or timed
+    out: the course's own setup failed (an import, a saved file) or the machine was too slow,
+    which no answer can cause or fix."""
     solutions = _tagged(executed, SOLUTION_TAG)
     for index, cell in enumerate(executed.cells[: solutions[0] if solutions else None]):
         if (failure := _error(cell)) is not None:
             ename, evalue = failure
+            if ename in ("KeyboardInterrupt", "CellTimeoutError"):
+                raise usage(
+                    f"{name}: the course's own cell {index}, before any exercise, ran longer "
+                    f"than {timeout} s and was stopped; not a fault of the submission: on a busy "
+                    "machine, try again with a larger --timeout"
+                )
             first = evalue.splitlines()[0] if evalue else ""
             raise usage(
                 f"{name}: the course's own cell {index}, before any exercise, raised {ename}: "
@@ -197,7 +204,7 @@ def check_submission(
                 f"{path.name}: the kernel did not run it ({first}); on a busy machine, check "
                 "fewer notebooks at once and try again"
             ) from None
-    _setup_failure(merged, path.name)
+    _setup_failure(merged, path.name, timeout)
     return grade(merged, timeout)
 
 
