@@ -107,3 +107,10 @@ def test_traffic_model_counts_reads_and_writes():
         assert traffic_bytes("psum_scatter", 1, p) == p + 1
         assert traffic_bytes("all_gather", 1, p) == 2 * p
         assert traffic_bytes("psum", 1, p) == (p + 1) + 2 * (p - 1)
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_the_ring_bytes_are_exact_at_every_device_count(p):
+    # step 11 compares them with ==: 5 steps of 1/6 of N must give exactly 5/6 of N
+    n = 4 * 840 * 4
+    assert ring_bytes(n, p) == ((p - 1) * n // p, (p - 1) * n // p, 2 * (p - 1) * n // p)

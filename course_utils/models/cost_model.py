@@ -33,6 +33,7 @@ traffic (``crossing``·N over min(streams, adapters) links at the link rate).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Callable, NamedTuple
 
 from course_utils.validate import positive_int
@@ -179,6 +180,13 @@ def _flat(ranks: int) -> Topology:
     return Topology(1, positive_int("ranks", ranks))
 
 
+def _times(nbytes: float, parts: list[tuple[int, float]]) -> float:
+    """``nbytes`` · Σ steps · fraction, summed as exact fractions (the fractions are k/p or k/2^j),
+    so that (p − 1)/p · N is the same float however the steps add up (5 · 1/6 · N is not)."""
+    total = sum(steps * Fraction(f).limit_denominator(1 << 20) for steps, f in parts)
+    return float(total * Fraction(nbytes))
+
+
 def message_steps(collective: str, algorithm: str, topology: Topology) -> int:
     """Message steps: the latency term's multiplier.
 
@@ -197,7 +205,8 @@ def bytes_sent(collective: str, algorithm: str, nbytes: float, topology: Topolog
         >>> bytes_sent("all_reduce", "ring", 1024, Topology(1, 4))
         1536.0
     """
-    return sum(ph.steps * ph.fraction for ph in schedule(collective, algorithm, topology)) * nbytes
+    phases = schedule(collective, algorithm, topology)
+    return _times(nbytes, [(ph.steps, ph.fraction) for ph in phases])
 
 
 def link_bytes_sent(collective: str, algorithm: str, nbytes: float, topology: Topology) -> float:
@@ -207,7 +216,8 @@ def link_bytes_sent(collective: str, algorithm: str, nbytes: float, topology: To
         >>> [link_bytes_sent("all_reduce", a, 1024, Topology(2, 2)) for a in ("ring", "two_level")]
         [1536.0, 1024.0]
     """
-    return sum(ph.steps * ph.crossing for ph in schedule(collective, algorithm, topology)) * nbytes
+    phases = schedule(collective, algorithm, topology)
+    return _times(nbytes, [(ph.steps, ph.crossing) for ph in phases])
 
 
 def modelled_time(
