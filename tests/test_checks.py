@@ -33,10 +33,10 @@ from course_utils.checks import (
 @pytest.fixture(scope="module")
 def setup():
     mesh = data_mesh()
-    rows, replicated, features = placements(mesh)
+    rows, replicated, sliced = placements(mesh)
     xh, yh, wh = toy_regression()
-    placed = jax.device_put(xh, rows), jax.device_put(yh, features), jax.device_put(wh, replicated)
-    return mesh, (rows, replicated, features), (xh, yh, wh), placed
+    placed = jax.device_put(xh, rows), jax.device_put(yh, sliced), jax.device_put(wh, replicated)
+    return mesh, (rows, replicated, sliced), (xh, yh, wh), placed
 
 
 def _shares(xh, yh, wh, divide_by):
@@ -83,7 +83,7 @@ def _share(x_block, y_block, w):
 
 
 def test_reduce_scatter(setup, capsys):
-    mesh, (_, _, features), host, placed = setup
+    mesh, (_, _, sliced), host, placed = setup
     check_reduce_scatter(reduce_scatter_gradient(mesh).jitted, *placed, *host, 4)
     assert "each device holds 2 of the 8" in capsys.readouterr().out
     with pytest.raises(ExerciseFailed, match="the package's own kernel; write the shard_map"):
@@ -101,9 +101,9 @@ def test_reduce_scatter(setup, capsys):
     ):
         check_reduce_scatter(all_reduce_gradient(mesh).jitted, *placed, *host, 4)
 
-    # the wrong answer: no kernel at all, the reference placed by features
+    # the wrong answer: no kernel at all, the reference placed as sliced
     def placed_reference(x, y, w):
-        return jax.device_put(reference_gradient(*host), features)
+        return jax.device_put(reference_gradient(*host), sliced)
 
     with pytest.raises(
         ExerciseFailed,
@@ -203,11 +203,11 @@ def test_predicted_shard_shapes(setup):
 
 
 def test_stored_prediction(setup):
-    _, (_, replicated, features), _, _ = setup
+    _, (_, replicated, sliced), _, _ = setup
     gradient = np.arange(8, dtype=np.float32)  # 32 bytes on 4 devices
     arrays = {
         "all_reduce": jax.device_put(gradient, replicated),
-        "reduce_scatter": jax.device_put(gradient, features),
+        "reduce_scatter": jax.device_put(gradient, sliced),
         "all_gather": jax.device_put(gradient, replicated),
     }
     check_stored_prediction({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32.0}, arrays)
@@ -239,10 +239,10 @@ def test_stored_prediction(setup):
 
 
 def test_two_state_update(setup):
-    mesh, (_, _, features), (xh, yh, wh), placed = setup
+    mesh, (_, _, sliced), (xh, yh, wh), placed = setup
     g_host = reference_gradient(xh, yh, wh)
     m_host, s_host = np.linspace(0.001, -0.001, 8, dtype=np.float32), np.full(8, 1e-4, np.float32)
-    m, s, w = (jax.device_put(a, features) for a in (m_host, s_host, wh))
+    m, s, w = (jax.device_put(a, sliced) for a in (m_host, s_host, wh))
     g = reduce_scatter_gradient(mesh)(*placed)
     m_next = 0.9 * m + 0.1 * g
     s_next = 0.999 * s + 0.001 * g**2
@@ -300,7 +300,7 @@ def kernels(mesh):
 
 
 def test_joint_permutation(setup, capsys):
-    mesh, (rows, replicated, features), (xh, yh, wh), _ = setup
+    mesh, (rows, replicated, sliced), (xh, yh, wh), _ = setup
     w2h = wh + np.float32(0.17)
     all_reduce, scatter, gather = kernels(mesh)
     x2, y2 = xh[::-1].copy(), yh[::-1].copy()
@@ -320,14 +320,14 @@ def test_joint_permutation(setup, capsys):
 
 
 def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
-    mesh, (rows, replicated, features), (xh, yh, wh), _ = setup
+    mesh, (rows, replicated, sliced), (xh, yh, wh), _ = setup
     w2h = wh + np.float32(0.17)
     all_reduce, scatter, gather = kernels(mesh)
     original = xh.copy(), yh.copy()
     xh, yh = xh[::-1].copy(), yh[::-1].copy()  # the student rebinds xh, yh as the text invites
     inputs = dict(
         x2=jax.device_put(xh, rows),
-        y2=jax.device_put(yh, features),
+        y2=jax.device_put(yh, sliced),
         w2=jax.device_put(w2h, replicated),
     )
     g_all, g_gathered = all_reduce(xh, yh, w2h), gather(scatter(xh, yh, w2h))
@@ -356,7 +356,7 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
     with pytest.raises(ExerciseFailed, match=r"x2 has the right values but the wrong placement"):
         check(x2=jax.device_put(xh, replicated))
     with pytest.raises(ExerciseFailed, match=r"y2 is not ordered like the rows of x2"):
-        check(y2=jax.device_put(original[1], features))
+        check(y2=jax.device_put(original[1], sliced))
     with pytest.raises(ExerciseFailed, match=r"y2 is not defined"):
         check(y2=None)
 

@@ -33,11 +33,11 @@ def test_fresh_process_gets_the_requested_count(run_with_devices, n):
 def test_mesh_and_placements():
     mesh = data_mesh()
     assert mesh.axis_names == ("data",) and mesh.size == 4
-    rows, replicated, features = placements(mesh)
+    rows, replicated, sliced = placements(mesh)
     assert rows.spec == jax.sharding.PartitionSpec("data", None)
     assert replicated.spec == jax.sharding.PartitionSpec()
-    assert features.spec == jax.sharding.PartitionSpec("data")
-    assert placements(data_mesh("batch")).features.spec == jax.sharding.PartitionSpec("batch")
+    assert sliced.spec == jax.sharding.PartitionSpec("data")
+    assert placements(data_mesh("batch")).sliced.spec == jax.sharding.PartitionSpec("batch")
 
 
 def test_bad_axis_name_and_two_axis_mesh():

@@ -202,10 +202,10 @@ def test_array_holdings_reads_each_devices_shard_at_its_position():
     from course_utils import data_mesh, placements
 
     mesh = data_mesh()
-    _, replicated, features = placements(mesh)
+    _, replicated, sliced = placements(mesh)
     p = mesh.size
     values = np.arange(2 * p, dtype=np.float32)
-    split = array_holdings(jax.device_put(values, features))
+    split = array_holdings(jax.device_put(values, sliced))
     assert [[i for i, v in enumerate(row) if v is not None] for row in split] == [
         [2 * d, 2 * d + 1] for d in range(p)
     ]

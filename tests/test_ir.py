@@ -34,7 +34,7 @@ def test_each_kernel_contains_its_collective_with_per_device_bytes():
         ("reduce-scatter", (2,), "f32", 8)
     ]
     assert [c.op for c in found.stablehlo] == ["reduce_scatter"]
-    g = jax.device_put(w, placements(mesh).features)
+    g = jax.device_put(w, placements(mesh).sliced)
     found = collectives_in(all_gather_shards(mesh), g)
     assert [(c.op, c.shape) for c in found.stablehlo + found.hlo] == [
         ("all_gather", (8,)),

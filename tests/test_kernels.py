@@ -31,11 +31,11 @@ def mesh():
 
 @pytest.fixture(scope="module")
 def placed(mesh):
-    rows, replicated, features = placements(mesh)
+    rows, replicated, sliced = placements(mesh)
     xh, yh, wh = toy_regression()
     return (xh, yh, wh), (
         jax.device_put(xh, rows),
-        jax.device_put(yh, features),
+        jax.device_put(yh, sliced),
         jax.device_put(wh, replicated),
     )
 
@@ -128,11 +128,11 @@ def test_mismatched_shapes_and_argument_count(mesh):
 
 
 def test_sharded_momentum_step_is_elementwise_and_keeps_sharding(mesh):
-    features = placements(mesh).features
+    sliced = placements(mesh).sliced
     w, v, g = (
         np.linspace(a, b, 8, dtype=np.float32) for a, b in ((0.1, -0.2), (-0.02, 0.03), (1.0, 2.0))
     )
-    w_new, v_new = sharded_momentum_step(*(jax.device_put(a, features) for a in (w, v, g)))
+    w_new, v_new = sharded_momentum_step(*(jax.device_put(a, sliced) for a in (w, v, g)))
     np.testing.assert_allclose(np.asarray(v_new), 0.9 * v + g, **TOL)
     np.testing.assert_allclose(np.asarray(w_new), w - 0.1 * (0.9 * v + g), **TOL)
     assert shard_shapes(w_new) == shard_shapes(v_new) == [(2,)] * 4

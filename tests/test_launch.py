@@ -210,7 +210,7 @@ def test_a_crashed_worker_is_reported_by_its_last_meaningful_line(tmp_path):
 
 def test_the_shard_check_catches_one_wrong_value():
     expected = np.linspace(-1, 1, 8, dtype=np.float32)
-    g = jax.device_put(expected, placements(data_mesh()).features)
+    g = jax.device_put(expected, placements(data_mesh()).sliced)
     assert shard_error(g, expected) == (0.0, True, 4)
     wrong = expected.copy()
     wrong[7] += 1e-4

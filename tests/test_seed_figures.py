@@ -26,9 +26,9 @@ TOL = dict(atol=ATOL, rtol=RTOL)
 
 def test_the_seed_end_to_end():
     mesh = data_mesh()
-    rows, replicated, features = placements(mesh)
+    rows, replicated, sliced = placements(mesh)
     xh, yh, wh = toy_regression()
-    x, y, w = jax.device_put(xh, rows), jax.device_put(yh, features), jax.device_put(wh, replicated)
+    x, y, w = jax.device_put(xh, rows), jax.device_put(yh, sliced), jax.device_put(wh, replicated)
     all_reduce, scatter, gather = (
         all_reduce_gradient(mesh),
         reduce_scatter_gradient(mesh),
@@ -56,7 +56,7 @@ def test_the_seed_end_to_end():
 
     v_host = np.linspace(-0.02, 0.03, 8, dtype=np.float32)
     new_w, new_v = sharded_momentum_step(
-        jax.device_put(wh, features), jax.device_put(v_host, features), gs
+        jax.device_put(wh, sliced), jax.device_put(v_host, sliced), gs
     )
     updated = gather(new_w)
     expected_w = wh - 0.1 * (0.9 * v_host + reference)

@@ -58,13 +58,13 @@ def host_problem(n_devices: int) -> tuple[np.ndarray, ...]:
 def global_inputs(mesh: Mesh) -> dict[str, jax.Array]:
     """x, y, w, v as global arrays; this process fills only the shards on its own devices."""
     x, y, w, v = host_problem(mesh.size)
-    rows, replicated, features = placements(mesh)
+    rows, replicated, sliced = placements(mesh)
     host = {
         "x": (x, rows),
-        "y": (y, features),
+        "y": (y, sliced),
         "w": (w, replicated),
-        "w_sliced": (w, features),
-        "v": (v, features),
+        "w_sliced": (w, sliced),
+        "v": (v, sliced),
     }
     return {
         name: jax.make_array_from_callback(a.shape, sharding, lambda index, a=a: a[index])

@@ -19,12 +19,13 @@ class Placements(NamedTuple):
     Attributes:
         rows: a matrix split by rows, ``P(axis, None)`` (each device holds rows/p full rows).
         replicated: every device holds the whole array, ``P()``.
-        features: a vector split into p contiguous slices, ``P(axis)``.
+        sliced: a vector cut into p contiguous slices, ``P(axis)`` (the labels, a
+            reduce-scattered gradient, ZeRO's sliced weights).
     """
 
     rows: NamedSharding
     replicated: NamedSharding
-    features: NamedSharding
+    sliced: NamedSharding
 
 
 def use_cpu_devices(n: int = 4) -> None:
@@ -99,17 +100,17 @@ def axis_of(mesh: Mesh) -> str:
 
 
 def placements(mesh: Mesh) -> Placements:
-    """The seed's three shardings on ``mesh``: rows, replicated and features.
+    """The seed's three shardings on ``mesh``: rows, replicated and sliced.
 
     Args:
         mesh: a one-axis mesh, e.g. from ``data_mesh()``.
 
     Returns:
-        ``Placements(rows, replicated, features)``.
+        ``Placements(rows, replicated, sliced)``.
     """
     axis = axis_of(mesh)
     return Placements(
         rows=NamedSharding(mesh, P(axis, None)),
         replicated=NamedSharding(mesh, P()),
-        features=NamedSharding(mesh, P(axis)),
+        sliced=NamedSharding(mesh, P(axis)),
     )
