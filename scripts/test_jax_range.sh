@@ -3,7 +3,9 @@
 # fresh virtual environment with the light `test` extra: Python 3.11 with the oldest supported JAX,
 # and Python 3.13 with the newest. The browser, site and nbgrader tests (markers browser and
 # instructor) and the steps at another device count run in the main environment only (.ci/run).
-#   bash scripts/test_jax_range.sh [OLDEST] [NEWEST]      (default: 0.9.0 0.12.0.1)
+#   bash scripts/test_jax_range.sh [--prepare|--installed] [OLDEST] [NEWEST]  (default: 0.9.0 0.12.0.1)
+# --prepare only builds the environments, --installed only tests in them (CI builds them in the
+# background while the suite runs); with neither it does both.
 # RANGE_PYTHONS_NEWEST="3.12 3.13" also tries the newest JAX on Python 3.12 (default: 3.13).
 # Prints one PASSED/FAILED line per environment and exits non-zero if any failed.
 set -euo pipefail
@@ -19,6 +21,11 @@ find_python() {  # find_python 3.12 → a working python3.12, from pyenv's versi
     done
 }
 
+mode=both
+case "${1:-}" in
+    --prepare) mode=prepare; shift ;;
+    --installed) mode=installed; shift ;;
+esac
 ends=("3.11 ${1:-0.9.0}")
 for py in ${RANGE_PYTHONS_NEWEST:-3.13}; do
     ends+=("$py ${2:-0.12.0.1}")
@@ -34,10 +41,16 @@ for end in "${ends[@]}"; do
         continue
     fi
     venv="build/venv-py$py-jax-$version"
-    rm -rf "$venv"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet -e ".[test]" "jax==$version" "jaxlib==$version"
+    if [ "$mode" != installed ]; then
+        rm -rf "$venv"
+        "$python" -m venv "$venv"
+        "$venv/bin/python" -m pip install --quiet --upgrade pip
+        "$venv/bin/python" -m pip install --quiet -e ".[test]" "jax==$version" "jaxlib==$version"
+    fi
+    if [ "$mode" = prepare ]; then
+        summary+=("Python $py with jax $version: installed in $venv")
+        continue
+    fi
     echo "== Python $py, jax $("$venv/bin/python" -c 'import jax; print(jax.__version__)')"
     # the notebooks start `course` from the kernel's own environment: put it first on PATH
     # (course student without nbgrader says how to install it before it looks for --folder)
