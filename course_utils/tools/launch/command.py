@@ -244,6 +244,9 @@ def launch(
             after ``timeout + 120`` s.
         fail_rank: make this process fail on purpose before its check (to see, and test, how a
             launch stops when one process dies).
+        program: a Python file defining ``join`` and ``global_inputs`` with the signatures of
+            ``course_utils.devices.multiprocess``'s ``join_runtime`` and ``global_inputs``;
+            every process uses them instead of the package's (notebook 09 writes one).
 
     Returns:
         The summary: ``processes``, ``devices_per_process``, ``global_devices``, ``local_devices``
