@@ -171,20 +171,20 @@ def test_rows_fits_and_page_faults_from_synthetic_reports():
     rows, fits = results.collectives, results.fits
     assert len(rows) == 2 * len(VARIANTS) * len(SIZES) and len(fits) == 2 * len(VARIANTS)
     for f in fits:  # the repeats' medians are the scale-1.0 times, so the fit is exact
-        i = VARIANTS.index(f["variant"])
-        assert f["alpha_us"] == pytest.approx(50 * f["devices"] + 10 * i)
-        assert f["bandwidth_gbps"] == pytest.approx(f["devices"] + i)
-        assert f["max_spread"] == pytest.approx(0.3)
+        i = VARIANTS.index(f.variant)
+        assert f.alpha_us == pytest.approx(50 * f.devices + 10 * i)
+        assert f.bandwidth_gbps == pytest.approx(f.devices + i)
+        assert f.max_spread == pytest.approx(0.3)
         largest = 4 * SIZES[-1]
         faults_from = PAGE_FAULT_BYTES * (
-            f["devices"] if f["variant"] == "psum_scatter" else 1
+            f.devices if f.variant == "psum_scatter" else 1
         )  # output S/p
         if faults_from <= largest:
             assert (
-                f["page_fault_from_bytes"] == faults_from and f["top"]["bytes"] == faults_from // 2
+                f.page_fault_from_bytes == faults_from and f.top.bytes == faults_from // 2
             )
         else:
-            assert f["page_fault_from_bytes"] is None and f["top"]["bytes"] == largest
+            assert f.page_fault_from_bytes is None and f.top.bytes == largest
     psum = next(r for r in rows if r.devices == 4 and r.variant == "psum" and r.bytes == 2**22)
     assert psum.busbw_gbps == pytest.approx(1.5 * psum.algbw_gbps)
     assert psum.memcpy_fraction == pytest.approx(11 * 2**22 / psum.median_us / 1e3 / 10.0)

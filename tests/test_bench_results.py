@@ -65,6 +65,50 @@ def test_derived_sections_are_what_the_current_code_computes():
     validate_figure_data(steps_figure_data(SAVED))
 
 
+def test_fits_are_typed_records_with_a_fit():
+    from course_utils.results.bench import BenchFit, FitTop
+
+    fit = SAVED.fits[0]
+    assert isinstance(fit, BenchFit) and isinstance(fit.top, FitTop)
+    assert fit.fit.alpha_s == pytest.approx(fit.alpha_us * 1e-6)
+    from course_utils.models.fit import fit_from_json
+
+    assert fit["devices"] == fit.devices  # step 12 still reads fits as dicts
+    assert fit_from_json(fit) == fit.fit
+
+
+def _at_top(variant, p):
+    top = max(r.bytes for r in SAVED.collectives)
+    return next(r.median_us for r in SAVED.collectives
+                if (r.devices, r.variant, r.bytes) == (p, variant, top))
+
+
+def test_what_step_10_reads_off_the_saved_run_holds():
+    # 10_performance_lab's prose: these are its claims about the saved data, checked here
+    counts = sorted({f.devices for f in SAVED.fits})
+    psum = {f.devices: f for f in SAVED.fits if f.variant == "psum"}
+    floors = [psum[p].floor_us for p in counts]
+    bandwidths = [psum[p].bandwidth_gbps for p in counts]
+    assert floors == sorted(floors) and bandwidths == sorted(bandwidths, reverse=True)
+    assert bandwidths[0] / bandwidths[-1] > 2  # falls faster than a ring's 2(p-1)/p could explain
+    assert any(p > SAVED.machine.cpu_count for p in counts)  # oversubscribed counts exist
+    ratios = [r for e in SAVED.rs_ag_vs_psum for v in ("rs_ag_calls", "rs_ag_fused")
+              for r in getattr(e, v).ratios]
+    assert sum(r > 1 for r in ratios) >= 0.9 * len(ratios)  # slower at almost every size
+    scatter = [_at_top("psum", p) / _at_top("psum_scatter", p) for p in counts]
+    gather = [_at_top("psum", p) / _at_top("all_gather", p) for p in counts]
+    assert scatter == sorted(scatter) and gather == sorted(gather, reverse=True)
+
+
+def test_what_step_10_reads_off_the_saved_zero1_rows_holds():
+    for p in {r.devices for r in SAVED.zero1}:
+        mine = sorted((r for r in SAVED.zero1 if r.devices == p), key=lambda r: r.params)
+        assert mine[0].ratio_to_dp["zero1_fused"] > 1 > mine[-1].ratio_to_dp["zero1_fused"]
+        for r in mine:  # 1/p of the optimizer state at every size
+            state = r.state_bytes_device0
+            assert state["zero1_fused"] * p == state["dp"]
+
+
 def test_the_records_give_back_the_saved_file():
     from importlib.resources import files
 

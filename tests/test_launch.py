@@ -65,6 +65,30 @@ def test_two_processes_of_two_devices_pass_every_check():
     assert "all checks passed: 20 shards" in out and "wall time" in out
 
 
+WRONG_PROGRAM = """
+import jax
+from course_utils.devices.multiprocess import global_inputs as right, join_runtime as join
+
+def global_inputs(mesh):
+    arrays = right(mesh)
+    return {**arrays, "w": arrays["w"] + 1}  # not the problem's weights
+"""
+
+
+def test_a_program_file_replaces_the_join_and_the_inputs(tmp_path, course):
+    # notebook 09 writes its own per-process program; every process must use it, checks included
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(WRONG_PROGRAM)
+    status, output = course("launch", *TWO_BY_TWO, "--program", str(wrong))
+    assert status == 1 and "wrong values on this process's shards" in output, output
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    status, output = course("launch", *TWO_BY_TWO, "--program", str(empty))
+    assert status == 1 and "defines no function join or global_inputs" in output, output
+    status, output = course("launch", *TWO_BY_TWO, "--program", str(tmp_path / "none.py"))
+    assert status == 2 and "no such file" in output, output
+
+
 def test_a_taken_port_is_named_and_nothing_starts(course):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

@@ -2,8 +2,8 @@
 its figures.
 
 A run (``BenchRun``) is what ``bench.json`` holds, as typed records; ``load_bench_run`` reads
-the file and ``to_json`` (``results.records``) gives back its JSON. The fits (``BenchRun.fits``)
-are ``fit_alpha_beta``'s, one per device count and variant.
+the file and ``to_json`` (``results.records``) gives back its JSON. The fits (``BenchRun.fits``,
+``BenchFit`` records) are ``fit_alpha_beta``'s, one per device count and variant.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from course_utils.models.fit import fit_from_json
+from course_utils.models.fit import Fit, fit_from_json
 from course_utils.observe.sweep import LABELS, ZERO1_STEPS
 from course_utils.results.records import from_json
 
@@ -107,6 +107,54 @@ class Ratios:
 
 
 @dataclass(frozen=True)
+class FitTop:
+    """The largest size a fit used: its time, bandwidths and traffic fraction."""
+
+    bytes: int
+    median_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    traffic_gbps: float
+    memcpy_fraction: float
+
+
+@dataclass(frozen=True)
+class BenchFit:
+    """One (devices, variant): the α-β fit (µs and GB/s, as saved) below the page-fault regime,
+    the floor, where the time leaves it, and the largest size fitted (``top``)."""
+
+    devices: int
+    variant: str
+    alpha_us: float
+    bandwidth_gbps: float | None
+    max_rel_error: float
+    n_points: int
+    fit_bytes: tuple[int, ...]  # smallest and largest size fitted
+    floor_us: float
+    grows_from_bytes: int | None
+    doubles_at_bytes: int | None
+    page_fault_from_bytes: int | None
+    max_spread: float
+    top: FitTop
+
+    @property
+    def fit(self) -> Fit:
+        """The fit in SI units (``Fit.time_s`` predicts a call's time)."""
+        return fit_from_json(
+            {k: getattr(self, k) for k in ("alpha_us", "bandwidth_gbps", "max_rel_error",
+                                           "n_points")}
+        )
+
+    # transitional: step 12 still reads fits as dicts (f["devices"], fit_from_json(f));
+    # remove these two once it reads fields (f.devices, f.fit)
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default)
+
+
+@dataclass(frozen=True)
 class RsAgRatios:
     """Per device count: reduce-scatter + all-gather (two calls; one jit) over ``psum``."""
 
@@ -162,7 +210,7 @@ class BenchRun:
     protocol: str
     memcpy: Memcpy
     collectives: tuple[CollectiveRow, ...]
-    fits: tuple[Any, ...]  # fit_alpha_beta's, with the devices, variant, floor and top
+    fits: tuple[BenchFit, ...]
     rs_ag_vs_psum: tuple[RsAgRatios, ...]
     zero1: tuple[Zero1Row, ...]
     zero1_goal: Zero1Goal | None
@@ -225,13 +273,13 @@ def figure_data(results: BenchRun) -> dict:
         ]
         series += [
             {
-                "label": f"{LABELS[f['variant']]}: α + S/B",
-                "y": [fit_from_json(f).time_s(s) * 1e6 for s in x],  # µs, as the data
+                "label": f"{LABELS[f.variant]}: α + S/B",
+                "y": [f.fit.time_s(s) * 1e6 for s in x],  # µs, as the data
                 "style": "model",
-                "color": color[f["variant"]],
+                "color": color[f.variant],
             }
             for f in fits
-            if f["devices"] == p and f["variant"] in BASIC
+            if f.devices == p and f.variant in BASIC
         ]
         panels.append(
             {

@@ -24,9 +24,11 @@ from course_utils.models.traffic import (
 )
 from course_utils.observe.sweep import KIND, PROTOCOL, SIZE_DEFINITION, VARIANTS, ZERO1_STEPS
 from course_utils.results.bench import (
+    BenchFit,
     BenchPlan,
     BenchRun,
     CollectiveRow,
+    FitTop,
     Machine,
     Memcpy,
     Ratios,
@@ -147,7 +149,7 @@ def _pairs(rows: Sequence[CollectiveRow]) -> list[tuple[int, str]]:
     return sorted(pairs, key=lambda k: (k[0], VARIANTS.index(k[1])))
 
 
-def fit_rows(rows: Sequence[CollectiveRow]) -> list[dict]:
+def fit_rows(rows: Sequence[CollectiveRow]) -> list[BenchFit]:
     """Per (devices, variant): the α-β fit below the page-fault regime, the floor and where
     T leaves it.
 
@@ -161,29 +163,23 @@ def fit_rows(rows: Sequence[CollectiveRow]) -> list[dict]:
         fit = fit_alpha_beta([r.bytes for r in fitted],
                              [r.median_us * 1e-6 for r in fitted])
         faulting = [r.bytes for r in series if r.page_fault]
+        top = fitted[-1]
         fits.append(
-            {
-                "devices": p,
-                "variant": variant,
+            BenchFit(
+                devices=p,
+                variant=variant,
                 **fit_to_json(fit),
-                "fit_bytes": [fitted[0].bytes, fitted[-1].bytes],
-                "floor_us": times[0],
-                "grows_from_bytes": first_size_at(sizes, times, GROWTH_FACTOR),
-                "doubles_at_bytes": first_size_at(sizes, times, 2.0),
-                "page_fault_from_bytes": min(faulting, default=None),
-                "max_spread": max(r.spread for r in series),
-                "top": {
-                    k: getattr(fitted[-1], k)
-                    for k in (
-                        "bytes",
-                        "median_us",
-                        "algbw_gbps",
-                        "busbw_gbps",
-                        "traffic_gbps",
-                        "memcpy_fraction",
-                    )
-                },
-            }
+                fit_bytes=(fitted[0].bytes, top.bytes),
+                floor_us=times[0],
+                grows_from_bytes=first_size_at(sizes, times, GROWTH_FACTOR),
+                doubles_at_bytes=first_size_at(sizes, times, 2.0),
+                page_fault_from_bytes=min(faulting, default=None),
+                max_spread=max(r.spread for r in series),
+                top=FitTop(
+                    top.bytes, top.median_us, top.algbw_gbps, top.busbw_gbps,
+                    top.traffic_gbps, top.memcpy_fraction,
+                ),
+            )
         )
     return fits
 

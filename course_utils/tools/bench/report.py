@@ -47,27 +47,27 @@ def collectives_table(results: BenchRun):
             column, justify="left" if column in ("variant", "page faults") else "right"
         )
     for f in results.fits:
-        top = f["top"]
-        spread = f"{100 * f['max_spread']:.0f} %" if repeats > 1 else "—"
+        top = f.top
+        spread = f"{100 * f.max_spread:.0f} %" if repeats > 1 else "—"
         faults = (
-            f"from {format_bytes(f['page_fault_from_bytes'])}"
-            if f["page_fault_from_bytes"]
+            f"from {format_bytes(f.page_fault_from_bytes)}"
+            if f.page_fault_from_bytes
             else "none"
         )
         table.add_row(
-            str(f["devices"]),
-            LABELS[f["variant"]],
-            f"{f['floor_us']:.0f}",
-            format_bytes(f["grows_from_bytes"]),
-            format_bytes(f["doubles_at_bytes"]),
-            f"{f['alpha_us']:.0f}",
-            format_gbps(f["bandwidth_gbps"]),
-            f"{100 * f['max_rel_error']:.0f} %",
-            format_bytes(top["bytes"]),
-            f"{top['median_us'] / 1e3:.2f}",
-            f"{top['algbw_gbps']:.2f}",
-            f"{top['busbw_gbps']:.2f}",
-            f"{100 * top['memcpy_fraction']:.0f}",
+            str(f.devices),
+            LABELS[f.variant],
+            f"{f.floor_us:.0f}",
+            format_bytes(f.grows_from_bytes),
+            format_bytes(f.doubles_at_bytes),
+            f"{f.alpha_us:.0f}",
+            format_gbps(f.bandwidth_gbps),
+            f"{100 * f.max_rel_error:.0f} %",
+            format_bytes(top.bytes),
+            f"{top.median_us / 1e3:.2f}",
+            f"{top.algbw_gbps:.2f}",
+            f"{top.busbw_gbps:.2f}",
+            f"{100 * top.memcpy_fraction:.0f}",
             spread,
             faults,
         )

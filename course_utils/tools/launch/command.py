@@ -96,6 +96,7 @@ def start_workers(
     timeout: int,
     workers: list[Worker],
     fail_rank: int | None = None,
+    program: Path | None = None,
 ) -> None:
     """Start the N worker processes into ``workers``; their stdout and stderr go to files in
     ``folder``.
@@ -119,6 +120,8 @@ def start_workers(
             "--timeout",
             str(timeout),
         ]
+        if program is not None:
+            command += ["--program", str(program)]
         if i == fail_rank:
             command.append("--fail-before-check")
         out, err = folder / f"worker{i}.out", folder / f"worker{i}.err"
@@ -228,6 +231,7 @@ def launch(
     timeout: int = 60,
     *,
     fail_rank: int | None = None,
+    program: str | Path | None = None,
 ) -> dict:
     """Run the course kernels on ``processes`` local processes of ``devices_per_process`` CPU
     devices each.
@@ -240,6 +244,9 @@ def launch(
             after ``timeout + 120`` s.
         fail_rank: make this process fail on purpose before its check (to see, and test, how a
             launch stops when one process dies).
+        program: a Python file defining ``join`` and ``global_inputs`` with the signatures of
+            ``course_utils.devices.multiprocess``'s ``join_runtime`` and ``global_inputs``;
+            every process uses them instead of the package's (notebook 09 writes one).
 
     Returns:
         The summary: ``processes``, ``devices_per_process``, ``global_devices``, ``local_devices``
@@ -248,12 +255,16 @@ def launch(
         ``median_us``, ``iqr_us`` and ``min_us``), ``passed`` and ``wall_s`` (the whole launch).
 
     Raises:
-        ValueError: invalid N, D, timeout, port or ``fail_rank``.
+        ValueError: invalid N, D, timeout, port or ``fail_rank``, or no ``program`` file.
         CourseError: the port is taken, a process failed, or the deadline passed.
         KeyboardInterrupt: interrupted; the workers are stopped first.
     """
     start = time.perf_counter()
     check_counts(processes, devices_per_process, timeout, fail_rank)
+    if program is not None:
+        program = Path(program).resolve()
+        if not program.is_file():
+            raise ValueError(f"--program {program}: no such file")
     if port is None:
         port = free_port()
     check_port(port)
@@ -261,7 +272,8 @@ def launch(
         workers: list[Worker] = []
         try:
             start_workers(
-                Path(folder), processes, devices_per_process, port, timeout, workers, fail_rank
+                Path(folder), processes, devices_per_process, port, timeout, workers, fail_rank,
+                program,
             )
             wait_for_workers(workers, timeout + RUN_SECONDS)
         finally:
@@ -303,6 +315,7 @@ def _run_launch(args: argparse.Namespace) -> int:
             args.port,
             args.timeout,
             fail_rank=args.fail_rank,
+            program=args.program,
         )
     except ValueError as exc:
         raise usage(exc) from None
@@ -326,5 +339,8 @@ def add_launch_parser(sub) -> None:
                               f"stops after timeout + {RUN_SECONDS} s")
     launch_.add_argument("--fail-rank", type=int, metavar="R",
                          help="make process R fail before its check, to see how a launch stops")
+    launch_.add_argument("--program", metavar="FILE",
+                         help="a Python file defining join and global_inputs (as in "
+                              "course_utils.devices.multiprocess) for every process to use")
     launch_.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     launch_.set_defaults(handler=_run_launch)

@@ -2,8 +2,10 @@
 check every shard.
 
 Run as ``python -m course_utils.tools.launch.worker --process-id I --processes N
---devices-per-process D --port P --timeout S``; ``course launch`` starts N of these. Each process
-fills only its own shards of the global arrays, runs the course kernels over all N·D devices
+--devices-per-process D --port P --timeout S [--program FILE]``; ``course launch`` starts N of
+these. Each process joins and fills only its own shards of the global arrays (with
+``join_runtime`` and ``global_inputs``, or with the functions ``join`` and ``global_inputs`` of
+``FILE``, the per-process program notebook 09 writes), runs the course kernels over all N·D devices
 (collectives go through gloo on 127.0.0.1), compares every addressable shard with the NumPy
 reference and prints one JSON line. A failure is one line on stderr and a non-zero exit status.
 """
@@ -11,10 +13,12 @@ reference and prints one JSON line. A failure is one line on stderr and a non-ze
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 import threading
+from types import ModuleType
 from typing import Callable, NamedTuple
 
 import jax
@@ -59,10 +63,34 @@ def fail(message: str, status: int) -> None:
     os._exit(status)
 
 
+def load_program(path: str) -> ModuleType:
+    """The per-process program in ``path``: a module with ``join(coordinator, process_id,
+    processes, devices_per_process, *, timeout_s)`` and ``global_inputs(mesh)``, or exit with one
+    readable line.
+    """
+    spec = importlib.util.spec_from_file_location("per_process", path)
+    try:
+        program = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(program)
+    except Exception as exc:  # whatever the program raises on import
+        fail(f"could not load the program {path}: {error_line(exc)}", EXIT_USAGE)
+    missing = [name for name in ("join", "global_inputs") if not callable(getattr(program, name,
+                                                                                  None))]
+    if missing:
+        fail(f"the program {path} defines no function {' or '.join(missing)}", EXIT_USAGE)
+    return program
+
+
 def join(
-    process_id: int, processes: int, devices_per_process: int, port: int, timeout: int
+    process_id: int,
+    processes: int,
+    devices_per_process: int,
+    port: int,
+    timeout: int,
+    joiner: Callable = join_runtime,
 ) -> None:
-    """Join the N-process runtime on ``HOST:port``, or exit with one readable line."""
+    """Join the N-process runtime on ``HOST:port`` with ``joiner`` (``join_runtime``'s
+    arguments), or exit with one readable line."""
     # the preemption service catches SIGTERM; here SIGTERM comes from the launcher and means stop
     jax.config.update("jax_enable_preemption_service", False)
     address = f"{HOST}:{port}"
@@ -76,7 +104,7 @@ def join(
     watchdog.daemon = True
     watchdog.start()
     try:
-        join_runtime(address, process_id, processes, devices_per_process, timeout_s=timeout)
+        joiner(address, process_id, processes, devices_per_process, timeout_s=timeout)
     except Exception as exc:  # JAX raises its own runtime error types here
         fail(
             f"could not join the {processes} processes on {address}: {error_line(exc)}; "
@@ -155,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--process-id", "--processes", "--devices-per-process", "--port", "--timeout"):
         parser.add_argument(flag, type=int, required=True)
     parser.add_argument(
+        "--program", help="a file defining join and global_inputs, used instead of the package's"
+    )
+    parser.add_argument(
         "--fail-before-check",
         action="store_true",
         help="exit with a failure before checking (to test the launcher's failure path)",
@@ -163,10 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     me = args.process_id
     if not 0 <= me < args.processes:
         fail(f"--process-id {me} names no process of {args.processes}", EXIT_USAGE)
-    join(me, args.processes, args.devices_per_process, args.port, args.timeout)
+    program = load_program(args.program) if args.program else None
+    joiner = program.join if program else join_runtime
+    join(me, args.processes, args.devices_per_process, args.port, args.timeout, joiner)
 
     mesh = data_mesh()
-    arrays = global_inputs(mesh)
+    arrays = (program.global_inputs if program else global_inputs)(mesh)
     results = run_kernels(mesh, arrays)
     if args.fail_before_check:
         fail(
