@@ -71,10 +71,6 @@ def test_fits_are_typed_records_with_a_fit():
     fit = SAVED.fits[0]
     assert isinstance(fit, BenchFit) and isinstance(fit.top, FitTop)
     assert fit.fit.alpha_s == pytest.approx(fit.alpha_us * 1e-6)
-    from course_utils.models.fit import fit_from_json
-
-    assert fit["devices"] == fit.devices  # step 12 still reads fits as dicts
-    assert fit_from_json(fit) == fit.fit
 
 
 def _at_top(variant, p):

@@ -145,14 +145,6 @@ class BenchFit:
                                            "n_points")}
         )
 
-    # transitional: step 12 still reads fits as dicts (f["devices"], fit_from_json(f));
-    # remove these two once it reads fields (f.devices, f.fit)
-    def __getitem__(self, key: str):
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        return getattr(self, key, default)
-
 
 @dataclass(frozen=True)
 class RsAgRatios:
