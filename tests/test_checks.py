@@ -84,7 +84,11 @@ def _share(x_block, y_block, w):
 
 def test_reduce_scatter(setup, capsys):
     mesh, (_, _, sliced), host, placed = setup
-    check_reduce_scatter(reduce_scatter_gradient(mesh).jitted, *placed, *host, 4)
+    mine = _shard_mapped(
+        mesh, lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
+        P("data"),
+    )
+    check_reduce_scatter(mine, *placed, *host, 4)
     assert "each device holds 2 of the 8" in capsys.readouterr().out
     with pytest.raises(ExerciseFailed, match="the package's own kernel; write the shard_map"):
         check_reduce_scatter(reduce_scatter_gradient(mesh), *placed, *host, 4)
@@ -99,7 +103,10 @@ def test_reduce_scatter(setup, capsys):
         ExerciseFailed,
         match=r"right values but the wrong placement: it is replicated.*\(2,\) per device",
     ):
-        check_reduce_scatter(all_reduce_gradient(mesh).jitted, *placed, *host, 4)
+        check_reduce_scatter(
+            _shard_mapped(mesh, lambda xb, yb, w: jax.lax.psum(_share(xb, yb, w), "data"), P()),
+            *placed, *host, 4,
+        )
 
     # the wrong answer: no kernel at all, the reference placed as sliced
     def placed_reference(x, y, w):
@@ -107,11 +114,11 @@ def test_reduce_scatter(setup, capsys):
 
     with pytest.raises(
         ExerciseFailed,
-        match=r"the right result, but the compiled program of my_reduce_scatter has no "
-        r"collective at all: the devices never combine their shares",
+        match=r"the right gradient for x, y, w but a wrong one for other inputs.*computed "
+        r"beforehand",
     ):
         check_reduce_scatter(placed_reference, *placed, *host, 4)
-    with pytest.raises(ExerciseFailed, match="it is replicated"):  # jit drops that placement
+    with pytest.raises(ExerciseFailed, match="computed beforehand"):  # jit of a constant
         check_reduce_scatter(jax.jit(placed_reference), *placed, *host, 4)
 
     def all_reduce_then_slice(x_block, y_block, w):
@@ -124,6 +131,61 @@ def test_reduce_scatter(setup, capsys):
         )
     with pytest.raises(ExerciseFailed, match="is an object of type ArrayImpl, not a function"):
         check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *placed, *host, 4)
+
+
+def test_reduce_scatter_catches_the_package_kernel_however_wrapped(setup):
+    mesh, _, host, placed = setup
+    package = reduce_scatter_gradient(mesh)
+    for cheat in (
+        package.jitted,  # the accepted cheat
+        jax.jit(package),  # jax.jit of the Kernel: an AttributeError about tracers inside
+        jax.jit(lambda x, y, w: package.jitted(x, y, w)),  # a wrapper that calls it
+        lambda x, y, w: package(x, y, w),
+    ):
+        with pytest.raises(ExerciseFailed, match="package's"):
+            check_reduce_scatter(cheat, *placed, *host, 4)
+
+
+def test_reduce_scatter_catches_precomputed_results_and_explains_errors(setup):
+    mesh, (_, _, sliced), host, placed = setup
+    g = reduce_scatter_gradient(mesh)(*placed)
+    with pytest.raises(ExerciseFailed, match="computed beforehand") as failed:
+        check_reduce_scatter(lambda x, y, w: g, *placed, *host, 4)
+    assert "computed beforehand" in str(failed.value)
+    one = jnp.asarray(reference_gradient(*host))
+    with pytest.raises(ExerciseFailed, match="lives on one device: it was computed outside"):
+        check_reduce_scatter(
+            lambda x, y, w: jnp.asarray(reference_gradient(*map(np.asarray, (x, y, w)))),
+            *placed, *host, 4,
+        )
+    assert one.shape == (8,)
+
+    def kernel(xb, yb, w):
+        return jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True)
+
+    wrong = {
+        "of type NamedSharding.*\\n.*PartitionSpecs, P\\(...\\), not NamedShardings":
+            dict(in_specs=(P("data", None), P("data"), P()), out_specs=sliced),
+        "pytree structure.*not a list": dict(in_specs=[P("data", None), P("data"), P()],
+                                             out_specs=P("data")),
+        "broadcasting.*P\\(\\) hands a device": dict(in_specs=(P(), P("data"), P()),
+                                                     out_specs=P("data")),
+    }
+    for match, specs in wrong.items():
+        fn = jax.jit(jax.shard_map(kernel, mesh=mesh, **specs))
+        with pytest.raises(ExerciseFailed, match=f"(?s){match}"):
+            check_reduce_scatter(fn, *placed, *host, 4)
+    def with_global_count(xb, yb, w):  # divides by the global 16 rows, as the notebook does
+        return jax.lax.psum_scatter(2 * xb.T @ (xb @ w - yb) / 16, "data", tiled=True)
+
+    whole = jax.jit(jax.shard_map(with_global_count, mesh=mesh, in_specs=(P(), P(), P()),
+                                  out_specs=P("data")))
+    with pytest.raises(ExerciseFailed, match=r"(?s)4× the expected.*\(P\(\) in in_specs\)"):
+        check_reduce_scatter(whole, *placed, *host, 4)
+    two = jax.jit(jax.shard_map(lambda xb, yb: xb, mesh=mesh, in_specs=(P("data", None),) * 3,
+                                out_specs=P("data")))
+    with pytest.raises(ExerciseFailed, match="(?s)positional arguments.*three blocks"):
+        check_reduce_scatter(two, *placed, *host, 4)
     with pytest.raises(ExerciseFailed, match="my_reduce_scatter is not defined"):
         check_reduce_scatter(None, *placed, *host, 4)
     with pytest.raises(ExerciseFailed, match=r"on the host, not a jax.Array"):
