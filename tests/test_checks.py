@@ -132,6 +132,65 @@ def test_reduce_scatter(setup, capsys):
     with pytest.raises(ExerciseFailed, match="is an object of type ArrayImpl, not a function"):
         check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *placed, *host, 4)
 
+    with pytest.raises(ExerciseFailed, match="my_reduce_scatter is not defined"):
+        check_reduce_scatter(None, *placed, *host, 4)
+    with pytest.raises(ExerciseFailed, match=r"computed beforehand"):  # the host reference
+        check_reduce_scatter(lambda x, y, w: reference_gradient(*host), *placed, *host, 4)
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"(?s)raised ValueError:.*out_specs.*each device holds a different slice",
+    ):
+        check_reduce_scatter(  # psum_scatter into out_specs=P(): JAX refuses to trace it
+            _shard_mapped(
+                mesh,
+                lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
+                P(),
+            ),
+            *placed,
+            *host,
+            4,
+        )
+    with pytest.raises(ExerciseFailed, match=r"(?s)ValueError:.*pass tiled=True to cut the vector"):
+        check_reduce_scatter(
+            _shard_mapped(
+                mesh, lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data"), P("data")
+            ),
+            *placed,
+            *host,
+            4,
+        )
+    unchecked = jax.jit(
+        jax.shard_map(
+            lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
+            mesh=mesh,
+            in_specs=(P("data", None), P("data"), P()),
+            out_specs=P(),
+            check_vma=False,
+        )
+    )
+    with pytest.raises(ExerciseFailed, match=r"has the shape of one slice, \(2,\)"):
+        check_reduce_scatter(unchecked, *placed, *host, 4)
+    def half(x, y, w):  # computed from its inputs, but placed on a 2 × 2 mesh
+        g = reference_gradient(*map(np.asarray, (x, y, w))).astype(np.float32)
+        return jax.device_put(g, NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")))
+
+    with pytest.raises(
+        ExerciseFailed,
+        match=r"wrong shard shape: devices hold \[\(4,\)\], expected \(2,\) per device",
+    ):
+        check_reduce_scatter(half, *placed, *host, 4)
+    with pytest.raises(ExerciseFailed, match="4× the expected value"):
+        check_reduce_scatter(
+            _shard_mapped(
+                mesh,
+                lambda xb, yb, w: jax.lax.psum_scatter(4 * _share(xb, yb, w), "data", tiled=True),
+                P("data"),
+            ),
+            *placed,
+            *host,
+            4,
+        )
+
 
 def test_reduce_scatter_catches_the_package_kernel_however_wrapped(setup):
     mesh, _, host, placed = setup
@@ -182,67 +241,10 @@ def test_reduce_scatter_catches_precomputed_results_and_explains_errors(setup):
                                   out_specs=P("data")))
     with pytest.raises(ExerciseFailed, match=r"(?s)4× the expected.*\(P\(\) in in_specs\)"):
         check_reduce_scatter(whole, *placed, *host, 4)
-    two = jax.jit(jax.shard_map(lambda xb, yb: xb, mesh=mesh, in_specs=(P("data", None),) * 3,
-                                out_specs=P("data")))
+    two = jax.jit(jax.shard_map(lambda xb, yb: xb, mesh=mesh,
+                                in_specs=(P("data", None), P("data"), P()), out_specs=P("data")))
     with pytest.raises(ExerciseFailed, match="(?s)positional arguments.*three blocks"):
         check_reduce_scatter(two, *placed, *host, 4)
-    with pytest.raises(ExerciseFailed, match="my_reduce_scatter is not defined"):
-        check_reduce_scatter(None, *placed, *host, 4)
-    with pytest.raises(ExerciseFailed, match=r"on the host, not a jax.Array"):
-        check_reduce_scatter(lambda x, y, w: reference_gradient(*host), *placed, *host, 4)
-    with pytest.raises(
-        ExerciseFailed, match=r"raised ValueError: .*out_specs.*each device holds a different slice"
-    ):
-        check_reduce_scatter(  # psum_scatter into out_specs=P(): JAX refuses to trace it
-            _shard_mapped(
-                mesh,
-                lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
-                P(),
-            ),
-            *placed,
-            *host,
-            4,
-        )
-    with pytest.raises(ExerciseFailed, match=r"ValueError: .*pass tiled=True to cut the vector"):
-        check_reduce_scatter(
-            _shard_mapped(
-                mesh, lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data"), P("data")
-            ),
-            *placed,
-            *host,
-            4,
-        )
-    unchecked = jax.jit(
-        jax.shard_map(
-            lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
-            mesh=mesh,
-            in_specs=(P("data", None), P("data"), P()),
-            out_specs=P(),
-            check_vma=False,
-        )
-    )
-    with pytest.raises(ExerciseFailed, match=r"has the shape of one slice, \(2,\)"):
-        check_reduce_scatter(unchecked, *placed, *host, 4)
-    half = jax.device_put(
-        reference_gradient(*host).astype(np.float32),
-        NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")),
-    )
-    with pytest.raises(
-        ExerciseFailed,
-        match=r"wrong shard shape: devices hold \[\(4,\)\], expected \(2,\) per device",
-    ):
-        check_reduce_scatter(lambda x, y, w: half, *placed, *host, 4)
-    with pytest.raises(ExerciseFailed, match="4× the expected value"):
-        check_reduce_scatter(
-            _shard_mapped(
-                mesh,
-                lambda xb, yb, w: jax.lax.psum_scatter(4 * _share(xb, yb, w), "data", tiled=True),
-                P("data"),
-            ),
-            *placed,
-            *host,
-            4,
-        )
 
 
 def test_predicted_shard_shapes(setup):
