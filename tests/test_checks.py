@@ -66,6 +66,15 @@ def test_shares(setup, capsys):
     with pytest.raises(ExerciseFailed, match=r"2× the expected value") as failed:
         check_shares(twice, xh, yh, wh, 4)
     assert "row count" not in str(failed.value)
+    right = _shares(xh, yh, wh, 16)
+    for wrong, likely in [
+        (right.T.copy(), "transposed"),
+        (right[::-1].copy(), "in another order"),
+        (np.tile(right.sum(axis=0), (4, 1)), "every row is the whole gradient"),
+        (np.stack([right.sum(axis=0) / 4] * 4), "add up to the gradient"),  # split evenly
+    ]:
+        with pytest.raises(ExerciseFailed, match=likely):
+            check_shares(wrong, xh, yh, wh, 4)
 
 
 def test_a_failed_check_shows_its_message_without_a_traceback():

@@ -7,6 +7,7 @@ wrong shape or dtype. Expected values are always computed from the inputs passed
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import traceback
@@ -40,6 +41,26 @@ from course_utils.problems.regression import reference_gradient
 __all__ = ["ExerciseFailed"]
 
 
+def _shares_mistake(got: np.ndarray, expected: np.ndarray, gradient: np.ndarray) -> str:
+    """The likely mistake behind wrong shares, without the answer: transposed, rows in another
+    order, the whole gradient on every row, or shares that add up right but split otherwise."""
+    close = functools.partial(np.allclose, atol=ATOL, rtol=ATOL)
+    if got.shape == expected.T.shape and close(got, expected.T):
+        return "it looks transposed: one row per device, one column per feature"
+    if got.shape != expected.shape or close(got, expected):
+        return ""
+    if all(close(row, gradient) for row in got):
+        return "every row is the whole gradient: row i is device i's share, from its rows only"
+    order = [next((j for j, e in enumerate(expected) if close(row, e)), None) for row in got]
+    if None not in order and sorted(order) == list(range(len(expected))):
+        return ("the right shares in another order: row i must come from device i's block, "
+                "the i-th group of consecutive rows")
+    if close(got.sum(axis=0), gradient):
+        return ("the rows add up to the gradient but are not the devices' shares: split x and y "
+                "into blocks of consecutive rows (np.split)")
+    return ""
+
+
 def check_shares(shares, x, y, w, n_devices: int) -> None:
     """Exercise 02: the per-device shares, stacked ``(n_devices, n_features)``,
     from row blocks of x, y.
@@ -54,6 +75,10 @@ def check_shares(shares, x, y, w, n_devices: int) -> None:
         got.shape == expected.shape) else None
     if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3):
         hint = f"divide every share by the global row count ({n_rows}), not by the rows per device"
+    elif got is not None:
+        hint = _shares_mistake(got, expected, reference_gradient(x, y, w))
+    if hint and got.shape != expected.shape:
+        fail(exercise, f"my_shares has shape {got.shape}, expected {expected.shape}: {hint}")
     check_values(exercise, "my_shares", shares, expected, hint=hint)
     np.testing.assert_allclose(expected.sum(axis=0), reference_gradient(x, y, w), atol=ATOL)
     passed(exercise, f"{n_devices} shares that add up to the reference gradient")
