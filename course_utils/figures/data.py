@@ -180,7 +180,7 @@ def ring_reduce_scatter_figure_data(p: int) -> dict:
     for record in steps:
         s = record["step"]
         title = ("before: every device holds all p chunks" if s == 0 else
-                 f"step {s} of {p - 1}: device i sends chunk (i−{s}) mod {p} to i+1")
+                 f"step {s} of {p - 1}: i sends chunk (i−{s}) mod {p} to i+1")
         panels.append(grid_panel(title, record["holds"], xlabel="chunk",
                                  value_range=(1, p)))
     return {"panels": panels}
