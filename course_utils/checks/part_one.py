@@ -133,7 +133,8 @@ def _runs_package_kernel(jitted, args: tuple) -> bool:
 def _through_package_kernel(error: BaseException) -> bool:
     """Whether ``error`` was raised inside the package's kernels (a student's code called one)."""
     frames = traceback.extract_tb(error.__traceback__)
-    return any(f.filename.endswith("kernels.py") and "collectives" in f.filename for f in frames)
+    return any(f.filename.endswith("kernels.py") and "collectives" in f.filename
+               and f.name in ("__call__", "place", "lower", "kernel", "check") for f in frames)
 
 
 def _call_failed(name: str, error: BaseException) -> str:
