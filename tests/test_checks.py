@@ -13,6 +13,7 @@ from course_utils import (
     all_gather_shards,
     all_reduce_gradient,
     data_mesh,
+    local_contribution,
     placements,
     reduce_scatter_gradient,
     reference_gradient,
@@ -66,6 +67,15 @@ def test_shares(setup, capsys):
     with pytest.raises(ExerciseFailed, match=r"2× the expected value") as failed:
         check_shares(twice, xh, yh, wh, 4)
     assert "row count" not in str(failed.value)
+    right = _shares(xh, yh, wh, 16)
+    for wrong, likely in [
+        (right.T.copy(), "transposed"),
+        (right[::-1].copy(), "in another order"),
+        (np.tile(right.sum(axis=0), (4, 1)), "every row is the whole gradient"),
+        (np.stack([right.sum(axis=0) / 4] * 4), "add up to the gradient"),  # split evenly
+    ]:
+        with pytest.raises(ExerciseFailed, match=likely):
+            check_shares(wrong, xh, yh, wh, 4)
 
 
 def test_a_failed_check_shows_its_message_without_a_traceback():
@@ -84,7 +94,11 @@ def _share(x_block, y_block, w):
 
 def test_reduce_scatter(setup, capsys):
     mesh, (_, _, sliced), host, placed = setup
-    check_reduce_scatter(reduce_scatter_gradient(mesh).jitted, *placed, *host, 4)
+    mine = _shard_mapped(
+        mesh, lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data", tiled=True),
+        P("data"),
+    )
+    check_reduce_scatter(mine, *placed, *host, 4)
     assert "each device holds 2 of the 8" in capsys.readouterr().out
     with pytest.raises(ExerciseFailed, match="the package's own kernel; write the shard_map"):
         check_reduce_scatter(reduce_scatter_gradient(mesh), *placed, *host, 4)
@@ -99,7 +113,10 @@ def test_reduce_scatter(setup, capsys):
         ExerciseFailed,
         match=r"right values but the wrong placement: it is replicated.*\(2,\) per device",
     ):
-        check_reduce_scatter(all_reduce_gradient(mesh).jitted, *placed, *host, 4)
+        check_reduce_scatter(
+            _shard_mapped(mesh, lambda xb, yb, w: jax.lax.psum(_share(xb, yb, w), "data"), P()),
+            *placed, *host, 4,
+        )
 
     # the wrong answer: no kernel at all, the reference placed as sliced
     def placed_reference(x, y, w):
@@ -107,11 +124,11 @@ def test_reduce_scatter(setup, capsys):
 
     with pytest.raises(
         ExerciseFailed,
-        match=r"the right result, but the compiled program of my_reduce_scatter has no "
-        r"collective at all: the devices never combine their shares",
+        match=r"the right gradient for x, y, w but a wrong one for other inputs.*computed "
+        r"beforehand",
     ):
         check_reduce_scatter(placed_reference, *placed, *host, 4)
-    with pytest.raises(ExerciseFailed, match="it is replicated"):  # jit drops that placement
+    with pytest.raises(ExerciseFailed, match="computed beforehand"):  # jit of a constant
         check_reduce_scatter(jax.jit(placed_reference), *placed, *host, 4)
 
     def all_reduce_then_slice(x_block, y_block, w):
@@ -124,12 +141,14 @@ def test_reduce_scatter(setup, capsys):
         )
     with pytest.raises(ExerciseFailed, match="is an object of type ArrayImpl, not a function"):
         check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *placed, *host, 4)
+
     with pytest.raises(ExerciseFailed, match="my_reduce_scatter is not defined"):
         check_reduce_scatter(None, *placed, *host, 4)
-    with pytest.raises(ExerciseFailed, match=r"on the host, not a jax.Array"):
+    with pytest.raises(ExerciseFailed, match=r"computed beforehand"):  # the host reference
         check_reduce_scatter(lambda x, y, w: reference_gradient(*host), *placed, *host, 4)
     with pytest.raises(
-        ExerciseFailed, match=r"raised ValueError: .*out_specs.*each device holds a different slice"
+        ExerciseFailed,
+        match=r"(?s)raised ValueError:.*out_specs.*each device holds a different slice",
     ):
         check_reduce_scatter(  # psum_scatter into out_specs=P(): JAX refuses to trace it
             _shard_mapped(
@@ -141,7 +160,7 @@ def test_reduce_scatter(setup, capsys):
             *host,
             4,
         )
-    with pytest.raises(ExerciseFailed, match=r"ValueError: .*pass tiled=True to cut the vector"):
+    with pytest.raises(ExerciseFailed, match=r"(?s)ValueError:.*pass tiled=True to cut the vector"):
         check_reduce_scatter(
             _shard_mapped(
                 mesh, lambda xb, yb, w: jax.lax.psum_scatter(_share(xb, yb, w), "data"), P("data")
@@ -161,15 +180,15 @@ def test_reduce_scatter(setup, capsys):
     )
     with pytest.raises(ExerciseFailed, match=r"has the shape of one slice, \(2,\)"):
         check_reduce_scatter(unchecked, *placed, *host, 4)
-    half = jax.device_put(
-        reference_gradient(*host).astype(np.float32),
-        NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")),
-    )
+    def half(x, y, w):  # computed from its inputs, but placed on a 2 × 2 mesh
+        g = reference_gradient(*map(np.asarray, (x, y, w))).astype(np.float32)
+        return jax.device_put(g, NamedSharding(jax.make_mesh((2, 2), ("a", "b")), P("a")))
+
     with pytest.raises(
         ExerciseFailed,
         match=r"wrong shard shape: devices hold \[\(4,\)\], expected \(2,\) per device",
     ):
-        check_reduce_scatter(lambda x, y, w: half, *placed, *host, 4)
+        check_reduce_scatter(half, *placed, *host, 4)
     with pytest.raises(ExerciseFailed, match="4× the expected value"):
         check_reduce_scatter(
             _shard_mapped(
@@ -181,6 +200,61 @@ def test_reduce_scatter(setup, capsys):
             *host,
             4,
         )
+
+
+def test_reduce_scatter_catches_the_package_kernel_however_wrapped(setup):
+    mesh, _, host, placed = setup
+    package = reduce_scatter_gradient(mesh)
+    for cheat in (
+        package.jitted,  # the accepted cheat
+        jax.jit(package),  # jax.jit of the Kernel: an AttributeError about tracers inside
+        jax.jit(lambda x, y, w: package.jitted(x, y, w)),  # a wrapper that calls it
+        lambda x, y, w: package(x, y, w),
+    ):
+        with pytest.raises(ExerciseFailed, match="package's"):
+            check_reduce_scatter(cheat, *placed, *host, 4)
+
+
+def test_reduce_scatter_catches_precomputed_results_and_explains_errors(setup):
+    mesh, (_, _, sliced), host, placed = setup
+    g = reduce_scatter_gradient(mesh)(*placed)
+    with pytest.raises(ExerciseFailed, match="computed beforehand") as failed:
+        check_reduce_scatter(lambda x, y, w: g, *placed, *host, 4)
+    assert "computed beforehand" in str(failed.value)
+    one = jnp.asarray(reference_gradient(*host))
+    with pytest.raises(ExerciseFailed, match="lives on one device: it was computed outside"):
+        check_reduce_scatter(
+            lambda x, y, w: jnp.asarray(reference_gradient(*map(np.asarray, (x, y, w)))),
+            *placed, *host, 4,
+        )
+    assert one.shape == (8,)
+
+    def kernel(xb, yb, w):  # local_contribution itself is the package's, and allowed
+        return jax.lax.psum_scatter(local_contribution(xb, yb, w, 16), "data", tiled=True)
+
+    wrong = {
+        "of type NamedSharding.*\\n.*PartitionSpecs, P\\(...\\), not NamedShardings":
+            dict(in_specs=(P("data", None), P("data"), P()), out_specs=sliced),
+        "pytree structure.*not a list": dict(in_specs=[P("data", None), P("data"), P()],
+                                             out_specs=P("data")),
+        "broadcasting.*P\\(\\) hands a device": dict(in_specs=(P(), P("data"), P()),
+                                                     out_specs=P("data")),
+    }
+    for match, specs in wrong.items():
+        fn = jax.jit(jax.shard_map(kernel, mesh=mesh, **specs))
+        with pytest.raises(ExerciseFailed, match=f"(?s){match}"):
+            check_reduce_scatter(fn, *placed, *host, 4)
+    def with_global_count(xb, yb, w):  # divides by the global 16 rows, as the notebook does
+        return jax.lax.psum_scatter(2 * xb.T @ (xb @ w - yb) / 16, "data", tiled=True)
+
+    whole = jax.jit(jax.shard_map(with_global_count, mesh=mesh, in_specs=(P(), P(), P()),
+                                  out_specs=P("data")))
+    with pytest.raises(ExerciseFailed, match=r"(?s)4× the expected.*\(P\(\) in in_specs\)"):
+        check_reduce_scatter(whole, *placed, *host, 4)
+    two = jax.jit(jax.shard_map(lambda xb, yb: xb, mesh=mesh,
+                                in_specs=(P("data", None), P("data"), P()), out_specs=P("data")))
+    with pytest.raises(ExerciseFailed, match="(?s)positional arguments.*three blocks"):
+        check_reduce_scatter(two, *placed, *host, 4)
 
 
 def test_predicted_shard_shapes(setup):

@@ -309,3 +309,16 @@ def test_a_legend_wider_than_the_room_is_not_cut():
     width = Image.open(io.BytesIO(fig.png())).size[0]
     legend = fig.axes[0].get_legend().get_window_extent()
     assert width >= legend.width  # the whole legend is in the image
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_ring_reduce_scatter_leaves_chunk_i_summed_on_device_i(p):
+    from course_utils.figures.data import ring_reduce_scatter_figure_data, ring_reduce_scatter_steps
+
+    blocks = np.arange(p * p, dtype=float).reshape(p, p) ** 2
+    steps = ring_reduce_scatter_steps(blocks)
+    assert len(steps) == p and all(len(s["sends"]) == p for s in steps[1:])
+    np.testing.assert_allclose(np.diag(steps[-1]["holds"]), blocks.sum(axis=0))
+    data = ring_reduce_scatter_figure_data(p)
+    validate_figure_data(data)
+    assert [row[i] for i, row in enumerate(data["panels"][-1]["cells"])] == [p] * p

@@ -31,6 +31,8 @@ from __future__ import annotations
 import numbers
 from typing import Sequence
 
+import numpy as np
+
 from course_utils.models.cost_model import ring_bytes
 
 KINDS = ("bar", "line", "grid")
@@ -143,6 +145,45 @@ def grid_panel(
     if value_range is not None:
         panel["value_range"] = [float(v) for v in value_range]
     return panel
+
+def ring_reduce_scatter_steps(blocks) -> list[dict]:
+    """A ring reduce-scatter of ``blocks`` (p devices × p chunks) simulated in NumPy, step by step.
+
+    At step s (1 … p−1) device i sends its partial sum of chunk (i − s) mod p to device
+    (i + 1) mod p, which adds it to its own; after p − 1 steps device i holds the whole sum of
+    chunk i (what ``psum_scatter(..., tiled=True)`` leaves). Each record gives the step, the
+    sends ``(sender, chunk, receiver)`` and what every device holds after it.
+
+    Examples:
+        >>> [s["holds"][0] for s in ring_reduce_scatter_steps([[1.0, 1.0], [1.0, 1.0]])]
+        [[1.0, 1.0], [2.0, 1.0]]
+    """
+    held = np.array(blocks, dtype=float)
+    p = held.shape[0]
+    if held.shape != (p, p):
+        raise ValueError(f"blocks must be p × p (one chunk per device), got {held.shape}")
+    steps = [{"step": 0, "sends": [], "holds": held.tolist()}]
+    for s in range(1, p):
+        sends = [(i, (i - s) % p, (i + 1) % p) for i in range(p)]
+        sent = [held[i, c] for i, c, _ in sends]  # every device sends at once
+        for (_, c, j), value in zip(sends, sent):
+            held[j, c] += value
+        steps.append({"step": s, "sends": sends, "holds": held.tolist()})
+    return steps
+
+
+def ring_reduce_scatter_figure_data(p: int) -> dict:
+    """One grid panel per ring step of a reduce-scatter on p devices: each device starts with 1
+    in every chunk, so a cell's number counts the devices whose chunk its partial sum holds."""
+    steps = ring_reduce_scatter_steps(np.ones((p, p)))
+    panels = []
+    for record in steps:
+        s = record["step"]
+        title = ("before: every device holds all p chunks" if s == 0 else
+                 f"step {s} of {p - 1}: i sends chunk (i−{s}) mod {p} to i+1")
+        panels.append(grid_panel(title, record["holds"], xlabel="chunk",
+                                 value_range=(1, p)))
+    return {"panels": panels}
 
 
 def _check_labels(panel: dict, where: str) -> None:
