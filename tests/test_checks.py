@@ -362,6 +362,8 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
 
 
 def test_budget_row():
+    from course_utils import communication_budget
+
     good = {
         "ranks": 16,
         "all_reduce_bytes": 1966080,
@@ -371,15 +373,19 @@ def test_budget_row():
     check_budget_row(good, 2**20, 16)
     check_budget_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
     check_budget_row({k: jnp.asarray(v) for k, v in good.items()}, 2**20, 16)  # JAX int32
+    # whole numbers in every natural form: floats from `/`, NumPy and JAX float scalars
+    check_budget_row({**good, "ranks": jnp.asarray(16.0), "shard_storage_bytes": 2**20 / 16},
+                     2**20, 16)
+    check_budget_row({k: np.float64(v) for k, v in good.items()}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match=r"ranks: give a whole number \(an int\)"):
-        check_budget_row({**good, "ranks": jnp.asarray(16.0)}, 2**20, 16)
+        check_budget_row({**good, "ranks": "16"}, 2**20, 16)
+    with pytest.raises(ExerciseFailed, match=r"give a whole number of bytes, got 65536.5"):
+        check_budget_row({**good, "shard_storage_bytes": 65536.5}, 2**20, 16)
+    with pytest.raises(ExerciseFailed, match="comes from communication_budget, which this"):
+        check_budget_row(communication_budget(2**20, (16,))[0], 2**20, 16)
     renamed = {k.replace("_bytes", ""): v for k, v in good.items()}  # the table's headers
     with pytest.raises(ExerciseFailed, match="it lacks 'all_reduce_bytes', .*'all_reduce', "):
         check_budget_row(renamed, 2**20, 16)
-    with pytest.raises(
-        ExerciseFailed, match=r"shard_storage_bytes: give a whole number \(an int\)"
-    ):
-        check_budget_row({**good, "shard_storage_bytes": 65536.0}, 2**20, 16)
     with pytest.raises(
         ExerciseFailed, match=r"all_reduce_bytes: it is 6.7 % too large; the factor \(p-1\)/p"
     ):
@@ -389,8 +395,10 @@ def test_budget_row():
     assert "1966080" not in str(failed.value)  # the answer is not given away
     with pytest.raises(ExerciseFailed, match=r"count bytes \(4 per float32 value\)"):
         check_budget_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="1024× too small; give bytes, not KiB or MiB"):
+    with pytest.raises(ExerciseFailed, match="1024× too small; that looks like MiB or KiB; the"):
         check_budget_row({**good, "shard_storage_bytes": 65536 // 1024}, 2**20, 16)  # 64 KiB
+    with pytest.raises(ExerciseFailed, match="that looks like MiB or KiB; the row asks for bytes"):
+        check_budget_row({**good, "all_reduce_bytes": 1966080 / 2**20}, 2**20, 16)  # 1.875 MiB
     with pytest.raises(ExerciseFailed, match="that is N, the whole gradient; after reduce"):
         check_budget_row({**good, "shard_storage_bytes": 2**20}, 2**20, 16)
     # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
@@ -400,11 +408,13 @@ def test_budget_row():
                        r" the factor \(p-1\)/p is missing"):
         check_budget_row(table_n, 786432, 4, table_nbytes=2**20)
     right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
-    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .* N = 1048576 bytes, "):
+    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .*p-1; or .* N = 1048576 bytes, "):
         check_budget_row(right_sent, 786432, 4, table_nbytes=2**20)
     with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
         check_budget_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
-    with pytest.raises(ExerciseFailed, match=r"N = 1048576 bytes, .*; or a device keeps 1 of p"):
+    # N/(p-1) at p = 4 is also the table's N / p: the p-1 slip is the hint, not the other N
+    with pytest.raises(ExerciseFailed, match=r"too large; a device keeps 1 of p slices: divide by p"
+                       r", not p-1; or that is the value for N = 1048576"):
         check_budget_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4,
                          table_nbytes=2**20)
     # a wrong formula whose implied N is some other power of two is not called a wrong N
@@ -416,8 +426,6 @@ def test_budget_row():
         check_budget_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
     with pytest.raises(ExerciseFailed, match="too small; that is N; in each of its two passes"):
         check_budget_row({**right_sent, "all_reduce_bytes": 786432}, 786432, 4)
-    from course_utils import communication_budget
-
     eight = communication_budget(786432, (8,))[0]  # 786432 / 7 is not whole: rounded down
     with pytest.raises(ExerciseFailed, match="divide by p, not p-1"):
         check_budget_row({**eight, "shard_storage_bytes": 786432 // 7}, 786432, 8)

@@ -31,7 +31,7 @@ from course_utils.checks.helpers import (
 from course_utils.collectives.kernels import Kernel
 from course_utils.constants import ATOL
 from course_utils.display import error_line
-from course_utils.models.cost import communication_budget
+from course_utils.models.cost import BudgetRow, communication_budget
 from course_utils.observe.ir import collectives_in
 from course_utils.observe.placement import values_per_device
 from course_utils.problems.regression import reference_gradient
@@ -319,23 +319,42 @@ def check_budget_row(
     row: dict, nbytes: int, ranks: int, *, table_nbytes: int | None = None
 ) -> None:
     """Exercise 08: one row of the communication budget, predicted by hand. ``table_nbytes``: the
-    N of the notebook's table, named when the row was computed for it instead of ``nbytes``."""
+    N of the notebook's table, named when the row was computed for it instead of ``nbytes``.
+
+    Whole numbers count in every natural form (int, a float such as ``1179648.0`` from ``/``,
+    NumPy or 0-d JAX scalars); a row that ``communication_budget`` returned is refused, since
+    the exercise asks for the prediction by hand."""
     exercise = f"budget for p = {ranks}"
     (expected,) = communication_budget(nbytes, (ranks,))
     given(exercise, "row", row, "store your prediction, a dict, in row")
+    if isinstance(row, BudgetRow):
+        fail(exercise, "row comes from communication_budget, which this exercise asks you not to "
+             "call: write each entry from the formulas for p and N")
     check_keys(exercise, "row", row, expected)
     for key, value in expected.items():
-        got = scalar(row[key])  # a 0-d NumPy or JAX integer counts as an int
-        if isinstance(got, (bool, np.bool_)) or not isinstance(got, (numbers.Integral, np.integer)):
-            fail(exercise, f"{key}: give a whole number (an int), got {got!r}")
+        raw = scalar(row[key])  # a 0-d NumPy or JAX number counts as a number
+        as_float = number(raw)
+        if as_float is None or not math.isfinite(as_float):
+            fail(exercise, f"{key}: give a whole number (an int), got {raw!r}")
+        if key != "ranks" and (units := unit_causes(as_float, value)) and as_float != value:
+            mib = math.isclose(as_float * 2**20, value) or math.isclose(as_float * 2**10, value)
+            unit = ("that looks like MiB or KiB; the row asks for bytes" if mib
+                    else "; or ".join(units))
+            fail(exercise, f"{key}: {off_by(as_float, value)}; {unit} (p = {ranks}, "
+                 f"N = {nbytes} bytes)")
+        if not as_float.is_integer():
+            fail(exercise, f"{key}: give a whole number of bytes, got {raw!r}")
+        got = int(as_float)
         if got != value:
             sent = key != "shard_storage_bytes" and key != "ranks"
             slips = []
-            other_n = int(got) * nbytes // value if value else 0
-            if (
+            if key == "shard_storage_bytes" and ranks > 1 and got == nbytes // (ranks - 1):
+                slips.append("a device keeps 1 of p slices: divide by p, not p-1")
+            other_n = got * nbytes // value if value else 0
+            if (  # after the p-1 slip: at p = 4, N/(p-1) is also the table's N over p
                 key != "ranks"
                 and other_n == table_nbytes != nbytes
-                and other_n * value == int(got) * nbytes
+                and other_n * value == got * nbytes
             ):
                 slips.append(
                     f"that is the value for N = {other_n} bytes, but this exercise's gradient "
@@ -348,16 +367,12 @@ def check_budget_row(
                              "of N/p")
             elif sent and 2 * got == value:
                 slips.append("count both passes, reduce-scatter and all-gather")
-            elif key != "ranks" and (units := unit_causes(got, value)):
-                slips += units
             elif sent and ranks > 1 and got == nbytes // ranks:
                 slips.append("that is N/p, the one slice a device keeps; count what it sends")
             elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes:
                 slips.append("that is N, the whole gradient; after reduce-scatter a device "
                              "keeps one slice of it")
-            elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes // (ranks - 1):
-                slips.append("a device keeps 1 of p slices: divide by p, not p-1")
-            hint = off_by(int(got), value)
+            hint = off_by(got, value)
             if slips:
                 hint += "; " + "; or ".join(slips)
             fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
