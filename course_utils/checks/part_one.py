@@ -12,6 +12,8 @@ import numbers
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from course_utils.checks.helpers import (
     ExerciseFailed,
@@ -191,57 +193,130 @@ def check_stored_prediction(predicted: dict, arrays: dict) -> None:
     passed(exercise, f"measured on device 0: {found}")
 
 
+def _two_state_inputs(mesh, shape: tuple, seed: int):
+    """Inputs the student never saw, of the notebook's shapes: host copies and placed arrays."""
+    rng = np.random.default_rng(seed)
+    n_rows, n_features = shape
+    x = rng.normal(size=shape).astype(np.float32)
+    y = rng.normal(size=n_rows).astype(np.float32)
+    w = rng.normal(scale=0.5, size=n_features).astype(np.float32)
+    m = rng.normal(scale=0.01, size=n_features).astype(np.float32)
+    s = rng.uniform(1e-4, 4e-4, size=n_features).astype(np.float32)
+    axis = mesh.axis_names[0]
+    specs = (P(axis, None), P(axis), P(), P(axis), P(axis))
+    placed = tuple(jax.device_put(a, NamedSharding(mesh, spec)) for a, spec in zip(
+        (x, y, w, m, s), specs))
+    return (x, y, w, m, s), placed
+
+
+def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps) -> dict:
+    """The likely wrong forms of each result, each with what to say (checked in this order)."""
+    m_next, s_next = b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g * g
+    root = np.sqrt(s_next)
+    return {
+        "m_next": {
+            "β1 and 1−β1 are swapped: the old m keeps the weight β1": (1 - b1) * m + b1 * g,
+            "the gradient's weight is 1−β1 (the momentum above adds g itself)": b1 * m + g,
+            "that is the gradient itself: m_next mixes the old m with g": g,
+        },
+        "s_next": {
+            "the gradient must be squared (g**2), not g": b2 * s + (1 - b2) * g,
+            "β2 and 1−β2 are swapped: the old s keeps the weight β2": (1 - b2) * s + b2 * g * g,
+            "the squared gradient's weight is 1−β2": b2 * s + g * g,
+        },
+        "w_next": {
+            "ε goes outside the square root: sqrt(s) + eps": w - lr * m_next / np.sqrt(s_next + eps),
+            "ε is missing": w - lr * m_next / root,
+            "ε belongs in the denominator, added to sqrt(s)": w - lr * m_next / root + eps,
+            "the step goes the wrong way: subtract lr · m / (sqrt(s) + ε)":
+                w + lr * m_next / (root + eps),
+            "this exercise has no bias correction: use m_next and s_next as they are": w - lr * (
+                m_next / (1 - b1)) / (np.sqrt(s_next / (1 - b2)) + eps),
+            "use the updated states m_next and s_next, not the old m and s":
+                w - lr * m / (np.sqrt(s) + eps),
+            "the step is lr · m / (sqrt(s) + ε): the square root is missing":
+                w - lr * m_next / (s_next + eps),
+        },
+    }
+
+
 def check_two_state_update(
-    w_next,
-    m_next,
-    s_next,
-    w,
-    m,
-    s,
-    g,
-    n_devices: int,
+    step,
+    mesh,
+    shape: tuple,
     *,
     lr: float,
     beta1: float,
     beta2: float,
     eps: float,
 ) -> None:
-    """Exercise 06: a sliced update with two optimizer states (Adam-like, no bias correction)."""
+    """Exercise 06: your jitted sliced step with two optimizer states (Adam-like, no bias
+    correction), ``step(x, y, w, m, s) -> (w_next, m_next, s_next)``.
+
+    The check calls ``step`` on inputs of ``shape`` (rows, features) that it draws itself, so a
+    result computed beforehand cannot pass; it compares the values with NumPy and names the
+    likely mistake, checks the placements (states in slices, weights gathered), and reads the
+    compiled program: the gradient must be reduce-scattered, not all-reduced.
+    """
     exercise = "sliced update with two states"
-    w, m, s, g = (np.asarray(a, dtype=np.float32) for a in (w, m, s, g))
-    expected_m = beta1 * m + (1 - beta1) * g
-    expected_s = beta2 * s + (1 - beta2) * g * g
-    expected_w = w - lr * expected_m / (np.sqrt(expected_s) + eps)
-    root = np.sqrt(expected_s)
-    misplaced = {  # where ε can wrongly go, and what to say
-        "ε goes outside the square root: sqrt(s) + eps": (
-            w - lr * expected_m / np.sqrt(expected_s + eps)
-        ),
-        "ε is missing": w - lr * expected_m / root,
-        "ε belongs in the denominator, added to sqrt(s)": w - lr * expected_m / root + eps,
-    }
-    got_w = np.asarray(w_next, dtype=np.float32) if w_next is not None else None
-    if got_w is not None and got_w.shape == expected_w.shape:
-        tolerance = 1e-5 * float(np.max(np.abs(expected_w)))
-        for hint, wrong in misplaced.items():
-            if np.allclose(got_w, wrong, atol=tolerance, rtol=1e-5) and not np.allclose(
-                got_w, expected_w, atol=tolerance, rtol=1e-5
-            ):
-                fail(exercise, f"w_next: m_next and s_next may be right, but {hint}")
-    for name, got, expected in (
-        ("m_next", m_next, expected_m),
-        ("s_next", s_next, expected_s),
-        ("w_next", w_next, expected_w),
-    ):
-        # float32 rounding, relative to each quantity's own scale (s is ~1e-4, w ~1e-1)
-        check_values(
-            exercise, name, got, expected, atol=1e-5 * float(np.max(np.abs(expected))), rtol=1e-5
-        )
+    name = "two_state_step"
+    given(exercise, name, step, f"assign your jitted function to {name}")
+    if isinstance(step, (np.ndarray, jax.Array, tuple, list)) or not callable(step):
+        fail(exercise, f"{name} is an object of type {type(step).__name__}, not a function; pass "
+             "the jitted function itself, the check calls it")
+    n_devices = mesh.size
+    results = []
+    for seed in (61, 62):
+        host, placed = _two_state_inputs(mesh, tuple(shape), seed)
+        try:
+            out = step(*placed)
+        except Exception as error:  # noqa: BLE001 - the student's function failed: say how
+            fail(exercise, f"calling {name}(x, y, w, m, s) raised {error_line(error)}")
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            fail(exercise, f"{name}(x, y, w, m, s) must return (w_next, m_next, s_next), three "
+                 f"arrays; got {type(out).__name__}")
+        results.append((host, placed, out))
+    (host, placed, out), (_, _, other) = results
+    if all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, other)):
+        fail(exercise, f"{name} returns the same arrays for different inputs: compute from its "
+             "arguments x, y, w, m, s, not from arrays of the notebook (g_slices, m0, ...)")
+    x, y, w, m, s = (a.astype(np.float64) for a in host)
+    g = reference_gradient(x, y, w)
+    mistakes = _two_state_mistakes(w, m, s, g, lr, beta1, beta2, eps)
+    m_next = beta1 * m + (1 - beta1) * g
+    s_next = beta2 * s + (1 - beta2) * g * g
+    w_next = w - lr * m_next / (np.sqrt(s_next) + eps)
+    for key, got, expected in zip(("w_next", "m_next", "s_next"), out, (w_next, m_next, s_next)):
+        atol = 1e-5 * float(np.max(np.abs(expected)))  # float32 rounding at each one's scale
+        got_host = np.asarray(got, dtype=np.float64) if hasattr(got, "shape") else None
+        close = got_host is not None and got_host.shape == expected.shape and np.allclose(
+            got_host, expected, atol=atol, rtol=1e-5)
+        if got_host is not None and got_host.shape == expected.shape and not close:
+            for hint, wrong in mistakes[key].items():
+                if np.allclose(got_host, wrong, atol=atol, rtol=1e-5):
+                    fail(exercise, f"{key}: {hint}")
+        check_values(exercise, f"{key} (on the check's own inputs)", got, expected.astype(
+            np.float32), atol=atol, rtol=1e-5)
     slice_shape = (w.size // n_devices,)
-    check_placement(exercise, "m_next", m_next, slice_shape, n_devices)
-    check_placement(exercise, "s_next", s_next, slice_shape, n_devices)
-    check_placement(exercise, "w_next", w_next, w.shape, n_devices)
-    passed(exercise, f"both states kept in slices of {slice_shape[0]}, weights gathered")
+    check_placement(exercise, "w_next", out[0], w.shape, n_devices)
+    check_placement(exercise, "m_next", out[1], slice_shape, n_devices)
+    check_placement(exercise, "s_next", out[2], slice_shape, n_devices)
+    jitted = step if hasattr(step, "lower") else jax.jit(step)
+    try:
+        program = collectives_in(jitted, *placed)
+    except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
+        fail(exercise, f"{name} does not compile as one JAX program ({error_line(error)}); build "
+             "it from jax.shard_map and wrap it in jax.jit")
+    written = {op.op for op in program.stablehlo} | {op.op for op in program.hlo}
+    if written & {"all_reduce", "all-reduce"}:
+        fail(exercise, "the right numbers, but the program all-reduces the gradient: every "
+             "device receives all of it and then keeps a slice; use jax.lax.psum_scatter "
+             "(tiled=True), which sends each device only its slice")
+    if not written & {"reduce_scatter", "reduce-scatter"}:
+        fail(exercise, "the right numbers, but the program has no reduce-scatter: compute the "
+             "gradient inside the step (from x_block, y_block, w) and end it with psum_scatter")
+    passed(exercise, f"both states kept in slices of {slice_shape[0]}, the gradient "
+           "reduce-scattered, the weights gathered")
 
 
 _NOT_GIVEN = object()
