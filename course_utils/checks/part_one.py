@@ -286,7 +286,8 @@ def check_two_state_update(
     m_next = beta1 * m + (1 - beta1) * g
     s_next = beta2 * s + (1 - beta2) * g * g
     w_next = w - lr * m_next / (np.sqrt(s_next) + eps)
-    for key, got, expected in zip(("w_next", "m_next", "s_next"), out, (w_next, m_next, s_next)):
+    checked = (("m_next", out[1], m_next), ("s_next", out[2], s_next), ("w_next", out[0], w_next))
+    for key, got, expected in checked:  # the states first: a wrong state makes w wrong too
         atol = 1e-5 * float(np.max(np.abs(expected)))  # float32 rounding at each one's scale
         got_host = np.asarray(got, dtype=np.float64) if hasattr(got, "shape") else None
         close = got_host is not None and got_host.shape == expected.shape and np.allclose(
@@ -329,6 +330,32 @@ def _defined(exercise: str, name: str, value, shape: tuple, what: str) -> None:
         fail(exercise, f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
 
 
+def _permutation_mistakes(x, y, w2_host) -> dict:
+    """The likely wrong gradients of exercise 07 (each with what to say), from the original
+    data: only one of x and y reordered, the columns reordered, the weights not moved."""
+    same = "reorder the rows of x and the labels y with the same permutation"
+    return {
+        # x alone or y alone reordered pair the same rows with the same wrong labels
+        f"only the labels y, or only the rows of x, were reordered, so each row got another "
+        f"row's label; {same}": reference_gradient(x, y[::-1].copy(), w2_host),
+        "the permutation went to the columns (features) of x: reorder its rows, x[::-1]":
+            reference_gradient(x[:, ::-1].copy(), y[::-1].copy(), w2_host),
+        "that is the gradient at the original weights w: use w2 = w + 0.17 (w2h)":
+            reference_gradient(x, y, w2_host - np.float32(0.17)),
+    }
+
+
+def _same_buffers(a, b) -> bool:
+    """Whether two placed arrays are one result (the same object or the same device buffers)."""
+    if a is b:
+        return True
+    try:
+        return [s.data.unsafe_buffer_pointer() for s in a.addressable_shards] == [
+            s.data.unsafe_buffer_pointer() for s in b.addressable_shards]
+    except Exception:  # noqa: BLE001 - a backend without buffer pointers: identity only
+        return False
+
+
 def check_joint_permutation(
     g_all,
     g_gathered,
@@ -345,23 +372,14 @@ def check_joint_permutation(
 
     ``x`` and ``y`` are the data in their original order. ``x2``, ``y2`` and ``w2`` (your placed
     inputs; ``None`` for a name you did not define) are checked when given: ``x2`` and ``y2`` hold
-    the same rows reordered together and split by rows, ``w2`` is ``w2_host`` replicated.
+    the same rows reordered together and split by rows, ``w2`` is ``w2_host`` replicated. When all
+    three are given, each result must also be what its program computes from them, bit for bit:
+    a gradient computed elsewhere and placed, or one result reused for the other, does not pass.
     """
     exercise = "joint row permutation"
     x, y, w2_host = (np.asarray(a) for a in (x, y, w2_host))
     target = reference_gradient(x, y, w2_host).astype(np.float32)
-    for name, g in (("g_all", g_all), ("g_gathered", g_gathered)):
-        check_values(
-            exercise,
-            name,
-            g,
-            target,
-            hint="reorder the rows of x and the labels y with the same permutation, "
-            "and use w2 = w + 0.17",
-        )
-        check_placement(exercise, name, g, target.shape, n_devices)
-        for shard in g.addressable_shards:
-            check_values(exercise, f"{name} on device {shard.device.id}", shard.data, target)
+    mistakes = _permutation_mistakes(x, y, w2_host)
     block = x.shape[0] // n_devices
     if x2 is not _NOT_GIVEN:
         _defined(exercise, "x2", x2, x.shape, "place the reordered rows of xh as x2")
@@ -385,9 +403,50 @@ def check_joint_permutation(
         given(exercise, "w2", w2, "place w2h replicated as w2 (the next cells use it)")
         check_values(exercise, "w2", w2, w2_host, hint="w2 is w + 0.17 (w2h), placed replicated")
         check_placement(exercise, "w2", w2, w2_host.shape, n_devices)
+    for name, g in (("g_all", g_all), ("g_gathered", g_gathered)):
+        given(exercise, name, g, f"assign your result to {name}")
+        got = np.asarray(g, dtype=np.float64) if hasattr(g, "shape") else None
+        if got is not None and got.shape == target.shape and not np.allclose(
+                got, target, atol=ATOL, rtol=ATOL):
+            for hint, wrong in mistakes.items():
+                if np.allclose(got, wrong, atol=ATOL, rtol=ATOL):
+                    fail(exercise, f"{name}: {hint}")
+        check_values(exercise, name, g, target, hint="reorder the rows of x and the labels y "
+                     "with the same permutation, and use w2 = w + 0.17")
+        check_placement(exercise, name, g, target.shape, n_devices)
+        for shard in g.addressable_shards:
+            check_values(exercise, f"{name} on device {shard.device.id}", shard.data, target)
+    if _same_buffers(g_all, g_gathered):
+        fail(exercise, "g_gathered is g_all itself: compute it on the second path, the "
+             "reduce-scatter of x2, y2, w2 followed by the all-gather")
+    if all(v is not _NOT_GIVEN for v in (x2, y2, w2)):
+        _computed_from(exercise, g_all, g_gathered, x2, y2, w2)
     passed(
         exercise, f"both paths equal the gradient of the original data on all {n_devices} devices"
     )
+
+
+def _computed_from(exercise: str, g_all, g_gathered, x2, y2, w2) -> None:
+    """Each result is, bit for bit, what the package's kernels compute from ``x2, y2, w2``: the
+    same program on the same inputs gives the same bits, while a gradient computed on the host
+    (or on the data in its original order) and placed differs in the last bits."""
+    from course_utils.collectives.kernels import (
+        all_gather_shards,
+        all_reduce_gradient,
+        reduce_scatter_gradient,
+    )
+
+    mesh = x2.sharding.mesh
+    paths = {
+        "g_all": (g_all, all_reduce_gradient(mesh)(x2, y2, w2), "all_reduce(x2, y2, w2)"),
+        "g_gathered": (g_gathered, all_gather_shards(mesh)(reduce_scatter_gradient(mesh)(
+            x2, y2, w2)), "all_gather(reduce_scatter(x2, y2, w2))"),
+    }
+    for name, (got, program, call) in paths.items():
+        if not np.array_equal(np.asarray(got), np.asarray(program)):
+            fail(exercise, f"{name} has the right numbers, but not the bits that {call} computes:"
+                 " was it computed elsewhere (on the host, or on the data in its first order) "
+                 f"and placed? Compute {name} with the kernels, from x2, y2 and w2")
 
 
 def check_budget_row(
