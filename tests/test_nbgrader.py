@@ -32,7 +32,7 @@ RELEASED = sample(EXERCISES, {"03", "08", "17"})
 ALL, GRADED = "all_steps", "ps1"  # the assignments: the released sample, and the two autograded
 # the wrong student's answers (their messages are checked at function level in test_checks.py)
 PERMUTE_LABELS_ONLY = """x2 = jax.device_put(xh, rows)
-y2 = jax.device_put(yh[::-1].copy(), features)
+y2 = jax.device_put(yh[::-1].copy(), sliced)
 w2 = jax.device_put(w2h, replicated)
 g_all = all_reduce(x2, y2, w2)
 g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
