@@ -295,7 +295,7 @@ def test_two_state_update(setup):
     # the cheat the check cannot see in the numbers: an all-reduced gradient, then cut
     with pytest.raises(ExerciseFailed, match="the program all-reduces the gradient"):
         check(_two_state_step(mesh, collective="psum"))
-    with pytest.raises(ExerciseFailed, match=r"w_next has the right values but the wrong placement"):
+    with pytest.raises(ExerciseFailed, match=r"w_next has the right values but the wrong place"):
         check(_two_state_step(mesh, gather=False))
     # a result computed beforehand (on the notebook's data) does not follow the check's inputs
     fixed = _two_state_step(mesh)(*_placed_two_state(mesh))
@@ -449,7 +449,7 @@ def test_budget_row():
                        r" the factor \(p-1\)/p is missing"):
         check_budget_row(table_n, 786432, 4, table_nbytes=2**20)
     right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
-    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .*p-1; or .* N = 1048576 bytes, "):
+    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .*p-1; or .* N = 1048576 "):
         check_budget_row(right_sent, 786432, 4, table_nbytes=2**20)
     with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
         check_budget_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)

@@ -225,7 +225,8 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps) -> dict:
             "the squared gradient's weight is 1−β2": b2 * s + g * g,
         },
         "w_next": {
-            "ε goes outside the square root: sqrt(s) + eps": w - lr * m_next / np.sqrt(s_next + eps),
+            "ε goes outside the square root: sqrt(s) + eps":
+                w - lr * m_next / np.sqrt(s_next + eps),
             "ε is missing": w - lr * m_next / root,
             "ε belongs in the denominator, added to sqrt(s)": w - lr * m_next / root + eps,
             "the step goes the wrong way: subtract lr · m / (sqrt(s) + ε)":
