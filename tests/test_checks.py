@@ -239,7 +239,7 @@ def test_stored_prediction(setup):
 
 
 def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,
-                    eps=1e-3, gather=True):
+                    eps=1e-3, gather=True, first_slice=False):
     """A student's jitted two-state step; ``update(w, m, s, g)`` replaces the right rule."""
 
     def right(w, m, s, g):
@@ -255,7 +255,8 @@ def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=
             g = jax.lax.dynamic_slice_in_dim(jax.lax.psum(partial, "data"), i * k, k)
         else:
             g = jax.lax.psum_scatter(partial, "data", tiled=True)
-        w_new, m, s = (update or right)(jax.lax.dynamic_slice_in_dim(w, i * k, k), m, s, g)
+        w_slice = w[:k] if first_slice else jax.lax.dynamic_slice_in_dim(w, i * k, k)
+        w_new, m, s = (update or right)(w_slice, m, s, g)
         return (jax.lax.all_gather(w_new, "data", tiled=True) if gather else w_new), m, s
 
     specs = (P("data", None), P("data"), P(), P("data"), P("data"))
@@ -292,6 +293,8 @@ def test_two_state_update(setup):
     for match, update in mistakes.items():
         with pytest.raises(ExerciseFailed, match=match):
             check(_two_state_step(mesh, update))
+    with pytest.raises(ExerciseFailed, match="every device updated the first slice of w"):
+        check(_two_state_step(mesh, first_slice=True))
     # the cheat the check cannot see in the numbers: an all-reduced gradient, then cut
     with pytest.raises(ExerciseFailed, match="the program all-reduces the gradient"):
         check(_two_state_step(mesh, collective="psum"))

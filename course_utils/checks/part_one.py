@@ -209,10 +209,12 @@ def _two_state_inputs(mesh, shape: tuple, seed: int):
     return (x, y, w, m, s), placed
 
 
-def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps) -> dict:
+def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
     """The likely wrong forms of each result, each with what to say (checked in this order)."""
     m_next, s_next = b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g * g
     root = np.sqrt(s_next)
+    k = w.size // n_devices
+    first_slice = np.tile(w[:k], n_devices)  # every device took the first slice of w
     return {
         "m_next": {
             "β1 and 1−β1 are swapped: the old m keeps the weight β1": (1 - b1) * m + b1 * g,
@@ -237,6 +239,9 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps) -> dict:
                 w - lr * m / (np.sqrt(s) + eps),
             "the step is lr · m / (sqrt(s) + ε): the square root is missing":
                 w - lr * m_next / (s_next + eps),
+            "every device updated the first slice of w: cut this device's own slice, at "
+            "jax.lax.axis_index('data') · features/p":
+                first_slice - lr * m_next / (root + eps),
         },
     }
 
@@ -283,7 +288,7 @@ def check_two_state_update(
              "arguments x, y, w, m, s, not from arrays of the notebook (g_slices, m0, ...)")
     x, y, w, m, s = (a.astype(np.float64) for a in host)
     g = reference_gradient(x, y, w)
-    mistakes = _two_state_mistakes(w, m, s, g, lr, beta1, beta2, eps)
+    mistakes = _two_state_mistakes(w, m, s, g, lr, beta1, beta2, eps, n_devices)
     m_next = beta1 * m + (1 - beta1) * g
     s_next = beta2 * s + (1 - beta2) * g * g
     w_next = w - lr * m_next / (np.sqrt(s_next) + eps)
