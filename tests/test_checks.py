@@ -390,7 +390,7 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
                        match=r"w2 is not defined \(or is None\); place w2h replicated as w2"):
         check(w2=None)
     with pytest.raises(ExerciseFailed, match=r"w2: 8 of 8 entries wrong.*w2 is w \+ 0.17"):
-        check(w2=jax.device_put(wh, replicated))
+        check(w2=jax.device_put(wh + 1, replicated))
     with pytest.raises(ExerciseFailed, match=r"w2 is a ndarray on the host"):
         check(w2=w2h)
     with pytest.raises(ExerciseFailed, match=r"x2 is not defined"):
@@ -401,6 +401,12 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
         check(x2=jax.device_put(xh, replicated))
     with pytest.raises(ExerciseFailed, match=r"y2 is not ordered like the rows of x2"):
         check(y2=jax.device_put(original[1], sliced))
+    with pytest.raises(ExerciseFailed, match=r"in their original order while y2 is reordered"):
+        check(x2=jax.device_put(original[0], rows))
+    with pytest.raises(ExerciseFailed, match=r"x2 reorders the columns \(features\) of x"):
+        check(x2=jax.device_put(original[0][:, ::-1].copy(), rows))
+    with pytest.raises(ExerciseFailed, match=r"w2 holds the original weights w"):
+        check(w2=jax.device_put(wh, replicated))  # named, not "8 of 8 entries wrong"
     with pytest.raises(ExerciseFailed, match=r"y2 is not defined"):
         check(y2=None)
 

@@ -390,10 +390,18 @@ def check_joint_permutation(
     if x2 is not _NOT_GIVEN:
         _defined(exercise, "x2", x2, x.shape, "place the reordered rows of xh as x2")
         if np.array_equal(np.asarray(x2), x):
-            fail(exercise, "x2 holds the rows of x in their original order; reorder them")
+            labels_moved = y2 is not _NOT_GIVEN and y2 is not None and np.shape(y2) == y.shape \
+                and not np.array_equal(np.asarray(y2), y)
+            fail(exercise, "x2 holds the rows of x in their original order" + (
+                " while y2 is reordered: reorder the rows with the same permutation as the "
+                "labels" if labels_moved else "; reorder them"))
         rows = {row.tobytes(): i for i, row in enumerate(x)}
         order = [rows.get(row.tobytes()) for row in np.asarray(x2, dtype=x.dtype)]
         if None in order or sorted(order) != list(range(len(x))):
+            by_row = {np.sort(r).tobytes() for r in x}
+            if all(np.sort(r).tobytes() in by_row for r in np.asarray(x2, dtype=x.dtype)):
+                fail(exercise, "x2 reorders the columns (features) of x: reorder its rows, "
+                     "x[::-1], and keep each row as it is")
             fail(exercise, "x2 does not hold each row of x exactly once; reorder, do not change")
         check_placement(exercise, "x2", x2, (block, x.shape[1]), n_devices)
     if y2 is not _NOT_GIVEN:
@@ -407,6 +415,9 @@ def check_joint_permutation(
         check_placement(exercise, "y2", y2, (block,), n_devices)
     if w2 is not _NOT_GIVEN:
         given(exercise, "w2", w2, "place w2h replicated as w2 (the next cells use it)")
+        if np.shape(w2) == w2_host.shape and np.allclose(
+                np.asarray(w2), w2_host - np.float32(0.17), atol=ATOL):
+            fail(exercise, "w2 holds the original weights w; place w2h (w + 0.17) replicated")
         check_values(exercise, "w2", w2, w2_host, hint="w2 is w + 0.17 (w2h), placed replicated")
         check_placement(exercise, "w2", w2, w2_host.shape, n_devices)
     for name, g in (("g_all", g_all), ("g_gathered", g_gathered)):
