@@ -488,8 +488,9 @@ def check_budget_row(
         if as_float is None or not math.isfinite(as_float):
             fail(exercise, f"{key}: give a whole number (an int), got {raw!r}")
         if key != "ranks" and (units := unit_causes(as_float, value)) and as_float != value:
-            mib = math.isclose(as_float * 2**20, value) or math.isclose(as_float * 2**10, value)
-            unit = ("that looks like MiB or KiB; the row asks for bytes" if mib
+            binary = [name for name, scale in (("MiB", 2**20), ("KiB", 2**10))
+                      if math.isclose(as_float * scale, value)]
+            unit = (f"that looks like {binary[0]}; the row asks for bytes" if binary
                     else "; or ".join(units))
             fail(exercise, f"{key}: {off_by(as_float, value)}; {unit} (p = {ranks}, "
                  f"N = {nbytes} bytes)")
