@@ -298,6 +298,16 @@ def test_two_state_update(setup):
     # the cheat the check cannot see in the numbers: an all-reduced gradient, then cut
     with pytest.raises(ExerciseFailed, match="the program all-reduces the gradient"):
         check(_two_state_step(mesh, collective="psum"))
+    rs, ag = reduce_scatter_gradient(mesh), all_gather_shards(mesh)
+
+    def with_kernels(x, y, w, m, s):  # right numbers, but Kernel calls cannot be traced
+        g = rs(x, y, w)
+        m, s = 0.9 * m + 0.1 * g, 0.999 * s + 0.001 * g**2
+        w_slices = jax.device_put(w, placements(mesh).sliced)
+        return ag(w_slices - 0.1 * m / (jnp.sqrt(s) + 1e-3)), m, s
+
+    with pytest.raises(ExerciseFailed, match="calls the package's kernels runs, but is not one"):
+        check(with_kernels)
     with pytest.raises(ExerciseFailed, match=r"w_next has the right values but the wrong place"):
         check(_two_state_step(mesh, gather=False))
     # a result computed beforehand (on the notebook's data) does not follow the check's inputs

@@ -312,8 +312,11 @@ def check_two_state_update(
     try:
         program = collectives_in(jitted, *placed)
     except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
-        fail(exercise, f"{name} does not compile as one JAX program ({error_line(error)}); build "
-             "it from jax.shard_map and wrap it in jax.jit")
+        why = "" if hasattr(step, "lower") else (
+            "; a Python function that calls the package's kernels runs, but is not one program "
+            "the check can read")
+        fail(exercise, f"{name} does not compile as one JAX program ({error_line(error)}{why}); "
+             "build it from jax.shard_map and wrap it in jax.jit")
     written = {op.op for op in program.stablehlo} | {op.op for op in program.hlo}
     if written & {"all_reduce", "all-reduce"}:
         fail(exercise, "the right numbers, but the program all-reduces the gradient: every "
