@@ -312,61 +312,96 @@ def test_stored_prediction(setup):
         assert "measured" not in str(failed.value)  # the answer is not given away
 
 
+def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,
+                    eps=1e-3, gather=True, first_slice=False):
+    """A student's jitted two-state step; ``update(w, m, s, g)`` replaces the right rule."""
+
+    def right(w, m, s, g):
+        m = b1 * m + (1 - b1) * g
+        s = b2 * s + (1 - b2) * g**2
+        return w - lr * m / (jnp.sqrt(s) + eps), m, s
+
+    def kernel(x_block, y_block, w, m, s):
+        partial = 2 * x_block.T @ (x_block @ w - y_block) / (x_block.shape[0] * mesh.size)
+        k = m.shape[0]
+        i = jax.lax.axis_index("data")
+        if collective == "psum":  # all-reduced, then cut: the same numbers
+            g = jax.lax.dynamic_slice_in_dim(jax.lax.psum(partial, "data"), i * k, k)
+        else:
+            g = jax.lax.psum_scatter(partial, "data", tiled=True)
+        w_slice = w[:k] if first_slice else jax.lax.dynamic_slice_in_dim(w, i * k, k)
+        w_new, m, s = (update or right)(w_slice, m, s, g)
+        return (jax.lax.all_gather(w_new, "data", tiled=True) if gather else w_new), m, s
+
+    specs = (P("data", None), P("data"), P(), P("data"), P("data"))
+    out = (P() if gather else P("data"), P("data"), P("data"))
+    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=out,
+                                 check_vma=False))
+
+
 def test_two_state_update(setup):
-    mesh, (_, _, sliced), (xh, yh, wh), placed = setup
-    g_host = reference_gradient(xh, yh, wh)
-    m_host, s_host = np.linspace(0.001, -0.001, 8, dtype=np.float32), np.full(8, 1e-4, np.float32)
-    m, s, w = (jax.device_put(a, sliced) for a in (m_host, s_host, wh))
-    g = reduce_scatter_gradient(mesh)(*placed)
-    m_next = 0.9 * m + 0.1 * g
-    s_next = 0.999 * s + 0.001 * g**2
-    w_next = all_gather_shards(mesh)(w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-8))
-    kwargs = dict(lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8)
-    check_two_state_update(w_next, m_next, s_next, wh, m_host, s_host, g_host, 4, **kwargs)
-    gather, big = all_gather_shards(mesh), dict(kwargs, eps=1e-3)  # ε large enough to matter
-    wrong_eps = {
-        "outside the square root": gather(w - 0.1 * m_next / jnp.sqrt(s_next + 1e-3)),
-        "ε is missing": gather(w - 0.1 * m_next / jnp.sqrt(s_next)),
+    mesh = setup[0]
+    kwargs = dict(lr=0.1, beta1=0.9, beta2=0.999, eps=1e-3)
+    check = lambda step: check_two_state_update(step, mesh, (16, 8), **kwargs)  # noqa: E731
+    check(_two_state_step(mesh))
+    lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-3
+    mistakes = {
+        "β1 and 1−β1 are swapped": lambda w, m, s, g: (
+            w - lr * ((1 - b1) * m + b1 * g) / (jnp.sqrt(b2 * s + (1 - b2) * g**2) + eps),
+            (1 - b1) * m + b1 * g, b2 * s + (1 - b2) * g**2),
+        "the gradient must be squared": lambda w, m, s, g: (
+            w, b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g),
+        "ε goes outside the square root": lambda w, m, s, g: (
+            w - lr * (b1 * m + (1 - b1) * g) / jnp.sqrt(b2 * s + (1 - b2) * g**2 + eps),
+            b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g**2),
+        "the step goes the wrong way": lambda w, m, s, g: (
+            w + lr * (b1 * m + (1 - b1) * g) / (jnp.sqrt(b2 * s + (1 - b2) * g**2) + eps),
+            b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g**2),
+        "no bias correction": lambda w, m, s, g: (
+            w - lr * ((b1 * m + (1 - b1) * g) / (1 - b1))
+            / (jnp.sqrt((b2 * s + (1 - b2) * g**2) / (1 - b2)) + eps),
+            b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g**2),
+        "use the updated states m_next and s_next": lambda w, m, s, g: (
+            w - lr * m / (jnp.sqrt(s) + eps), b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g**2),
     }
-    for match, wrong in wrong_eps.items():
+    for match, update in mistakes.items():
         with pytest.raises(ExerciseFailed, match=match):
-            check_two_state_update(wrong, m_next, s_next, wh, m_host, s_host, g_host, 4, **big)
-    check_two_state_update(
-        gather(w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-3)),
-        m_next, s_next, wh, m_host, s_host, g_host, 4, **big,
-    )
-    with pytest.raises(
-        ExerciseFailed,
-        match=r"s_next: 7 of 8 entries wrong: \[0\] 0.00010283 instead of 9.99086e-05",
-    ):
-        check_two_state_update(
-            w_next, m_next, 0.999 * s + 0.001 * g, wh, m_host, s_host, g_host, 4, **kwargs
-        )
-    with pytest.raises(
-        ExerciseFailed,
-        match="m_next has the right values but the wrong placement: it is replicated",
-    ):
-        check_two_state_update(
-            w_next, all_gather_shards(mesh)(m_next), s_next, wh, m_host, s_host, g_host, 4, **kwargs
-        )
-    with pytest.raises(
-        ExerciseFailed, match=r"w_next has the right values but the wrong placement.*replicated"
-    ):
-        check_two_state_update(
-            w - 0.1 * m_next / (jnp.sqrt(s_next) + 1e-8),
-            m_next,
-            s_next,
-            wh,
-            m_host,
-            s_host,
-            g_host,
-            4,
-            **kwargs,
-        )
+            check(_two_state_step(mesh, update))
+    with pytest.raises(ExerciseFailed, match="every device updated the first slice of w"):
+        check(_two_state_step(mesh, first_slice=True))
+    # the cheat the check cannot see in the numbers: an all-reduced gradient, then cut
+    with pytest.raises(ExerciseFailed, match="the program all-reduces the gradient"):
+        check(_two_state_step(mesh, collective="psum"))
+    rs, ag = reduce_scatter_gradient(mesh), all_gather_shards(mesh)
+
+    def with_kernels(x, y, w, m, s):  # right numbers, but Kernel calls cannot be traced
+        g = rs(x, y, w)
+        m, s = 0.9 * m + 0.1 * g, 0.999 * s + 0.001 * g**2
+        w_slices = jax.device_put(w, placements(mesh).sliced)
+        return ag(w_slices - 0.1 * m / (jnp.sqrt(s) + 1e-3)), m, s
+
+    with pytest.raises(ExerciseFailed, match="calls the package's kernels runs, but is not one"):
+        check(with_kernels)
+    with pytest.raises(ExerciseFailed, match=r"w_next has the right values but the wrong place"):
+        check(_two_state_step(mesh, gather=False))
+    # a result computed beforehand (on the notebook's data) does not follow the check's inputs
+    fixed = _two_state_step(mesh)(*_placed_two_state(mesh))
+    with pytest.raises(ExerciseFailed, match="returns the same arrays for different inputs"):
+        check(lambda *args: fixed)
+    with pytest.raises(ExerciseFailed, match="must return .w_next, m_next, s_next., three arrays"):
+        check(lambda *args: fixed[0])
     with pytest.raises(  # the check cell passes None for a name the student has not defined
-        ExerciseFailed, match=r"m_next is not defined \(or is None\); assign your result to m_next$"
+        ExerciseFailed, match=r"two_state_step is not defined \(or is None\)"
     ):
-        check_two_state_update(w_next, None, s_next, wh, m_host, s_host, g_host, 4, **kwargs)
+        check(None)
+
+
+def _placed_two_state(mesh):
+    rows, replicated, sliced = placements(mesh)
+    xh, yh, wh = toy_regression()
+    m, s = np.zeros(8, np.float32), np.full(8, 1e-4, np.float32)
+    return (jax.device_put(xh, rows), jax.device_put(yh, sliced), jax.device_put(wh, replicated),
+            jax.device_put(m, sliced), jax.device_put(s, sliced))
 
 
 def kernels(mesh):
@@ -381,15 +416,27 @@ def test_joint_permutation(setup, capsys):
     check_joint_permutation(all_reduce(x2, y2, w2h), gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4)
     assert "PASSED: joint row permutation" in capsys.readouterr().out
     labels_only = all_reduce(xh, y2, w2h)
-    with pytest.raises(ExerciseFailed, match=r"g_all: 8 of 8 entries wrong.*permutation"):
+    with pytest.raises(ExerciseFailed, match=r"g_all: only the labels y, or only the rows of x, "
+                       "were reordered, .*same permutation"):
         check_joint_permutation(labels_only, gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4)
+    # the likely mistakes are named, without the answer's numbers
+    named = {
+        "only the labels y, or only the rows of x": all_reduce(x2, yh, w2h),
+        r"the permutation went to the columns \(features\)": all_reduce(
+            xh[:, ::-1].copy(), y2, w2h),
+        "the gradient at the original weights w": all_reduce(x2, y2, wh),
+    }
+    for match, wrong in named.items():
+        with pytest.raises(ExerciseFailed, match=match) as failed:
+            check_joint_permutation(wrong, gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4)
+        assert "instead of" not in str(failed.value)
     with pytest.raises(
         ExerciseFailed, match=r"g_gathered has the right values but the wrong placement.*\(8,\)"
     ):
         check_joint_permutation(all_reduce(x2, y2, w2h), scatter(x2, y2, w2h), xh, yh, w2h, 4)
     with pytest.raises(ExerciseFailed, match="g_all: 8 of 8 entries wrong"):
         check_joint_permutation(
-            all_reduce(x2, y2, wh), gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4
+            all_reduce(x2, y2, wh + 1), gather(scatter(x2, y2, w2h)), xh, yh, w2h, 4
         )
 
 
@@ -411,6 +458,13 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
 
     check()
     assert "PASSED: joint row permutation" in capsys.readouterr().out
+    # the two cheats of the student pass: one result reused, and a target computed and placed
+    with pytest.raises(ExerciseFailed, match="g_gathered is g_all itself"):
+        check_joint_permutation(g_all, g_all, *original, w2h, 4, **inputs)
+    placed_target = jax.device_put(reference_gradient(*original, w2h), replicated)
+    for results in ((placed_target, g_gathered), (g_all, placed_target)):
+        with pytest.raises(ExerciseFailed, match="the right numbers, but not the bits"):
+            check_joint_permutation(*results, *original, w2h, 4, **inputs)
     with pytest.raises(
         ExerciseFailed,
         match=r"y2 has the right values but the wrong placement: it is replicated.*\(4,\) per",
@@ -420,7 +474,7 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
                        match=r"w2 is not defined \(or is None\); place w2h replicated as w2"):
         check(w2=None)
     with pytest.raises(ExerciseFailed, match=r"w2: 8 of 8 entries wrong.*w2 is w \+ 0.17"):
-        check(w2=jax.device_put(wh, replicated))
+        check(w2=jax.device_put(wh + 1, replicated))
     with pytest.raises(ExerciseFailed, match=r"w2 is a ndarray on the host"):
         check(w2=w2h)
     with pytest.raises(ExerciseFailed, match=r"x2 is not defined"):
@@ -431,11 +485,19 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
         check(x2=jax.device_put(xh, replicated))
     with pytest.raises(ExerciseFailed, match=r"y2 is not ordered like the rows of x2"):
         check(y2=jax.device_put(original[1], sliced))
+    with pytest.raises(ExerciseFailed, match=r"in their original order while y2 is reordered"):
+        check(x2=jax.device_put(original[0], rows))
+    with pytest.raises(ExerciseFailed, match=r"x2 reorders the columns \(features\) of x"):
+        check(x2=jax.device_put(original[0][:, ::-1].copy(), rows))
+    with pytest.raises(ExerciseFailed, match=r"w2 holds the original weights w"):
+        check(w2=jax.device_put(wh, replicated))  # named, not "8 of 8 entries wrong"
     with pytest.raises(ExerciseFailed, match=r"y2 is not defined"):
         check(y2=None)
 
 
 def test_budget_row():
+    from course_utils import communication_budget
+
     good = {
         "ranks": 16,
         "all_reduce_bytes": 1966080,
@@ -445,15 +507,19 @@ def test_budget_row():
     check_budget_row(good, 2**20, 16)
     check_budget_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
     check_budget_row({k: jnp.asarray(v) for k, v in good.items()}, 2**20, 16)  # JAX int32
+    # whole numbers in every natural form: floats from `/`, NumPy and JAX float scalars
+    check_budget_row({**good, "ranks": jnp.asarray(16.0), "shard_storage_bytes": 2**20 / 16},
+                     2**20, 16)
+    check_budget_row({k: np.float64(v) for k, v in good.items()}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match=r"ranks: give a whole number \(an int\)"):
-        check_budget_row({**good, "ranks": jnp.asarray(16.0)}, 2**20, 16)
+        check_budget_row({**good, "ranks": "16"}, 2**20, 16)
+    with pytest.raises(ExerciseFailed, match=r"give a whole number of bytes, got 65536.5"):
+        check_budget_row({**good, "shard_storage_bytes": 65536.5}, 2**20, 16)
+    with pytest.raises(ExerciseFailed, match="comes from communication_budget, which this"):
+        check_budget_row(communication_budget(2**20, (16,))[0], 2**20, 16)
     renamed = {k.replace("_bytes", ""): v for k, v in good.items()}  # the table's headers
     with pytest.raises(ExerciseFailed, match="it lacks 'all_reduce_bytes', .*'all_reduce', "):
         check_budget_row(renamed, 2**20, 16)
-    with pytest.raises(
-        ExerciseFailed, match=r"shard_storage_bytes: give a whole number \(an int\)"
-    ):
-        check_budget_row({**good, "shard_storage_bytes": 65536.0}, 2**20, 16)
     with pytest.raises(
         ExerciseFailed, match=r"all_reduce_bytes: it is 6.7 % too large; the factor \(p-1\)/p"
     ):
@@ -463,8 +529,10 @@ def test_budget_row():
     assert "1966080" not in str(failed.value)  # the answer is not given away
     with pytest.raises(ExerciseFailed, match=r"count bytes \(4 per float32 value\)"):
         check_budget_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="1024× too small; give bytes, not KiB or MiB"):
+    with pytest.raises(ExerciseFailed, match="1024× too small; that looks like KiB; the row asks"):
         check_budget_row({**good, "shard_storage_bytes": 65536 // 1024}, 2**20, 16)  # 64 KiB
+    with pytest.raises(ExerciseFailed, match="that looks like MiB; the row asks for bytes"):
+        check_budget_row({**good, "all_reduce_bytes": 1966080 / 2**20}, 2**20, 16)  # 1.875 MiB
     with pytest.raises(ExerciseFailed, match="that is N, the whole gradient; after reduce"):
         check_budget_row({**good, "shard_storage_bytes": 2**20}, 2**20, 16)
     # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
@@ -474,11 +542,13 @@ def test_budget_row():
                        r" the factor \(p-1\)/p is missing"):
         check_budget_row(table_n, 786432, 4, table_nbytes=2**20)
     right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
-    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .* N = 1048576 bytes, "):
+    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .*p-1; or .* N = 1048576 "):
         check_budget_row(right_sent, 786432, 4, table_nbytes=2**20)
     with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
         check_budget_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
-    with pytest.raises(ExerciseFailed, match=r"N = 1048576 bytes, .*; or a device keeps 1 of p"):
+    # N/(p-1) at p = 4 is also the table's N / p: the p-1 slip is the hint, not the other N
+    with pytest.raises(ExerciseFailed, match=r"too large; a device keeps 1 of p slices: divide by p"
+                       r", not p-1; or that is the value for N = 1048576"):
         check_budget_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4,
                          table_nbytes=2**20)
     # a wrong formula whose implied N is some other power of two is not called a wrong N
@@ -490,8 +560,6 @@ def test_budget_row():
         check_budget_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
     with pytest.raises(ExerciseFailed, match="too small; that is N; in each of its two passes"):
         check_budget_row({**right_sent, "all_reduce_bytes": 786432}, 786432, 4)
-    from course_utils import communication_budget
-
     eight = communication_budget(786432, (8,))[0]  # 786432 / 7 is not whole: rounded down
     with pytest.raises(ExerciseFailed, match="divide by p, not p-1"):
         check_budget_row({**eight, "shard_storage_bytes": 786432 // 7}, 786432, 8)

@@ -33,6 +33,17 @@ def test_budget_approaches_twice_the_gradient():
     assert ratios == sorted(ratios) and 1.9 < ratios[-1] < 2
 
 
+@pytest.mark.parametrize("p", [2, 3, 4, 8, 16, 64])
+def test_budget_equals_the_ring_formulas_in_integers(p):
+    # the guards step 08 kept in its table cell: 2(p-1)N/p sent, the same for the cycle, N/p kept
+    n = divisible_size(2**20, p)
+    (row,) = communication_budget(n, (p,))
+    assert row["all_reduce_bytes"] == 2 * (p - 1) * n // p == row["scatter_gather_bytes"]
+    assert row["shard_storage_bytes"] * p == n
+    assert ring_steps(p).all_reduce == 2 * (p - 1)
+    assert dict(row) == row and type(dict(row)) is dict  # a dict; step 08's check knows the type
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
