@@ -202,6 +202,22 @@ def test_predicted_shard_shapes(setup):
         check_predicted_shard_shapes([(16.0, 2.0)] * 4, placed)
 
 
+def test_predicted_shard_shapes_of_a_transpose_name_the_likely_mistake(setup):
+    mesh, _, (xh, _, _), _ = setup
+    placed = jax.device_put(xh.T, NamedSharding(mesh, P("data")))  # (8, 16): blocks of (2, 16)
+    check_predicted_shard_shapes([(2, 16)] * 4, placed)
+    check_predicted_shard_shapes(([np.int32(2), 16],) * 4, placed)  # a tuple of lists too
+    with pytest.raises(ExerciseFailed, match=r"a block of an array of shape \(16, 8\)"):
+        check_predicted_shard_shapes([(4, 8)] * 4, placed)  # xh's rows split, not xh.T's
+    with pytest.raises(ExerciseFailed, match="the split is on the wrong dimension"):
+        check_predicted_shard_shapes([(8, 4)] * 4, placed)
+    with pytest.raises(ExerciseFailed, match="wrong order"):
+        check_predicted_shard_shapes([(16, 2)] * 4, placed)
+    with pytest.raises(ExerciseFailed, match="that is the whole array") as failed:
+        check_predicted_shard_shapes([(8, 16)] * 4, placed)
+    assert "(2, 16)" not in str(failed.value)
+
+
 def test_stored_prediction(setup):
     _, (_, replicated, sliced), _, _ = setup
     gradient = np.arange(8, dtype=np.float32)  # 32 bytes on 4 devices

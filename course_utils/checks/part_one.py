@@ -136,6 +136,26 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     )
 
 
+def _split_hint(guess: list, block: tuple, whole: tuple) -> str:
+    """The likely mistake behind a wrong block shape, from the array's global shape."""
+    if tuple(guess) == whole:
+        return " — that is the whole array: the spec splits a dimension over the devices"
+    if tuple(sorted(guess)) == tuple(sorted(block)):
+        return (" — the right sizes in the wrong order: a block keeps the array's order of "
+                "dimensions")
+    parts = math.prod(whole) // math.prod(block)
+    for k in range(len(whole)):  # one dimension split, but not the one the spec names
+        split = [n // parts if j == k else n for j, n in enumerate(whole)]
+        if list(guess) == split:
+            return (" — the split is on the wrong dimension: a PartitionSpec's k-th entry says how "
+                    "dimension k is split, and a missing entry means that dimension is not split")
+        turned = [n // parts if j == k else n for j, n in enumerate(whole[::-1])]
+        if len(whole) == 2 and list(guess) == turned:
+            return (f" — that is a block of an array of shape {whole[::-1]}; the array placed "
+                    f"has shape {whole}")
+    return ""
+
+
 def check_predicted_shard_shapes(predicted, array) -> None:
     """Exercise 04: predicted per-device block shapes against the placed array's real ones."""
     exercise = "shard shapes of a PartitionSpec"
@@ -153,7 +173,8 @@ def check_predicted_shard_shapes(predicted, array) -> None:
         off = [f"dimension {k}: {off_by(g, n)}" for k, (g, n) in enumerate(zip(sizes, shape))
                if g != n]
         if off:
-            fail(exercise, f"wrong shard shape on device {device}: {'; '.join(off)}")
+            fail(exercise, f"wrong shard shape on device {device}: {'; '.join(off)}"
+                            f"{_split_hint(sizes, shape, tuple(array.shape))}")
     passed(exercise, f"{len(actual)} blocks of {actual[0][1]}")
 
 
