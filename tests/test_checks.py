@@ -25,6 +25,7 @@ from course_utils.checks import (
     check_predicted_shard_shapes,
     check_reduce_scatter,
     check_shares,
+    check_stored_bytes_rule,
     check_stored_prediction,
     check_two_state_update,
 )
@@ -252,6 +253,37 @@ def test_stored_prediction(setup):
         with pytest.raises(ExerciseFailed, match=match) as failed:
             check_stored_prediction(predicted, arrays)
         assert "measured" not in str(failed.value)  # the answer is not given away
+
+
+def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
+    devices = jax.devices()
+
+    def right(n_bytes, p):
+        return {"all_reduce": n_bytes, "reduce_scatter": n_bytes / p, "all_gather": n_bytes}
+
+    check_stored_bytes_rule(right, devices)  # floats from "/" are accepted
+    assert "48 B on p = 4" in capsys.readouterr().out
+    check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": np.int64(n), "reduce_scatter": n // p, "all_gather": n},
+        devices,
+    )
+    wrong = [
+        (lambda n, p: {"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32},
+         "a 24-byte gradient on p = 2: all_reduce"),  # the notebook's numbers, copied
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": n, "all_gather": n},
+         "keeps one slice of the sum"),
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n / p},
+         "every device holds the whole"),
+        (lambda n, p: {"all_reduce": 2 * (p - 1) * n / p, "reduce_scatter": n / p,
+                       "all_gather": n}, "what a ring sends per rank"),
+        (lambda n, p: {"all_reduce": n}, "it lacks 'all_gather', 'reduce_scatter'"),
+        (lambda n: {"all_reduce": n}, r"stored_bytes\(24, 2\) raised TypeError"),
+        ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32}, "must be a function"),
+        (None, "stored_bytes is not defined"),
+    ]
+    for rule, match in wrong:
+        with pytest.raises(ExerciseFailed, match=match):
+            check_stored_bytes_rule(rule, devices)
 
 
 def test_two_state_update(setup):
