@@ -26,7 +26,7 @@ from course_utils.checks import (
     check_predicted_shard_shapes,
     check_reduce_scatter,
     check_shares,
-    check_stored_prediction,
+    check_stored_bytes_rule,
     check_two_state_update,
 )
 
@@ -276,40 +276,81 @@ def test_predicted_shard_shapes(setup):
         check_predicted_shard_shapes([(16.0, 2.0)] * 4, placed)
 
 
-def test_stored_prediction(setup):
-    _, (_, replicated, sliced), _, _ = setup
-    gradient = np.arange(8, dtype=np.float32)  # 32 bytes on 4 devices
-    arrays = {
-        "all_reduce": jax.device_put(gradient, replicated),
-        "reduce_scatter": jax.device_put(gradient, sliced),
-        "all_gather": jax.device_put(gradient, replicated),
-    }
-    check_stored_prediction({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32.0}, arrays)
-    check_stored_prediction(
-        {"all_reduce": np.int64(32), "reduce_scatter": np.float32(8), "all_gather": 32}, arrays
+def test_predicted_shard_shapes_of_a_transpose_name_the_likely_mistake(setup):
+    mesh, _, (xh, _, _), _ = setup
+    placed = jax.device_put(xh.T, NamedSharding(mesh, P("data")))  # (8, 16): blocks of (2, 16)
+    check_predicted_shard_shapes([(2, 16)] * 4, placed)
+    check_predicted_shard_shapes(([np.int32(2), 16],) * 4, placed)  # a tuple of lists too
+    with pytest.raises(ExerciseFailed, match=r"a block of an array of shape \(16, 8\)"):
+        check_predicted_shard_shapes([(4, 8)] * 4, placed)  # xh's rows split, not xh.T's
+    with pytest.raises(ExerciseFailed, match="the split is on the wrong dimension"):
+        check_predicted_shard_shapes([(8, 4)] * 4, placed)
+    with pytest.raises(ExerciseFailed, match="wrong order"):
+        check_predicted_shard_shapes([(16, 2)] * 4, placed)
+    with pytest.raises(ExerciseFailed, match="that is the whole array") as failed:
+        check_predicted_shard_shapes([(8, 16)] * 4, placed)
+    assert "(2, 16)" not in str(failed.value)
+
+
+@pytest.mark.parametrize(
+    "rule, match",
+    [
+        (lambda n, p: {"all_reduce": n / p, "reduce_scatter": n / p, "all_gather": n},
+         "every device holds the whole"),
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p / 4, "all_gather": n},
+         r"bytes \(4 per float32"),
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": (p - 1) * n / p, "all_gather": n},
+         "what a ring sends per rank"),
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": str(n)},
+         "give a number of bytes"),
+        (lambda n, p: {"all_reduce": 8 * n, "reduce_scatter": n / p, "all_gather": n},
+         "bytes, not bits"),
+        (lambda n, p: {"all_reduce": n / 2**20, "reduce_scatter": n / p, "all_gather": n},
+         "not KiB or MiB"),
+        (lambda n, p: {"all_reduce": n * p, "reduce_scatter": n / p, "all_gather": n},
+         "not all 2 together"),
+        (lambda n, p: {"all_reduce": float("nan"), "reduce_scatter": n / p, "all_gather": n},
+         "finite number"),
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n, "psum": n},
+         "'psum' is not asked for$"),
+        (lambda n, p: n, "must be a dict with the keys all_gather, all_reduce, reduce_scatter"),
+    ],
+)
+def test_stored_bytes_rule_names_the_likely_mistake(rule, match):
+    with pytest.raises(ExerciseFailed, match=match) as failed:
+        check_stored_bytes_rule(rule, jax.devices())
+    assert "measured" not in str(failed.value)  # the answer is not given away
+
+
+def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
+    devices = jax.devices()
+
+    def right(n_bytes, p):
+        return {"all_reduce": n_bytes, "reduce_scatter": n_bytes / p, "all_gather": n_bytes}
+
+    check_stored_bytes_rule(right, devices)  # floats from "/" are accepted
+    assert "48 B on p = 4" in capsys.readouterr().out
+    check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": np.int64(n), "reduce_scatter": n // p, "all_gather": n},
+        devices,
     )
     wrong = [
-        ({"all_reduce": 8, "reduce_scatter": 8, "all_gather": 32}, "every device holds the whole"),
-        ({"all_reduce": 32, "reduce_scatter": 32, "all_gather": 32}, "keeps one slice of the sum"),
-        ({"all_reduce": 32, "reduce_scatter": 2, "all_gather": 32}, r"bytes \(4 per float32"),
-        ({"all_reduce": 48, "reduce_scatter": 24, "all_gather": 24}, "what a ring sends per rank"),
-        ({"all_reduce": 32, "reduce_scatter": 24, "all_gather": 32}, "what a ring sends per rank"),
-        ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": "32"}, "give a number of bytes"),
-        ({"all_reduce": 256, "reduce_scatter": 8, "all_gather": 32}, "bytes, not bits"),
-        ({"all_reduce": 32 / 2**20, "reduce_scatter": 8, "all_gather": 32}, "not KiB or MiB"),
-        ({"all_reduce": 128, "reduce_scatter": 8, "all_gather": 32}, "not all 4 together"),
-        ({"all_reduce": 32, "reduce_scatter": 16, "all_gather": 32}, "one slice per device"),
-        ({"all_reduce": float("nan"), "reduce_scatter": 8, "all_gather": 32}, "finite number"),
-        (None, "predicted_stored is not defined"),
-        ({"all_reduce": 32}, "it lacks 'all_gather', 'reduce_scatter'$"),
-        ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32, "psum": 32},
-         "'psum' is not asked for$"),
-        (32, "must be a dict with the keys all_gather, all_reduce, reduce_scatter, got int"),
+        (lambda n, p: {"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32},
+         "a 24-byte gradient on p = 2: all_reduce"),  # the notebook's numbers, copied
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": n, "all_gather": n},
+         "keeps one slice of the sum"),
+        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n / p},
+         "every device holds the whole"),
+        (lambda n, p: {"all_reduce": 2 * (p - 1) * n / p, "reduce_scatter": n / p,
+                       "all_gather": n}, "what a ring sends per rank"),
+        (lambda n, p: {"all_reduce": n}, "it lacks 'all_gather', 'reduce_scatter'"),
+        (lambda n: {"all_reduce": n}, r"stored_bytes\(24, 2\) raised TypeError"),
+        ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32}, "must be a function"),
+        (None, "stored_bytes is not defined"),
     ]
-    for predicted, match in wrong:
-        with pytest.raises(ExerciseFailed, match=match) as failed:
-            check_stored_prediction(predicted, arrays)
-        assert "measured" not in str(failed.value)  # the answer is not given away
+    for rule, match in wrong:
+        with pytest.raises(ExerciseFailed, match=match):
+            check_stored_bytes_rule(rule, devices)
 
 
 def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,

@@ -34,8 +34,8 @@ SEED = {
 
 
 TITLES = [
-    "What one device stores (read from the arrays)",
-    "What one rank sends (ring model, p = 4)",
+    "Stored: values one device holds afterwards",
+    "Sent: bytes one rank sends (ring model, p = 4)",
 ]
 
 

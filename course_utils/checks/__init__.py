@@ -14,7 +14,7 @@ from course_utils.checks.part_one import (
     check_predicted_shard_shapes,
     check_reduce_scatter,
     check_shares,
-    check_stored_prediction,
+    check_stored_bytes_rule,
     check_two_state_update,
 )
 from course_utils.checks.training import (
@@ -36,7 +36,7 @@ __all__ = [
     "check_reduce_scatter",
     "check_ring_step",
     "check_shares",
-    "check_stored_prediction",
+    "check_stored_bytes_rule",
     "check_two_level",
     "check_two_state_update",
 ]

@@ -63,14 +63,14 @@ def placement_figure_data(local_sizes: Sequence[int], gradient_nbytes: int, rank
         "panels": [
             {
                 "kind": "bar",
-                "title": "What one device stores (read from the arrays)",
+                "title": "Stored: values one device holds afterwards",
                 "labels": ["all-reduce", "reduce-scatter", "after gather"],
                 "ylabel": "values stored per device",
                 "series": [{"label": "observed local shape", "y": [int(n) for n in local_sizes]}],
             },
             {
                 "kind": "bar",
-                "title": f"What one rank sends (ring model, p = {ranks})",
+                "title": f"Sent: bytes one rank sends (ring model, p = {ranks})",
                 "labels": ["all-reduce", "reduce-scatter", "scatter + gather"],
                 "ylabel": "modeled bytes per rank",
                 "series": [

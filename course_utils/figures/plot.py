@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import io
+import textwrap
 from typing import Sequence
 
 from course_utils.display import format_bytes
@@ -51,7 +52,10 @@ def _draw_bar(ax, panel: dict) -> None:
         bars = ax.bar(positions, s["y"], width=width, label=s.get("label"))
         ax.bar_label(bars, fmt="%g", fontsize=8)
     crowded = len(panel["labels"]) > 4  # long labels side by side would overlap
-    ax.set_xticks(range(len(panel["labels"])), panel["labels"], rotation=35 if crowded else 0,
+    labels = panel["labels"]
+    if not crowded and sum(len(label) for label in labels) > 32:  # wrap at spaces instead
+        labels = [textwrap.fill(label, 10, break_long_words=False) for label in labels]
+    ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 0,
                   ha="right" if crowded else "center")
 
 

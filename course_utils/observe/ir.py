@@ -127,20 +127,24 @@ def _ints(text: str) -> list[int]:
 
 
 def replica_groups(text: str) -> list[list[int]]:
-    """The device ids of each group in an HLO op's ``replica_groups``, whatever form XLA prints.
+    """The members of each group in an HLO op's ``replica_groups``, in any form XLA prints.
+
+    The numbers are positions in the program's device assignment (the mesh's devices in mesh
+    order), not ``jax.Device.id``: a mesh of the devices ``[[3, 1], [2, 0]]`` reducing over its
+    second axis prints ``{{0,1},{2,3}}``.
 
     XLA prints the same groups three ways, depending on the version: an explicit list
-    ``{{0,1},{2,3}}``; the compact iota form ``[2,2]<=[4]`` (ids 0…3 reshaped to 2 groups of 2,
+    ``{{0,1},{2,3}}``; the compact iota form ``[2,2]<=[4]`` (0…3 reshaped to 2 groups of 2,
     optionally transposed first: ``[2,2]<=[2,2]T(1,0)``); and, from JAX 0.12, mesh axes
-    ``mesh['node'=2,'local'=2] {'local'}`` (a group per position on the other axes, the ids
-    varying along the named axes, devices numbered in mesh order). An op without groups
+    ``mesh['node'=2,'local'=2] {'local'}`` (a group per position on the other axes, the positions
+    varying along the named axes). An op without groups
     (all devices in one group, or none printed) gives ``[]``.
 
     Args:
         text: the HLO text of one op, or a line holding ``replica_groups=…``.
 
     Returns:
-        One list of device ids per group.
+        One list of device positions per group.
 
     Examples:
         >>> replica_groups("replica_groups={{0,1},{2,3}}")
