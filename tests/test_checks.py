@@ -68,6 +68,9 @@ def test_shares(setup, capsys):
         check_shares(twice, xh, yh, wh, 4)
     assert "row count" not in str(failed.value)
     right = _shares(xh, yh, wh, 16)
+    where = r"entries wrong, at \(0, 0\), \(0, 1\), \(0, 2\) and \d+ more"
+    assert re.search(where, str(failed.value))
+    assert f"{right[0, 0]:.6g}" not in str(failed.value)  # where and how far, never the answer
     for wrong, likely in [
         (right.T.copy(), "transposed"),
         (right[::-1].copy(), "in another order"),

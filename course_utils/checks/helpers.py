@@ -146,15 +146,15 @@ def check_values(
         return
     flat_got, flat_expected = got_array.ravel(), expected.ravel()
     ratio = common_ratio(flat_got, flat_expected)
-    shown = ", ".join(
-        f"[{i}] {flat_got[i]:.6g} instead of {flat_expected[i]:.6g}" for i in wrong[:3]
-    )
+    # where and how far off, never the expected values themselves (they are the answer)
+    where = ", ".join(str(np.unravel_index(i, expected.shape)) if expected.ndim > 1 else f"[{i}]"
+                      for i in wrong[:3])
     more = f" and {wrong.size - 3} more" if wrong.size > 3 else ""
     scale = f"; every entry is {ratio:.3g}× the expected value" if ratio is not None else ""
     fail(
         exercise,
-        f"{name}: {wrong.size} of {flat_expected.size} entries wrong: {shown}{more}"
-        f" (largest error {np.max(np.abs(got_array - expected)):.3g}){scale}{hint and '. ' + hint}",
+        f"{name}: {wrong.size} of {flat_expected.size} entries wrong, at {where}{more} "
+        f"(largest error {np.max(np.abs(got_array - expected)):.3g}){scale}{hint and '. ' + hint}",
     )
 
 
