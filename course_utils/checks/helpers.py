@@ -147,8 +147,11 @@ def check_values(
     flat_got, flat_expected = got_array.ravel(), expected.ravel()
     ratio = common_ratio(flat_got, flat_expected)
     # where and how far off, never the expected values themselves (they are the answer)
-    where = ", ".join(str(np.unravel_index(i, expected.shape)) if expected.ndim > 1 else f"[{i}]"
-                      for i in wrong[:3])
+    where = ", ".join(
+        str(tuple(int(k) for k in np.unravel_index(i, expected.shape))) if expected.ndim > 1
+        else f"[{i}]"
+        for i in wrong[:3]
+    )
     more = f" and {wrong.size - 3} more" if wrong.size > 3 else ""
     scale = f"; every entry is {ratio:.3g}× the expected value" if ratio is not None else ""
     fail(
