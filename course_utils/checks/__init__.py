@@ -6,22 +6,17 @@ without giving the answer away (``ExerciseFailed``, shown without a traceback), 
 """
 
 from course_utils.checks.algorithms import check_bucket_choice, check_ring_step, check_two_level
+from course_utils.checks.budget import check_budget_row
+from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.links import check_link_prediction
-from course_utils.checks.part_one import (
-    check_budget_row,
-    check_joint_permutation,
-    check_predicted_shard_shapes,
-    check_reduce_scatter,
-    check_shares,
-    check_stored_bytes_rule,
-    check_two_state_update,
-)
+from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
 from course_utils.checks.training import (
     check_error_feedback,
     check_local_steps,
     check_memory_prediction,
 )
+from course_utils.checks.updates import check_joint_permutation, check_two_state_update
 
 __all__ = [
     "ExerciseFailed",

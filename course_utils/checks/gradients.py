@@ -1,0 +1,256 @@
+"""Self-checks of steps 02 and 03: the per-device shares, and the student's reduce-scatter kernel.
+
+Every check either prints one ``PASSED: <exercise>`` line or raises ``ExerciseFailed`` whose message
+says what is wrong without giving the answer. Expected values are computed from the inputs passed
+in, never stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import traceback
+
+import jax
+import numpy as np
+
+from course_utils.checks.helpers import (
+    check_placement,
+    check_values,
+    common_ratio,
+    fail,
+    given,
+    passed,
+    tiled_hint,
+)
+from course_utils.collectives.kernels import (
+    Kernel,
+)
+from course_utils.constants import ATOL
+from course_utils.display import error_line
+from course_utils.observe.ir import collectives_in
+from course_utils.problems.regression import reference_gradient
+
+
+def _shares_mistake(got: np.ndarray, expected: np.ndarray, gradient: np.ndarray) -> str:
+    """The likely mistake behind wrong shares, without the answer: transposed, rows in another
+    order, the whole gradient on every row, or shares that add up right but split otherwise."""
+    close = functools.partial(np.allclose, atol=ATOL, rtol=ATOL)
+    if got.shape == expected.T.shape and close(got, expected.T):
+        return "it looks transposed: one row per device, one column per feature"
+    if got.shape != expected.shape or close(got, expected):
+        return ""
+    if all(close(row, gradient) for row in got):
+        return "every row is the whole gradient: row i is device i's share, from its rows only"
+    order = [next((j for j, e in enumerate(expected) if close(row, e)), None) for row in got]
+    if None not in order and sorted(order) == list(range(len(expected))):
+        return ("the right shares in another order: row i must come from device i's block, "
+                "the i-th group of consecutive rows")
+    if close(got.sum(axis=0), gradient):
+        return ("the rows add up to the gradient but are not the devices' shares: split x and y "
+                "into blocks of consecutive rows (np.split)")
+    return ""
+
+
+def check_shares(shares, x, y, w, n_devices: int) -> None:
+    """Exercise 02: the per-device shares, stacked ``(n_devices, n_features)``,
+    from row blocks of x, y.
+    """
+    exercise = "per-device shares"
+    x, y, w = (np.asarray(a) for a in (x, y, w))
+    n_rows = x.shape[0]
+    blocks = np.split(np.arange(n_rows), n_devices)
+    expected = np.stack([2 * x[b].T @ (x[b] @ w - y[b]) / n_rows for b in blocks])
+    hint, got = "", np.asarray(shares) if isinstance(shares, np.ndarray | jax.Array) else None
+    ratio = common_ratio(got.ravel(), expected.ravel()) if got is not None and (
+        got.shape == expected.shape) else None
+    if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3):
+        hint = f"divide every share by the global row count ({n_rows}), not by the rows per device"
+    elif got is not None:
+        hint = _shares_mistake(got, expected, reference_gradient(x, y, w))
+    if hint and got.shape != expected.shape:
+        fail(exercise, f"my_shares has shape {got.shape}, expected {expected.shape}: {hint}")
+    check_values(exercise, "my_shares", shares, expected, hint=hint)
+    np.testing.assert_allclose(expected.sum(axis=0), reference_gradient(x, y, w), atol=ATOL)
+    passed(exercise, f"{n_devices} shares that add up to the reference gradient")
+
+
+def _program(exercise: str, fn, args: tuple) -> list[str]:
+    """The collectives in the compiled program of ``fn`` (jitted here if it is not yet)."""
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)  # a bare shard_map is fine too
+    try:
+        return [op.op for op in collectives_in(jitted, *args).hlo]
+    except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
+        if _through_package_kernel(error):
+            fail(exercise, "your function calls one of the package's kernels; write the "
+                 "jax.shard_map yourself")
+        fail(
+            exercise,
+            f"your function does not compile as one JAX program ({error_line(error)}); "
+            "build it from jax.shard_map and wrap it in jax.jit",
+        )
+
+
+# the package's kernel builders: a student's kernel must not be, wrap or call what they build
+_PACKAGE_KERNELS = ("all_reduce_gradient", "reduce_scatter_gradient", "all_gather_shards",
+                    "block_collective")
+
+
+def _package_kernel_in(fn) -> bool:
+    """Whether ``fn`` is, or wraps (``jax.jit``, ``functools.wraps``/``partial``), a package kernel
+    or a function defined inside a kernel builder."""
+    for _ in range(20):
+        if fn is None:
+            return False
+        if isinstance(fn, Kernel):
+            return True
+        qualname = getattr(getattr(fn, "__code__", None), "co_qualname", "")
+        if qualname.split(".<locals>")[0] in _PACKAGE_KERNELS:
+            return True
+        fn = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
+    return False
+
+
+def _runs_package_kernel(jitted, args: tuple) -> bool:
+    """Whether the program of ``jitted`` was traced through a package kernel's body (its source
+    locations name ``reduce_scatter_gradient.<locals>.kernel`` and the like)."""
+    try:
+        text = jitted.lower(*args).as_text(debug_info=True)
+    except Exception:  # noqa: BLE001 - no debug text: the other checks still judge the kernel
+        return False
+    return any(f'"{builder}.<locals>' in text for builder in _PACKAGE_KERNELS)
+
+
+def _through_package_kernel(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside the package's kernels (a student's code called one)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(f.filename.endswith("kernels.py") and "collectives" in f.filename
+               and f.name in ("__call__", "place", "lower", "kernel", "check") for f in frames)
+
+
+def _call_failed(name: str, error: BaseException) -> str:
+    """What a failed call of the student's kernel means: JAX's whole explanation, and a hint."""
+    text = str(error).strip()
+    if _through_package_kernel(error):
+        return (f"{name} calls one of the package's kernels (it raised {type(error).__name__} "
+                "inside course_utils); write the jax.shard_map yourself")
+    hint = tiled_hint(error, "p")
+    if "out_specs" in text and "replicat" in text:
+        hint = ("; out_specs=P() declares one value on every device, but after psum_scatter "
+                "each device holds a different slice: give out_specs the spec of a vector "
+                "split over 'data' (switching check_vma off would hide the mistake)")
+    elif "of type NamedSharding" in text:
+        hint = ("; in_specs and out_specs take PartitionSpecs, P(...), not NamedShardings "
+                "such as sliced: the mesh is already given by mesh=")
+    elif "pytree structure" in text and "in_specs" in text:
+        hint = "; in_specs must be a tuple with one P(...) per argument, not a list"
+    elif "positional argument" in text:
+        hint = "; the kernel takes the three blocks (x_block, y_block, w), one per in_specs entry"
+    elif "broadcasting" in text:
+        hint = ("; x_block and y_block must hold the same rows: x split by rows "
+                "(P('data', None)) and y split the same way (P('data')); P() hands a device "
+                "the whole array")
+    elif isinstance(error, AttributeError) and "trac" in text:
+        hint = ("; inside jax.jit every array is a tracer, with no .sharding or device data: "
+                "jit the jax.shard_map of your kernel, not a function that places or inspects "
+                "arrays")
+    return f"calling {name}(x, y, w) raised {type(error).__name__}:\n{text}\n{hint.lstrip('; ')}"
+
+
+def _fresh_problem(x, y, w, seed: int = 27):
+    """Inputs of the same shapes and placements that the student never saw, with their host
+    copies."""
+    rng = np.random.default_rng(seed)
+    hosts = [rng.standard_normal(np.shape(a)).astype(np.float32) for a in (x, y, w)]
+    placed = [jax.device_put(h, a.sharding) if isinstance(a, jax.Array) else h
+              for h, a in zip(hosts, (x, y, w))]
+    return placed, hosts
+
+
+def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) -> None:
+    """Exercise 03: your jitted reduce-scatter kernel: called on the placed ``x, y, w`` it returns
+    the gradient split by features, and its compiled program communicates with a reduce-scatter.
+    It must be the student's own: not the package's kernel, nor a wrapper of it, nor a result
+    computed beforehand (it is called again on inputs it never saw).
+    """
+    exercise = "reduce-scatter kernel"
+    name = "my_reduce_scatter"
+    given(exercise, name, fn, f"assign your jitted function to {name}")
+    if _package_kernel_in(fn):
+        fail(exercise, f"{name} is (or wraps) the package's own kernel; write the shard_map "
+             "yourself")
+    if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
+        fail(
+            exercise,
+            f"{name} is an object of type {type(fn).__name__}, not a function; pass the jitted "
+            "function itself, "
+            "the check calls it",
+        )
+    failure = None
+    try:
+        g = fn(x, y, w)
+    except Exception as error:  # noqa: BLE001 - the student's function failed: say how
+        failure = _call_failed(name, error)
+    if failure:
+        fail(exercise, failure)  # outside the except: no traceback chained into the package
+    expected = reference_gradient(
+        np.asarray(x_host), np.asarray(y_host), np.asarray(w_host)
+    ).astype(np.float32)
+    if tuple(np.shape(g)) == (expected.size // n_devices,) and n_devices > 1:
+        fail(
+            exercise,
+            f"{name}(x, y, w) has the shape of one slice, {tuple(np.shape(g))}: with out_specs=P() "
+            "and check_vma off, JAX keeps one device's slice as if all held the same; say in "
+            "out_specs that the result is split over 'data'",
+        )
+    ratio = common_ratio(np.asarray(g).ravel(), expected.ravel()) if np.shape(g) == np.shape(
+        expected) else None
+    hint = ""
+    if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3):
+        hint = ("every device seems to add the whole gradient: did each get all of x and y "
+                "(P() in in_specs), or divide by the rows per device?")
+    check_values(exercise, f"{name}(x, y, w)", g, expected, hint=hint)
+    fresh, fresh_hosts = _fresh_problem(x, y, w)
+    try:
+        again = np.asarray(fn(*fresh))
+    except Exception as error:  # noqa: BLE001
+        failure = _call_failed(name, error)
+    if failure:
+        fail(exercise, failure)
+    if not np.allclose(again, reference_gradient(*fresh_hosts), atol=1e-4, rtol=1e-4):
+        fail(exercise, f"{name} gives the right gradient for x, y, w but a wrong one for other "
+             "inputs of the same shapes: its result was computed beforehand (captured from "
+             "outside), not from its arguments")
+    if hasattr(g, "addressable_shards") and len(g.addressable_shards) == 1 < n_devices:
+        fail(exercise, f"{name}(x, y, w) lives on one device: it was computed outside the "
+             f"mesh (on the host, or as a constant), not by a shard_map over the {n_devices} "
+             "devices")
+    check_placement(exercise, f"{name}(x, y, w)", g, (expected.size // n_devices,), n_devices)
+    ops = _program(exercise, fn, (x, y, w))
+    if _runs_package_kernel(fn if hasattr(fn, "lower") else jax.jit(fn), (x, y, w)):
+        fail(exercise, f"{name} runs the package's reduce_scatter_gradient (or another package "
+             "kernel) inside; write the jax.shard_map and its psum_scatter yourself")
+    if "reduce-scatter" not in ops:
+        found = f"only {', '.join(sorted(set(ops)))}" if ops else "no collective at all"
+        why = (
+            "the devices never combine their shares (was the gradient computed elsewhere and "
+            "placed?)"
+            if not ops
+            else "every device receives more of the sum than the slice it keeps"
+        )
+        fail(
+            exercise,
+            f"the right result, but the compiled program of {name} has {found}: {why}; compute "
+            "each device's share inside jax.shard_map and end with jax.lax.psum_scatter",
+        )
+    if "all-reduce" in ops:
+        fail(
+            exercise,
+            f"the compiled program of {name} has an all-reduce besides the reduce-scatter: "
+            "every device still receives the whole sum; use only jax.lax.psum_scatter",
+        )
+    passed(
+        exercise,
+        f"each device holds {expected.size // n_devices} of the {expected.size} gradient values, "
+        "communicated by one reduce-scatter",
+    )

@@ -1,0 +1,301 @@
+"""Self-checks of steps 06 and 07: the sliced two-state update, and the joint row permutation.
+
+Every check either prints one ``PASSED: <exercise>`` line or raises ``ExerciseFailed`` whose message
+says what is wrong without giving the answer. Expected values are computed from the inputs passed
+in, never stored.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from course_utils.checks.helpers import (
+    check_placement,
+    check_values,
+    fail,
+    given,
+    passed,
+)
+from course_utils.collectives.kernels import (
+    all_gather_shards,
+    all_reduce_gradient,
+    reduce_scatter_gradient,
+)
+from course_utils.constants import ATOL
+from course_utils.display import error_line
+from course_utils.observe.ir import collectives_in
+from course_utils.problems.regression import reference_gradient
+
+
+def _two_state_inputs(mesh, shape: tuple, seed: int):
+    """Inputs the student never saw, of the notebook's shapes: host copies and placed arrays."""
+    rng = np.random.default_rng(seed)
+    n_rows, n_features = shape
+    x = rng.normal(size=shape).astype(np.float32)
+    y = rng.normal(size=n_rows).astype(np.float32)
+    w = rng.normal(scale=0.5, size=n_features).astype(np.float32)
+    m = rng.normal(scale=0.01, size=n_features).astype(np.float32)
+    s = rng.uniform(1e-4, 4e-4, size=n_features).astype(np.float32)
+    axis = mesh.axis_names[0]
+    specs = (P(axis, None), P(axis), P(), P(axis), P(axis))
+    placed = tuple(jax.device_put(a, NamedSharding(mesh, spec)) for a, spec in zip(
+        (x, y, w, m, s), specs))
+    return (x, y, w, m, s), placed
+
+
+def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
+    """The likely wrong forms of each result, each with what to say (checked in this order)."""
+    m_next, s_next = b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g * g
+    root = np.sqrt(s_next)
+    k = w.size // n_devices
+    first_slice = np.tile(w[:k], n_devices)  # every device took the first slice of w
+    return {
+        "m_next": {
+            "β1 and 1−β1 are swapped: the old m keeps the weight β1": (1 - b1) * m + b1 * g,
+            "the gradient's weight is 1−β1 (the momentum above adds g itself)": b1 * m + g,
+            "that is the gradient itself: m_next mixes the old m with g": g,
+        },
+        "s_next": {
+            "the gradient must be squared (g**2), not g": b2 * s + (1 - b2) * g,
+            "β2 and 1−β2 are swapped: the old s keeps the weight β2": (1 - b2) * s + b2 * g * g,
+            "the squared gradient's weight is 1−β2": b2 * s + g * g,
+        },
+        "w_next": {
+            "ε goes outside the square root: sqrt(s) + eps":
+                w - lr * m_next / np.sqrt(s_next + eps),
+            "ε is missing": w - lr * m_next / root,
+            "ε belongs in the denominator, added to sqrt(s)": w - lr * m_next / root + eps,
+            "the step goes the wrong way: subtract lr · m / (sqrt(s) + ε)":
+                w + lr * m_next / (root + eps),
+            "this exercise has no bias correction: use m_next and s_next as they are": w - lr * (
+                m_next / (1 - b1)) / (np.sqrt(s_next / (1 - b2)) + eps),
+            "use the updated states m_next and s_next, not the old m and s":
+                w - lr * m / (np.sqrt(s) + eps),
+            "the step is lr · m / (sqrt(s) + ε): the square root is missing":
+                w - lr * m_next / (s_next + eps),
+            "every device updated the first slice of w: cut this device's own slice, at "
+            "jax.lax.axis_index('data') · features/p":
+                first_slice - lr * m_next / (root + eps),
+        },
+    }
+
+
+def check_two_state_update(
+    step,
+    mesh,
+    shape: tuple,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+) -> None:
+    """Exercise 06: your jitted sliced step with two optimizer states (Adam-like, no bias
+    correction), ``step(x, y, w, m, s) -> (w_next, m_next, s_next)``.
+
+    The check calls ``step`` on inputs of ``shape`` (rows, features) that it draws itself, so a
+    result computed beforehand cannot pass; it compares the values with NumPy and names the
+    likely mistake, checks the placements (states in slices, weights gathered), and reads the
+    compiled program: the gradient must be reduce-scattered, not all-reduced.
+    """
+    exercise = "sliced update with two states"
+    name = "two_state_step"
+    given(exercise, name, step, f"assign your jitted function to {name}")
+    if isinstance(step, (np.ndarray, jax.Array, tuple, list)) or not callable(step):
+        fail(exercise, f"{name} is an object of type {type(step).__name__}, not a function; pass "
+             "the jitted function itself, the check calls it")
+    n_devices = mesh.size
+    results = []
+    for seed in (61, 62):
+        host, placed = _two_state_inputs(mesh, tuple(shape), seed)
+        try:
+            out = step(*placed)
+        except Exception as error:  # noqa: BLE001 - the student's function failed: say how
+            fail(exercise, f"calling {name}(x, y, w, m, s) raised {error_line(error)}")
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            fail(exercise, f"{name}(x, y, w, m, s) must return (w_next, m_next, s_next), three "
+                 f"arrays; got {type(out).__name__}")
+        results.append((host, placed, out))
+    (host, placed, out), (_, _, other) = results
+    if all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, other)):
+        fail(exercise, f"{name} returns the same arrays for different inputs: compute from its "
+             "arguments x, y, w, m, s, not from arrays of the notebook (g_slices, m0, ...)")
+    x, y, w, m, s = (a.astype(np.float64) for a in host)
+    g = reference_gradient(x, y, w)
+    mistakes = _two_state_mistakes(w, m, s, g, lr, beta1, beta2, eps, n_devices)
+    m_next = beta1 * m + (1 - beta1) * g
+    s_next = beta2 * s + (1 - beta2) * g * g
+    w_next = w - lr * m_next / (np.sqrt(s_next) + eps)
+    checked = (("m_next", out[1], m_next), ("s_next", out[2], s_next), ("w_next", out[0], w_next))
+    for key, got, expected in checked:  # the states first: a wrong state makes w wrong too
+        atol = 1e-5 * float(np.max(np.abs(expected)))  # float32 rounding at each one's scale
+        got_host = np.asarray(got, dtype=np.float64) if hasattr(got, "shape") else None
+        close = got_host is not None and got_host.shape == expected.shape and np.allclose(
+            got_host, expected, atol=atol, rtol=1e-5)
+        if got_host is not None and got_host.shape == expected.shape and not close:
+            for hint, wrong in mistakes[key].items():
+                if np.allclose(got_host, wrong, atol=atol, rtol=1e-5):
+                    fail(exercise, f"{key}: {hint}")
+        check_values(exercise, f"{key} (on the check's own inputs)", got, expected.astype(
+            np.float32), atol=atol, rtol=1e-5)
+    slice_shape = (w.size // n_devices,)
+    check_placement(exercise, "w_next", out[0], w.shape, n_devices)
+    check_placement(exercise, "m_next", out[1], slice_shape, n_devices)
+    check_placement(exercise, "s_next", out[2], slice_shape, n_devices)
+    jitted = step if hasattr(step, "lower") else jax.jit(step)
+    try:
+        program = collectives_in(jitted, *placed)
+    except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
+        why = "" if hasattr(step, "lower") else (
+            "; a Python function that calls the package's kernels runs, but is not one program "
+            "the check can read")
+        fail(exercise, f"{name} does not compile as one JAX program ({error_line(error)}{why}); "
+             "build it from jax.shard_map and wrap it in jax.jit")
+    written = {op.op for op in program.stablehlo} | {op.op for op in program.hlo}
+    if written & {"all_reduce", "all-reduce"}:
+        fail(exercise, "the right numbers, but the program all-reduces the gradient: every "
+             "device receives all of it and then keeps a slice; use jax.lax.psum_scatter "
+             "(tiled=True), which sends each device only its slice")
+    if not written & {"reduce_scatter", "reduce-scatter"}:
+        fail(exercise, "the right numbers, but the program has no reduce-scatter: compute the "
+             "gradient inside the step (from x_block, y_block, w) and end it with psum_scatter")
+    passed(exercise, f"both states kept in slices of {slice_shape[0]}, the gradient "
+           "reduce-scattered, the weights gathered")
+
+
+_NOT_GIVEN = object()
+
+
+def _defined(exercise: str, name: str, value, shape: tuple, what: str) -> None:
+    """A value the check looked up by name: defined (``None`` if not) and of ``shape``."""
+    given(exercise, name, value, what)
+    if tuple(np.shape(value)) != shape:
+        fail(exercise, f"{name} has shape {tuple(np.shape(value))}, expected {shape}")
+
+
+def _permutation_mistakes(x, y, w2_host) -> dict:
+    """The likely wrong gradients of exercise 07 (each with what to say), from the original
+    data: only one of x and y reordered, the columns reordered, the weights not moved."""
+    same = "reorder the rows of x and the labels y with the same permutation"
+    return {
+        # x alone or y alone reordered pair the same rows with the same wrong labels
+        f"only the labels y, or only the rows of x, were reordered, so each row got another "
+        f"row's label; {same}": reference_gradient(x, y[::-1].copy(), w2_host),
+        "the permutation went to the columns (features) of x: reorder its rows, x[::-1]":
+            reference_gradient(x[:, ::-1].copy(), y[::-1].copy(), w2_host),
+        "that is the gradient at the original weights w: use w2 = w + 0.17 (w2h)":
+            reference_gradient(x, y, w2_host - np.float32(0.17)),
+    }
+
+
+def _same_buffers(a, b) -> bool:
+    """Whether two placed arrays are one result (the same object or the same device buffers)."""
+    if a is b:
+        return True
+    try:
+        return [s.data.unsafe_buffer_pointer() for s in a.addressable_shards] == [
+            s.data.unsafe_buffer_pointer() for s in b.addressable_shards]
+    except Exception:  # noqa: BLE001 - a backend without buffer pointers: identity only
+        return False
+
+
+def check_joint_permutation(
+    g_all,
+    g_gathered,
+    x,
+    y,
+    w2_host,
+    n_devices: int,
+    *,
+    x2=_NOT_GIVEN,
+    y2=_NOT_GIVEN,
+    w2=_NOT_GIVEN,
+) -> None:
+    """Exercise 07: both communication paths give the original data's gradient on every device.
+
+    ``x`` and ``y`` are the data in their original order. ``x2``, ``y2`` and ``w2`` (your placed
+    inputs; ``None`` for a name you did not define) are checked when given: ``x2`` and ``y2`` hold
+    the same rows reordered together and split by rows, ``w2`` is ``w2_host`` replicated. When all
+    three are given, each result must also be what its program computes from them, bit for bit:
+    a gradient computed elsewhere and placed, or one result reused for the other, does not pass.
+    """
+    exercise = "joint row permutation"
+    x, y, w2_host = (np.asarray(a) for a in (x, y, w2_host))
+    target = reference_gradient(x, y, w2_host).astype(np.float32)
+    mistakes = _permutation_mistakes(x, y, w2_host)
+    block = x.shape[0] // n_devices
+    if x2 is not _NOT_GIVEN:
+        _defined(exercise, "x2", x2, x.shape, "place the reordered rows of xh as x2")
+        if np.array_equal(np.asarray(x2), x):
+            labels_moved = y2 is not _NOT_GIVEN and y2 is not None and np.shape(y2) == y.shape \
+                and not np.array_equal(np.asarray(y2), y)
+            fail(exercise, "x2 holds the rows of x in their original order" + (
+                " while y2 is reordered: reorder the rows with the same permutation as the "
+                "labels" if labels_moved else "; reorder them"))
+        rows = {row.tobytes(): i for i, row in enumerate(x)}
+        order = [rows.get(row.tobytes()) for row in np.asarray(x2, dtype=x.dtype)]
+        if None in order or sorted(order) != list(range(len(x))):
+            by_row = {np.sort(r).tobytes() for r in x}
+            if all(np.sort(r).tobytes() in by_row for r in np.asarray(x2, dtype=x.dtype)):
+                fail(exercise, "x2 reorders the columns (features) of x: reorder its rows, "
+                     "x[::-1], and keep each row as it is")
+            fail(exercise, "x2 does not hold each row of x exactly once; reorder, do not change")
+        check_placement(exercise, "x2", x2, (block, x.shape[1]), n_devices)
+    if y2 is not _NOT_GIVEN:
+        _defined(exercise, "y2", y2, y.shape, "place the reordered labels as y2")
+        if x2 is not _NOT_GIVEN and not np.array_equal(np.asarray(y2), y[order]):
+            fail(
+                exercise,
+                "y2 is not ordered like the rows of x2; reorder the labels with the same "
+                "permutation as the rows",
+            )
+        check_placement(exercise, "y2", y2, (block,), n_devices)
+    if w2 is not _NOT_GIVEN:
+        given(exercise, "w2", w2, "place w2h replicated as w2 (the next cells use it)")
+        if np.shape(w2) == w2_host.shape and np.allclose(
+                np.asarray(w2), w2_host - np.float32(0.17), atol=ATOL):
+            fail(exercise, "w2 holds the original weights w; place w2h (w + 0.17) replicated")
+        check_values(exercise, "w2", w2, w2_host, hint="w2 is w + 0.17 (w2h), placed replicated")
+        check_placement(exercise, "w2", w2, w2_host.shape, n_devices)
+    for name, g in (("g_all", g_all), ("g_gathered", g_gathered)):
+        given(exercise, name, g, f"assign your result to {name}")
+        got = np.asarray(g, dtype=np.float64) if hasattr(g, "shape") else None
+        if got is not None and got.shape == target.shape and not np.allclose(
+                got, target, atol=ATOL, rtol=ATOL):
+            for hint, wrong in mistakes.items():
+                if np.allclose(got, wrong, atol=ATOL, rtol=ATOL):
+                    fail(exercise, f"{name}: {hint}")
+        check_values(exercise, name, g, target, hint="reorder the rows of x and the labels y "
+                     "with the same permutation, and use w2 = w + 0.17")
+        check_placement(exercise, name, g, target.shape, n_devices)
+        for shard in g.addressable_shards:
+            check_values(exercise, f"{name} on device {shard.device.id}", shard.data, target)
+    if _same_buffers(g_all, g_gathered):
+        fail(exercise, "g_gathered is g_all itself: compute it on the second path, the "
+             "reduce-scatter of x2, y2, w2 followed by the all-gather")
+    if all(v is not _NOT_GIVEN for v in (x2, y2, w2)):
+        _computed_from(exercise, g_all, g_gathered, x2, y2, w2)
+    passed(
+        exercise, f"both paths equal the gradient of the original data on all {n_devices} devices"
+    )
+
+
+def _computed_from(exercise: str, g_all, g_gathered, x2, y2, w2) -> None:
+    """Each result is, bit for bit, what the package's kernels compute from ``x2, y2, w2``: the
+    same program on the same inputs gives the same bits, while a gradient computed on the host
+    (or on the data in its original order) and placed differs in the last bits."""
+
+    mesh = x2.sharding.mesh
+    paths = {
+        "g_all": (g_all, all_reduce_gradient(mesh)(x2, y2, w2), "all_reduce(x2, y2, w2)"),
+        "g_gathered": (g_gathered, all_gather_shards(mesh)(reduce_scatter_gradient(mesh)(
+            x2, y2, w2)), "all_gather(reduce_scatter(x2, y2, w2))"),
+    }
+    for name, (got, program, call) in paths.items():
+        if not np.array_equal(np.asarray(got), np.asarray(program)):
+            fail(exercise, f"{name} has the right numbers, but not the bits that {call} computes:"
+                 " was it computed elsewhere (on the host, or on the data in its first order) "
+                 f"and placed? Compute {name} with the kernels, from x2, y2 and w2")
