@@ -683,8 +683,8 @@ def test_budget_row_names_the_likely_slip():
     # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
     table_n = {"ranks": 4, "all_reduce_bytes": 1572864, "scatter_gather_bytes": 1572864,
                "shard_storage_bytes": 262144}
-    with pytest.raises(ExerciseFailed, match="for N = 1048576 bytes, .* nbytes = 786432 bytes: use the "
-                       r"argument nbytes; or the factor \(p-1\)/p is missing"):
+    with pytest.raises(ExerciseFailed, match="for N = 1048576 bytes, .* nbytes = 786432 bytes: "
+                       r"use the argument nbytes; or the factor \(p-1\)/p is missing"):
         _check_row(table_n, 786432, 4, table_nbytes=2**20)
     right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
     with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .*p-1; or .* N = 1048576 "):
