@@ -29,6 +29,9 @@ from course_utils.checks import (
     check_stored_bytes_rule,
     check_two_state_update,
 )
+from course_utils.checks.budget import _check_row
+from course_utils.checks.gradients import _check_stacked
+from course_utils.checks.helpers import uses_forbidden
 
 
 @pytest.fixture(scope="module")
@@ -46,26 +49,72 @@ def _shares(xh, yh, wh, divide_by):
     )
 
 
-def test_shares(setup, capsys):
+def _right_shares(x, y, w, p):
+    n = x.shape[0]
+    return np.stack([2 * xb.T @ (xb @ w - yb) / n for xb, yb in zip(np.split(x, p),
+                                                                    np.split(y, p))])
+
+
+def test_shares_function_is_called_on_fresh_data(setup, capsys):
     _, _, (xh, yh, wh), _ = setup
-    check_shares(_shares(xh, yh, wh, 16), xh, yh, wh, 4)
-    assert capsys.readouterr().out.startswith("PASSED: per-device shares")
+    check_shares(_right_shares)
+    assert capsys.readouterr().out.startswith("PASSED: per-device shares (the shares of p = 4, 2")
+    notebook = _shares(xh, yh, wh, 16)  # the notebook's arrays, reused
+    wrong = [
+        (None, "my_shares is not defined"),
+        (notebook, "not a function"),
+        (lambda x, y, w, p: notebook, r"my_shares\(x, y, w, 4\) has shape \(4, 8\), expected"),
+        (lambda x, y, w, p: _right_shares(x, y, w, 4), "use the argument p, not N_DEVICES"),
+        (lambda x, y, w: None, r"my_shares\(x, y, w, 4\), with x of shape .* raised TypeError"),
+        (lambda x, y, w, p: None, "returned None"),
+        (lambda x, y, w, p: _right_shares(x, y, w, p) * p, "global row count"),
+        (lambda x, y, w, p: np.stack([local_contribution(xb, yb, w, len(x)) for xb, yb in zip(
+            np.split(x, p), np.split(y, p))]), "uses local_contribution, which this exercise"),
+    ]
+    for fn, match in wrong:
+        with pytest.raises(ExerciseFailed, match=match):
+            check_shares(fn)
+
+
+def test_uses_forbidden_follows_wrappers_copies_and_helpers():
+    import functools
+    import types
+
+    assert uses_forbidden(reference_gradient, (reference_gradient,)) == "reference_gradient"
+    copy = types.FunctionType(reference_gradient.__code__, reference_gradient.__globals__)
+    assert uses_forbidden(copy, (reference_gradient,)) == "reference_gradient"
+    assert uses_forbidden(jax.jit(functools.partial(reference_gradient)), (reference_gradient,))
+
+    def helper(x, y, w):
+        return reference_gradient(x, y, w)
+
+    def nested(x, y, w, p):
+        return [(lambda a: helper(a, y, w))(b) for b in np.split(x, p)]
+
+    assert uses_forbidden(nested, (reference_gradient,)) == "reference_gradient"
+    assert uses_forbidden(_right_shares, (reference_gradient, local_contribution)) is None
+    assert uses_forbidden(nested, ("helper",)) is None  # defined beside it: the student's own
+
+
+def test_shares_name_the_likely_mistake(setup, capsys):
+    _, _, (xh, yh, wh), _ = setup
+    _check_stacked(_shares(xh, yh, wh, 16), xh, yh, wh, 4)
     with pytest.raises(
         ExerciseFailed,
         match=r"32 of 32 entries wrong.*4× the expected value.*global row count \(16\)",
     ):
-        check_shares(_shares(xh, yh, wh, 4), xh, yh, wh, 4)
+        _check_stacked(_shares(xh, yh, wh, 4), xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match=r"shares has shape \(8,\), expected \(4, 8\)"):
-        check_shares(_shares(xh, yh, wh, 16).sum(axis=0), xh, yh, wh, 4)
+        _check_stacked(_shares(xh, yh, wh, 16).sum(axis=0), xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match="dtype int64"):
-        check_shares(np.zeros((4, 8), np.int64), xh, yh, wh, 4)
+        _check_stacked(np.zeros((4, 8), np.int64), xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match=r"my_shares is not defined \(or is None\); assign"):
-        check_shares(None, xh, yh, wh, 4)
+        _check_stacked(None, xh, yh, wh, 4)
     with pytest.raises(ExerciseFailed, match=r"my_shares is a list; stack it into one array"):
-        check_shares(list(_shares(xh, yh, wh, 16)), xh, yh, wh, 4)
+        _check_stacked(list(_shares(xh, yh, wh, 16)), xh, yh, wh, 4)
     twice = 2 * _shares(xh, yh, wh, 16)  # off by 2, not by p: the row-count hint would mislead
     with pytest.raises(ExerciseFailed, match=r"2× the expected value") as failed:
-        check_shares(twice, xh, yh, wh, 4)
+        _check_stacked(twice, xh, yh, wh, 4)
     assert "row count" not in str(failed.value)
     right = _shares(xh, yh, wh, 16)
     where = r"entries wrong, at \(0, 0\), \(0, 1\), \(0, 2\) and \d+ more"
@@ -78,7 +127,7 @@ def test_shares(setup, capsys):
         (np.stack([right.sum(axis=0) / 4] * 4), "add up to the gradient"),  # split evenly
     ]:
         with pytest.raises(ExerciseFailed, match=likely):
-            check_shares(wrong, xh, yh, wh, 4)
+            _check_stacked(wrong, xh, yh, wh, 4)
 
 
 def test_a_failed_check_shows_its_message_without_a_traceback():
@@ -205,6 +254,12 @@ def test_reduce_scatter(setup, capsys):
         )
 
 
+def test_reduce_scatter_refuses_a_rebound_device_count(setup):
+    mesh, _, host, placed = setup
+    with pytest.raises(ExerciseFailed, match="N_DEVICES was changed after setup"):
+        check_reduce_scatter(reduce_scatter_gradient(mesh), *placed, *host, 1)
+
+
 def test_reduce_scatter_catches_the_package_kernel_however_wrapped(setup):
     mesh, _, host, placed = setup
     package = reduce_scatter_gradient(mesh)
@@ -277,6 +332,15 @@ def test_predicted_shard_shapes(setup):
         check_predicted_shard_shapes([4, 4, 4, 4], placed)
     with pytest.raises(ExerciseFailed, match=r"whole numbers \(ints\); device 0's entry is \(16.0"):
         check_predicted_shard_shapes([(16.0, 2.0)] * 4, placed)
+
+
+def test_predicted_shard_shapes_refuse_a_rebound_mesh(setup):
+    _, _, (xh, _, _), _ = setup
+    one = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))  # `mesh = ...` in an answer
+    placed = jax.device_put(xh.T, NamedSharding(one, P("data")))
+    with pytest.raises(ExerciseFailed, match=r"mesh was changed after setup \(1, but JAX runs 4 "
+                       r"devices\): do not rebind"):
+        check_predicted_shard_shapes([(8, 16)], placed)
 
 
 def test_predicted_shard_shapes_of_a_transpose_name_the_likely_mistake(setup):
@@ -354,6 +418,10 @@ def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
     for rule, match in wrong:
         with pytest.raises(ExerciseFailed, match=match):
             check_stored_bytes_rule(rule, devices)
+    with pytest.raises(ExerciseFailed, match="the device list was changed after setup"):
+        check_stored_bytes_rule(right, devices[:1])  # a one-device list from a rebound name
+    with pytest.raises(ExerciseFailed, match="right for p = 4, not for p = 2: use the argument p"):
+        check_stored_bytes_rule(lambda n, p: right(n, 4), devices)
 
 
 def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,
@@ -539,7 +607,42 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
         check(y2=None)
 
 
-def test_budget_row():
+def _budget_row(nbytes, p):
+    sent = 2 * (p - 1) * nbytes // p
+    return {"ranks": p, "all_reduce_bytes": sent, "scatter_gather_bytes": sent,
+            "shard_storage_bytes": nbytes // p}
+
+
+def test_budget_row_function_is_called_at_sizes_and_p_the_notebook_never_used(capsys):
+    from course_utils import communication_budget, ring_bytes
+
+    check_budget_row(_budget_row, table_nbytes=2**20)
+    assert capsys.readouterr().out.startswith("PASSED: budget_row (rows for p = 4, 2, 3, 8)")
+
+    def with_ring_bytes(nbytes, p):  # step 5's ring_bytes is allowed
+        ring = ring_bytes(nbytes, p)
+        return {"ranks": p, "all_reduce_bytes": ring.all_reduce,
+                "scatter_gather_bytes": ring.reduce_scatter + ring.all_gather,
+                "shard_storage_bytes": nbytes / p}
+
+    check_budget_row(with_ring_bytes)
+    notebook_row = _budget_row(786432, 4)
+    wrong = [
+        (None, "budget_row is not defined"),
+        (notebook_row, "not a function"),
+        (lambda nbytes, p: notebook_row, "budget for p = 4: all_reduce_bytes"),
+        (lambda nbytes, p: dict(communication_budget(nbytes, (p,))[0]),
+         "calls communication_budget, which this exercise"),
+        (lambda nbytes, p: _budget_row(nbytes, 4), "use the argument p, not N_DEVICES"),
+        (lambda nbytes, p: _budget_row(2**20, p), "use the argument nbytes"),
+        (lambda nbytes: {}, r"budget_row\(655376, 4\) raised TypeError"),
+    ]
+    for fn, match in wrong:
+        with pytest.raises(ExerciseFailed, match=match):
+            check_budget_row(fn, table_nbytes=2**20)
+
+
+def test_budget_row_names_the_likely_slip():
     from course_utils import communication_budget
 
     good = {
@@ -548,71 +651,72 @@ def test_budget_row():
         "scatter_gather_bytes": 1966080,
         "shard_storage_bytes": 65536,
     }
-    check_budget_row(good, 2**20, 16)
-    check_budget_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
-    check_budget_row({k: jnp.asarray(v) for k, v in good.items()}, 2**20, 16)  # JAX int32
+    _check_row(good, 2**20, 16)
+    _check_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
+    _check_row({k: jnp.asarray(v) for k, v in good.items()}, 2**20, 16)  # JAX int32
     # whole numbers in every natural form: floats from `/`, NumPy and JAX float scalars
-    check_budget_row({**good, "ranks": jnp.asarray(16.0), "shard_storage_bytes": 2**20 / 16},
+    _check_row({**good, "ranks": jnp.asarray(16.0), "shard_storage_bytes": 2**20 / 16},
                      2**20, 16)
-    check_budget_row({k: np.float64(v) for k, v in good.items()}, 2**20, 16)
+    _check_row({k: np.float64(v) for k, v in good.items()}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match=r"ranks: give a whole number \(an int\)"):
-        check_budget_row({**good, "ranks": "16"}, 2**20, 16)
+        _check_row({**good, "ranks": "16"}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match=r"give a whole number of bytes, got 65536.5"):
-        check_budget_row({**good, "shard_storage_bytes": 65536.5}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="comes from communication_budget, which this"):
-        check_budget_row(communication_budget(2**20, (16,))[0], 2**20, 16)
+        _check_row({**good, "shard_storage_bytes": 65536.5}, 2**20, 16)
     renamed = {k.replace("_bytes", ""): v for k, v in good.items()}  # the table's headers
     with pytest.raises(ExerciseFailed, match="it lacks 'all_reduce_bytes', .*'all_reduce', "):
-        check_budget_row(renamed, 2**20, 16)
+        _check_row(renamed, 2**20, 16)
     with pytest.raises(
         ExerciseFailed, match=r"all_reduce_bytes: it is 6.7 % too large; the factor \(p-1\)/p"
     ):
-        check_budget_row({**good, "all_reduce_bytes": 2**21}, 2**20, 16)
+        _check_row({**good, "all_reduce_bytes": 2**21}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match="count both passes") as failed:
-        check_budget_row({**good, "scatter_gather_bytes": 1966080 // 2}, 2**20, 16)
+        _check_row({**good, "scatter_gather_bytes": 1966080 // 2}, 2**20, 16)
     assert "1966080" not in str(failed.value)  # the answer is not given away
     with pytest.raises(ExerciseFailed, match=r"count bytes \(4 per float32 value\)"):
-        check_budget_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
+        _check_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
     with pytest.raises(ExerciseFailed, match="1024× too small; that looks like KiB; the row asks"):
-        check_budget_row({**good, "shard_storage_bytes": 65536 // 1024}, 2**20, 16)  # 64 KiB
+        _check_row({**good, "shard_storage_bytes": 65536 // 1024}, 2**20, 16)  # 64 KiB
     with pytest.raises(ExerciseFailed, match="that looks like MiB; the row asks for bytes"):
-        check_budget_row({**good, "all_reduce_bytes": 1966080 / 2**20}, 2**20, 16)  # 1.875 MiB
+        _check_row({**good, "all_reduce_bytes": 1966080 / 2**20}, 2**20, 16)  # 1.875 MiB
     with pytest.raises(ExerciseFailed, match="that is N, the whole gradient; after reduce"):
-        check_budget_row({**good, "shard_storage_bytes": 2**20}, 2**20, 16)
+        _check_row({**good, "shard_storage_bytes": 2**20}, 2**20, 16)
     # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
     table_n = {"ranks": 4, "all_reduce_bytes": 1572864, "scatter_gather_bytes": 1572864,
                "shard_storage_bytes": 262144}
-    with pytest.raises(ExerciseFailed, match="for N = 1048576 bytes, .* nbytes = 786432 bytes; or"
-                       r" the factor \(p-1\)/p is missing"):
-        check_budget_row(table_n, 786432, 4, table_nbytes=2**20)
+    with pytest.raises(ExerciseFailed, match="for N = 1048576 bytes, .* nbytes = 786432 bytes: "
+                       r"use the argument nbytes; or the factor \(p-1\)/p is missing"):
+        _check_row(table_n, 786432, 4, table_nbytes=2**20)
     right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
     with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .*p-1; or .* N = 1048576 "):
-        check_budget_row(right_sent, 786432, 4, table_nbytes=2**20)
+        _check_row(right_sent, 786432, 4, table_nbytes=2**20)
     with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
-        check_budget_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
+        _check_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
     # N/(p-1) at p = 4 is also the table's N / p: the p-1 slip is the hint, not the other N
     with pytest.raises(ExerciseFailed, match=r"too large; a device keeps 1 of p slices: divide by p"
                        r", not p-1; or that is the value for N = 1048576"):
-        check_budget_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4,
+        _check_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4,
                          table_nbytes=2**20)
     # a wrong formula whose implied N is some other power of two is not called a wrong N
     with pytest.raises(ExerciseFailed, match="it is 6× too small; that is N/p, the one") as failed:
-        check_budget_row({**right_sent, "all_reduce_bytes": 786432 // 4}, 786432, 4,
+        _check_row({**right_sent, "all_reduce_bytes": 786432 // 4}, 786432, 4,
                          table_nbytes=2**20)
     assert "value for N" not in str(failed.value)
     with pytest.raises(ExerciseFailed, match="it is 8× too large; count bytes, not bits"):
-        check_budget_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
+        _check_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
     with pytest.raises(ExerciseFailed, match="too small; that is N; in each of its two passes"):
-        check_budget_row({**right_sent, "all_reduce_bytes": 786432}, 786432, 4)
+        _check_row({**right_sent, "all_reduce_bytes": 786432}, 786432, 4)
     eight = communication_budget(786432, (8,))[0]  # 786432 / 7 is not whole: rounded down
     with pytest.raises(ExerciseFailed, match="divide by p, not p-1"):
-        check_budget_row({**eight, "shard_storage_bytes": 786432 // 7}, 786432, 8)
-    with pytest.raises(ExerciseFailed, match="row is not defined"):
-        check_budget_row(None, 786432, 4)
+        _check_row({**eight, "shard_storage_bytes": 786432 // 7}, 786432, 8)
+    with pytest.raises(ExerciseFailed, match="row is None: return the row"):
+        _check_row(None, 786432, 4)
+    with pytest.raises(ExerciseFailed, match=r"what a ring rank sends in the reduce-scatter; a "
+                       "device stores N/p"):  # named, not only "3× too large"
+        _check_row({**right_sent, "shard_storage_bytes": 3 * 786432 // 4}, 786432, 4)
     one = {"ranks": 1, "all_reduce_bytes": 2 * 786432, "scatter_gather_bytes": 0,
            "shard_storage_bytes": 786432}
     with pytest.raises(ExerciseFailed, match="all_reduce_bytes: it should be 0"):
-        check_budget_row(one, 786432, 1)
+        _check_row(one, 786432, 1)
 
 
 @pytest.mark.parametrize(

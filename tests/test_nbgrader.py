@@ -36,8 +36,9 @@ y2 = jax.device_put(yh[::-1].copy(), sliced)
 w2 = jax.device_put(w2h, replicated)
 g_all = all_reduce(x2, y2, w2)
 g_gathered = all_gather(reduce_scatter(x2, y2, w2))"""
-LOCAL_NORMALIZATION = """my_shares = np.stack([2 * xb.T @ (xb @ wh - yb) / len(yb)
-                      for xb, yb in zip(np.split(xh, N_DEVICES), np.split(yh, N_DEVICES))])"""
+LOCAL_NORMALIZATION = """def my_shares(x, y, w, p):
+    return np.stack([2 * xb.T @ (xb @ w - yb) / len(yb)
+                     for xb, yb in zip(np.split(x, p), np.split(y, p))])"""
 WRONG = {
     "02_partial_gradients": LOCAL_NORMALIZATION,
     "07_row_permutation_exercise": PERMUTE_LABELS_ONLY,

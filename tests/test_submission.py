@@ -102,8 +102,9 @@ def test_check_submission_imports_no_nbgrader():
     assert "'nbgrader'" not in done.stdout
 
 
-WRONG_BUDGET_ROW = """row = {"ranks": N_DEVICES, "all_reduce_bytes": nbytes,
-       "scatter_gather_bytes": nbytes, "shard_storage_bytes": nbytes // N_DEVICES}"""
+WRONG_BUDGET_ROW = """def budget_row(nbytes, p):
+    return {"ranks": p, "all_reduce_bytes": nbytes, "scatter_gather_bytes": nbytes,
+            "shard_storage_bytes": nbytes // p}"""
 
 
 def _tiny_step(folder: Path, setup: str, solution: str, check: bool = True) -> Path:

@@ -19,12 +19,16 @@ from course_utils.checks.helpers import (
     check_values,
     common_ratio,
     fail,
+    function_given,
     given,
     passed,
+    same_device_count,
     tiled_hint,
+    uses_forbidden,
 )
 from course_utils.collectives.kernels import (
     Kernel,
+    local_contribution,
 )
 from course_utils.constants import ATOL
 from course_utils.display import error_line
@@ -52,27 +56,71 @@ def _shares_mistake(got: np.ndarray, expected: np.ndarray, gradient: np.ndarray)
     return ""
 
 
-def check_shares(shares, x, y, w, n_devices: int) -> None:
-    """Exercise 02: the per-device shares, stacked ``(n_devices, n_features)``,
-    from row blocks of x, y.
-    """
+def _check_stacked(shares, x, y, w, n_devices: int, name: str = "my_shares") -> None:
+    """The stacked ``(n_devices, n_features)`` shares of the row blocks of x, y, against the
+    formula; names the likely mistake (wrong divisor, transposed, another order, ...)."""
     exercise = "per-device shares"
-    x, y, w = (np.asarray(a) for a in (x, y, w))
     n_rows = x.shape[0]
     blocks = np.split(np.arange(n_rows), n_devices)
     expected = np.stack([2 * x[b].T @ (x[b] @ w - y[b]) / n_rows for b in blocks])
     hint, got = "", np.asarray(shares) if isinstance(shares, np.ndarray | jax.Array) else None
     ratio = common_ratio(got.ravel(), expected.ravel()) if got is not None and (
         got.shape == expected.shape) else None
-    if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3):
+    if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3) and n_devices > 1:
         hint = f"divide every share by the global row count ({n_rows}), not by the rows per device"
     elif got is not None:
         hint = _shares_mistake(got, expected, reference_gradient(x, y, w))
     if hint and got.shape != expected.shape:
-        fail(exercise, f"my_shares has shape {got.shape}, expected {expected.shape}: {hint}")
-    check_values(exercise, "my_shares", shares, expected, hint=hint)
-    np.testing.assert_allclose(expected.sum(axis=0), reference_gradient(x, y, w), atol=ATOL)
-    passed(exercise, f"{n_devices} shares that add up to the reference gradient")
+        fail(exercise, f"{name} has shape {got.shape}, expected {expected.shape}: {hint}")
+    check_values(exercise, name, shares, expected, hint=hint)
+
+
+def check_shares(my_shares) -> None:
+    """Exercise 02: the student's function ``my_shares(x, y, w, p)``, the stacked ``(p,
+    n_features)`` shares of p blocks of consecutive rows, computed in NumPy. It is called on
+    inputs the notebook never showed, for this run's p and others, so that arrays the notebook
+    computed (``shares``, ``host_shares``) cannot pass, and it must not be or call
+    ``gradient_share`` (the notebook's), ``local_contribution`` or ``reference_gradient``."""
+    exercise = "per-device shares"
+    function_given(exercise, "my_shares", my_shares)
+    banned = uses_forbidden(my_shares, (local_contribution, reference_gradient, "gradient_share",
+                                        "share_per_device"))
+    if banned:
+        fail(exercise, f"my_shares uses {banned}, which this exercise asks you not to call: "
+             "write the gradient formula for each block yourself")
+    p_run = jax.device_count()
+    checked = []
+    for k, p in enumerate(dict.fromkeys((p_run, 2, 3))):  # this run's p first
+        rng = np.random.default_rng(200 + k)
+        n = 3 * math.lcm(p, p_run)  # rows that also split into p_run blocks: name N_DEVICES
+        x, y, w = (rng.standard_normal(s).astype(np.float32) for s in ((n, 5), (n,), (5,)))
+        call = f"my_shares(x, y, w, {p})"
+        try:
+            got = my_shares(x.copy(), y.copy(), w.copy(), p)
+        except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
+            failure = f"{call}, with x of shape {x.shape}, raised {error_line(error)}"
+        else:
+            failure = None
+        if failure:
+            fail(exercise, failure)
+        if got is None:
+            fail(exercise, f"{call} returned None: return the stacked shares")
+        if checked and _stacked_right(got, x, y, w, p_run):
+            fail(exercise, f"{call} gives the shares for p = {p_run}: use the argument p, not "
+                 "N_DEVICES")
+        _check_stacked(got, x, y, w, p, call)
+        checked.append(p)
+    passed(exercise, f"the shares of p = {', '.join(map(str, checked))} blocks add up to the "
+           "gradient")
+
+
+def _stacked_right(got, x, y, w, p: int) -> bool:
+    """Whether ``got`` is the right stacked shares for ``p`` blocks."""
+    try:
+        _check_stacked(got, x, y, w, p)
+    except Exception:  # noqa: BLE001 - wrong in any way, or p does not divide the rows
+        return False
+    return True
 
 
 def _program(exercise: str, fn, args: tuple) -> list[str]:
@@ -173,6 +221,7 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     It must be the student's own: not the package's kernel, nor a wrapper of it, nor a result
     computed beforehand (it is called again on inputs it never saw).
     """
+    same_device_count("reduce-scatter kernel", n_devices)
     exercise = "reduce-scatter kernel"
     name = "my_reduce_scatter"
     given(exercise, name, fn, f"assign your jitted function to {name}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import types
 
+import jax
 import numpy as np
 
 from course_utils.constants import ATOL
@@ -207,6 +209,93 @@ def check_placement(exercise: str, name: str, array, expected_shape: tuple, n_de
         f"{name}: wrong shard shape: devices hold {shapes}, "
         f"expected {tuple(expected_shape)} per device",
     )
+
+
+def same_device_count(exercise: str, count: int, name: str = "N_DEVICES") -> None:
+    """Fail unless ``count`` (what the check cell passed as ``name``) is the number of devices JAX
+    started with, which is fixed for the process: a solution cell that rebinds a course name
+    (``N_DEVICES = 1``, a one-device ``mesh``) must not change what the check judges."""
+    if count != jax.device_count():
+        fail(exercise, f"{name} was changed after setup ({count}, but JAX runs "
+             f"{jax.device_count()} devices): do not rebind the course's names in your answer")
+
+
+def _code_objects(code: types.CodeType):
+    """``code`` and every code object nested in it (inner functions, lambdas, comprehensions)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _named_objects(fn) -> list:
+    """What the names in ``fn``'s code (nested code too) refer to: its globals, builtins excluded,
+    and the cells of its closure."""
+    found, scope = [], getattr(fn, "__globals__", {})
+    for code in _code_objects(fn.__code__):
+        found += [scope[n] for n in code.co_names if n in scope]
+    found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+    return found
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises ValueError
+    except ValueError:
+        return False
+    return True
+
+
+def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
+    """The name of a forbidden function that ``fn`` is or calls, else ``None``.
+
+    ``forbidden`` holds functions, each caught as itself or as any function with its ``__code__``
+    (a copy, a ``functools.wraps``/``partial``/``jax.jit`` wrapper), and names of the notebook's own
+    functions, caught when the function of that name was defined in another cell than ``fn`` (a
+    student's own helper of the same name, in the same cell, is theirs). The names ``fn``'s code
+    uses are resolved through its globals and closure, and the functions it reaches that were
+    defined beside it (same globals: the notebook) are followed, ``depth`` calls deep."""
+    banned = [f for f in forbidden if not isinstance(f, str)]
+    codes = {getattr(f, "__code__", None) for f in banned} - {None}
+    names = {f for f in forbidden if isinstance(f, str)}
+    home = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    student = getattr(_unwrapped(fn), "__globals__", None)  # the namespace of the student's code
+    seen: set[int] = set()
+
+    def search(obj, level: int) -> str | None:
+        for _ in range(10):  # unwrap jax.jit, functools.wraps and partial
+            if id(obj) in seen:
+                return None
+            seen.add(id(obj))
+            code = getattr(obj, "__code__", None)
+            if any(obj is f for f in banned) or (code is not None and code in codes):
+                return getattr(obj, "__name__", repr(obj))
+            if (code is not None and code.co_name in names and code.co_filename != home
+                    and getattr(obj, "__globals__", None) is student):
+                return code.co_name
+            inner = getattr(obj, "__wrapped__", None) or getattr(obj, "func", None)
+            if inner is None:
+                break
+            obj = inner
+        if not isinstance(obj, types.FunctionType) or level > depth:
+            return None
+        if obj.__globals__ is not student:
+            return None  # library code (NumPy, JAX, the course's other functions) is not followed
+        for named in _named_objects(obj):
+            if (hit := search(named, level + 1)) is not None:
+                return hit
+        return None
+
+    return search(fn, 0)
+
+
+def _unwrapped(fn):
+    for _ in range(10):
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
+        if inner is None:
+            return fn
+        fn = inner
+    return fn
 
 
 def function_given(exercise: str, name: str, value) -> None:

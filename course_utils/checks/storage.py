@@ -22,6 +22,7 @@ from course_utils.checks.helpers import (
     number,
     off_by,
     passed,
+    same_device_count,
     unit_causes,
 )
 from course_utils.collectives.kernels import (
@@ -57,6 +58,7 @@ def _split_hint(guess: list, block: tuple, whole: tuple) -> str:
 def check_predicted_shard_shapes(predicted, array) -> None:
     """Exercise 04: predicted per-device block shapes against the placed array's real ones."""
     exercise = "shard shapes of a PartitionSpec"
+    same_device_count(exercise, len(array.sharding.device_set), "mesh")
     actual = sorted(((s.device.id, tuple(s.data.shape)) for s in array.addressable_shards))
     wanted = f"predict one shape per device: a list of {len(actual)} tuples such as (rows, cols)"
     if not isinstance(predicted, (list, tuple)) or len(predicted) != len(actual):
@@ -104,6 +106,15 @@ def _stored_mismatch(exercise: str, predicted: dict, measured: dict, where: str 
             fail(exercise, f"{where}{key}: {hint}")
 
 
+def _uses_other_p(predicted: dict, measured: dict, p_other: int) -> bool:
+    """Whether ``predicted`` is the rule's answer for ``p_other`` devices instead of the p the
+    bytes were measured on: the reduce-scatter slice is N/p_other, the rest right."""
+    n = measured["all_reduce"]
+    values = [number(predicted.get(k)) for k in ("all_reduce", "reduce_scatter", "all_gather")]
+    return None not in values and all(math.isclose(a, b) for a, b in zip(
+        values, (n, n / p_other, n)))
+
+
 def _measured_bytes(arrays: dict) -> dict:
     return {key: values_per_device(a) * a.dtype.itemsize for key, a in arrays.items()}
 
@@ -114,6 +125,7 @@ def check_stored_bytes_rule(stored_bytes, devices) -> None:
     bytes measured on meshes of 2 and of all ``devices``, for gradient sizes the notebook never
     showed, so a dict of numbers copied from a run cannot pass."""
     exercise = "bytes one device stores"
+    same_device_count(exercise, len(devices), "the device list")
     given(exercise, "stored_bytes", stored_bytes, "define a function stored_bytes(n_bytes, p)")
     if not callable(stored_bytes):
         fail(exercise, f"stored_bytes must be a function of (n_bytes, p), got "
@@ -135,7 +147,10 @@ def check_stored_bytes_rule(stored_bytes, devices) -> None:
         except Exception as err:  # the student's error, shown as one line
             fail(exercise, f"stored_bytes({n_bytes}, {p}) raised {error_line(err)}")
         check_keys(exercise, f"stored_bytes({n_bytes}, {p})", predicted, keys)
-        _stored_mismatch(exercise, predicted, _measured_bytes(arrays),
-                         f"a {n_bytes}-byte gradient on p = {p}: ")
+        measured = _measured_bytes(arrays)
+        if p != len(devices) and _uses_other_p(predicted, measured, len(devices)):
+            fail(exercise, f"stored_bytes({n_bytes}, {p}) is right for p = {len(devices)}, not "
+                 f"for p = {p}: use the argument p, not N_DEVICES")
+        _stored_mismatch(exercise, predicted, measured, f"a {n_bytes}-byte gradient on p = {p}: ")
         checked.append(f"{n_bytes} B on p = {p}")
     passed(exercise, f"measured on device 0 for {' and '.join(checked)}")
