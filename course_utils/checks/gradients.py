@@ -196,21 +196,21 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
             f"the right result, but the compiled program of {name} has {found}: {why}; compute "
             "each device's share inside jax.shard_map and end with jax.lax.psum_scatter",
         )
-    extra = sorted({op for op in ops if op != "reduce-scatter"})
-    if ops.count("reduce-scatter") > 1:
-        extra.append(f"{ops.count('reduce-scatter')} reduce-scatters")
-    if extra:
+    extra, count = sorted({op for op in ops if op != "reduce-scatter"}), ops.count("reduce-scatter")
+    if extra or count > 1:
         why = {
             "all-reduce": "every device still receives the whole sum",
             "all-gather": "devices receive other devices' rows of x and y (or whole vectors)",
         }
-        reasons = "; ".join(dict.fromkeys(why.get(op, "data moves between the devices beyond "
-                                                  "the one reduce-scatter") for op in extra))
+        reasons = [why.get(op, "data moves between the devices beyond the one reduce-scatter")
+                   for op in extra] or ["the share is sent in pieces, one collective each"]
+        found = (f"{', '.join(extra)} besides " if extra else "") + (
+            "the reduce-scatter" if count == 1 else f"{count} reduce-scatters")
         fail(
             exercise,
-            f"the compiled program of {name} has {', '.join(extra)} besides the reduce-scatter: "
-            f"{reasons}; each device needs only its own blocks, so compute its share from "
-            "x_block and y_block and communicate once, with jax.lax.psum_scatter",
+            f"the compiled program of {name} has {found}: {'; '.join(dict.fromkeys(reasons))}; "
+            "each device needs only its own blocks, so compute its share from x_block and "
+            "y_block and communicate once, with one jax.lax.psum_scatter",
         )
     passed(
         exercise,
