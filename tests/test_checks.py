@@ -441,7 +441,7 @@ def test_two_state_update(setup):
         "m and s are swapped": lambda w, m, s, g: (
             w - lr * (b2 * s + (1 - b2) * g**2) / (jnp.sqrt(b1 * m + (1 - b1) * g) + eps),
             b2 * s + (1 - b2) * g**2, b1 * m + (1 - b1) * g),
-        "the step divides the gradient g; it divides the new momentum m_next": lambda w, m, s,
+        "the step uses the gradient g where the new momentum m_next belongs": lambda w, m, s,
         g: (w - lr * g / (jnp.sqrt(b2 * s + (1 - b2) * g**2) + eps), b1 * m + (1 - b1) * g,
             b2 * s + (1 - b2) * g**2),
     }

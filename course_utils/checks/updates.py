@@ -88,7 +88,7 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
                 m_next / (1 - b1)) / (np.sqrt(s_next / (1 - b2)) + eps),
             "use the updated states m_next and s_next, not the old m and s":
                 w - lr * m / (np.sqrt(s) + eps),
-            "the step divides the gradient g; it divides the new momentum m_next":
+            "the step uses the gradient g where the new momentum m_next belongs":
                 w - lr * g / (root + eps),
             "the step is lr · m / (sqrt(s) + ε): the square root is missing":
                 w - lr * m_next / (s_next + eps),
