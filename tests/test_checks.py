@@ -194,6 +194,31 @@ def test_reduce_scatter(setup, capsys):
     with pytest.raises(ExerciseFailed, match="is an object of type ArrayImpl, not a function"):
         check_reduce_scatter(reduce_scatter_gradient(mesh)(*placed), *placed, *host, 4)
 
+
+def test_reduce_scatter_rejects_collectives_besides_the_one_reduce_scatter(setup):
+    mesh, _, host, placed = setup
+
+    def gather_rows(x_block, y_block, w):  # the student pass's cheat: the whole data everywhere
+        x, y = (jax.lax.all_gather(a, "data", tiled=True) for a in (x_block, y_block))
+        return jax.lax.psum_scatter(2 * x.T @ (x @ w - y) / x.shape[0] / 4, "data", tiled=True)
+
+    def sum_twice(x_block, y_block, w):  # a psum besides: the right numbers
+        share = _share(x_block, y_block, w)
+        return jax.lax.psum_scatter(share, "data", tiled=True) + 0 * jax.lax.psum(share, "data")[0]
+
+    def two_halves(x_block, y_block, w):  # two reduce-scatters of half the rows each
+        half = x_block.shape[0] // 2
+        one, two = (_share(x_block[r], y_block[r], w) for r in (slice(None, half),
+                                                                 slice(half, None)))
+        return 0.5 * sum(jax.lax.psum_scatter(s, "data", tiled=True) for s in (one, two))
+
+    for kernel, found in ((gather_rows, "has all-gather besides the reduce-scatter: devices "
+                           "receive other devices' rows"),
+                          (sum_twice, "has all-reduce besides .* receives the whole sum"),
+                          (two_halves, "has 2 reduce-scatters: the share is sent in pieces")):
+        with pytest.raises(ExerciseFailed, match=found):
+            check_reduce_scatter(_shard_mapped(mesh, kernel, P("data")), *placed, *host, 4)
+
     with pytest.raises(ExerciseFailed, match="my_reduce_scatter is not defined"):
         check_reduce_scatter(None, *placed, *host, 4)
     with pytest.raises(ExerciseFailed, match=r"computed beforehand"):  # the host reference
@@ -425,7 +450,8 @@ def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
 
 
 def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,
-                    eps=1e-3, gather=True, first_slice=False):
+                    eps=1e-3, gather=True, first_slice=False, whole_w=False, check_vma=False,
+                    extra_gather=False):
     """A student's jitted two-state step; ``update(w, m, s, g)`` replaces the right rule."""
 
     def right(w, m, s, g):
@@ -435,6 +461,10 @@ def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=
 
     def kernel(x_block, y_block, w, m, s):
         partial = 2 * x_block.T @ (x_block @ w - y_block) / (x_block.shape[0] * mesh.size)
+        if extra_gather:  # every device gathers all rows: right numbers, one more collective
+            x_all = jax.lax.all_gather(x_block, "data", tiled=True)
+            y_all = jax.lax.all_gather(y_block, "data", tiled=True)
+            partial = 2 * x_all.T @ (x_all @ w - y_all) / (x_all.shape[0] * mesh.size)
         k = m.shape[0]
         i = jax.lax.axis_index("data")
         if collective == "psum":  # all-reduced, then cut: the same numbers
@@ -442,13 +472,14 @@ def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=
         else:
             g = jax.lax.psum_scatter(partial, "data", tiled=True)
         w_slice = w[:k] if first_slice else jax.lax.dynamic_slice_in_dim(w, i * k, k)
+        w_slice = w if whole_w else w_slice  # forgot to cut this device's slice
         w_new, m, s = (update or right)(w_slice, m, s, g)
         return (jax.lax.all_gather(w_new, "data", tiled=True) if gather else w_new), m, s
 
     specs = (P("data", None), P("data"), P(), P("data"), P("data"))
     out = (P() if gather else P("data"), P("data"), P("data"))
     return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=out,
-                                 check_vma=False))
+                                 check_vma=check_vma))
 
 
 def test_two_state_update(setup):
@@ -456,6 +487,8 @@ def test_two_state_update(setup):
     kwargs = dict(lr=0.1, beta1=0.9, beta2=0.999, eps=1e-3)
     check = lambda step: check_two_state_update(step, mesh, (16, 8), **kwargs)  # noqa: E731
     check(_two_state_step(mesh))
+    with pytest.raises(ExerciseFailed, match="all-gather, all-gather, all-gather, reduce-scatter"):
+        check(_two_state_step(mesh, extra_gather=True))
     lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-3
     mistakes = {
         "β1 and 1−β1 are swapped": lambda w, m, s, g: (
@@ -475,6 +508,17 @@ def test_two_state_update(setup):
             b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g**2),
         "use the updated states m_next and s_next": lambda w, m, s, g: (
             w - lr * m / (jnp.sqrt(s) + eps), b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g**2),
+        # each device divided by its own rows: the gradient is p (4) times too large
+        "the gradient is p× too large: divide each device's share by the global row": lambda w,
+        m, s, g: (w - lr * (b1 * m + 4 * (1 - b1) * g) / (
+            jnp.sqrt(b2 * s + 16 * (1 - b2) * g**2) + eps),
+            b1 * m + 4 * (1 - b1) * g, b2 * s + 16 * (1 - b2) * g**2),
+        "m and s are swapped": lambda w, m, s, g: (
+            w - lr * (b2 * s + (1 - b2) * g**2) / (jnp.sqrt(b1 * m + (1 - b1) * g) + eps),
+            b2 * s + (1 - b2) * g**2, b1 * m + (1 - b1) * g),
+        "the step uses the gradient g where the new momentum m_next belongs": lambda w, m, s,
+        g: (w - lr * g / (jnp.sqrt(b2 * s + (1 - b2) * g**2) + eps), b1 * m + (1 - b1) * g,
+            b2 * s + (1 - b2) * g**2),
     }
     for match, update in mistakes.items():
         with pytest.raises(ExerciseFailed, match=match):
@@ -492,8 +536,28 @@ def test_two_state_update(setup):
         w_slices = jax.device_put(w, placements(mesh).sliced)
         return ag(w_slices - 0.1 * m / (jnp.sqrt(s) + 1e-3)), m, s
 
-    with pytest.raises(ExerciseFailed, match="calls the package's kernels runs, but is not one"):
+    with pytest.raises(ExerciseFailed, match="calls the package's kernels .reduce_scatter_grad"):
         check(with_kernels)
+    jitted_rs, jitted_ag = rs.jitted, ag.jitted
+
+    @jax.jit
+    def with_jitted_kernels(x, y, w, m, s):  # the student pass's accepted cheat: no own shard_map
+        g = jitted_rs(x, y, w)
+        m, s = 0.9 * m + 0.1 * g, 0.999 * s + 0.001 * g**2
+        w_slices = jax.lax.with_sharding_constraint(w, placements(mesh).sliced)
+        return jitted_ag(w_slices - 0.1 * m / (jnp.sqrt(s) + 1e-3)), m, s
+
+    with pytest.raises(ExerciseFailed, match="runs the package's kernels .* write the jax.shard"):
+        check(with_jitted_kernels)
+    with pytest.raises(ExerciseFailed, match="is .or wraps. one of the package's kernels"):
+        check(rs)
+    # check_vma left on: JAX's whole explanation, then the hint
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised ValueError:\n.*out_specs.*"
+                       r"check_vma=False argument.*\nout_specs=P\(\) for w_next.*check_vma=False"):
+        check(_two_state_step(mesh, check_vma=True))
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised TypeError:.*broadcasting.*\nw is the "
+                       "whole vector on every device .*cut this device's slice of w"):
+        check(_two_state_step(mesh, whole_w=True))
     with pytest.raises(ExerciseFailed, match=r"w_next has the right values but the wrong place"):
         check(_two_state_step(mesh, gather=False))
     # a result computed beforehand (on the notebook's data) does not follow the check's inputs

@@ -9,27 +9,26 @@ from __future__ import annotations
 
 import functools
 import math
-import traceback
 
 import jax
 import numpy as np
 
 from course_utils.checks.helpers import (
+    call_failed,
     check_placement,
     check_values,
     common_ratio,
     fail,
     function_given,
     given,
+    package_kernel_in,
     passed,
+    runs_package_kernel,
     same_device_count,
-    tiled_hint,
+    through_package_kernel,
     uses_forbidden,
 )
-from course_utils.collectives.kernels import (
-    Kernel,
-    local_contribution,
-)
+from course_utils.collectives.kernels import local_contribution
 from course_utils.constants import ATOL
 from course_utils.display import error_line
 from course_utils.observe.ir import collectives_in
@@ -129,7 +128,7 @@ def _program(exercise: str, fn, args: tuple) -> list[str]:
     try:
         return [op.op for op in collectives_in(jitted, *args).hlo]
     except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
-        if _through_package_kernel(error):
+        if through_package_kernel(error):
             fail(exercise, "your function calls one of the package's kernels; write the "
                  "jax.shard_map yourself")
         fail(
@@ -139,70 +138,24 @@ def _program(exercise: str, fn, args: tuple) -> list[str]:
         )
 
 
-# the package's kernel builders: a student's kernel must not be, wrap or call what they build
-_PACKAGE_KERNELS = ("all_reduce_gradient", "reduce_scatter_gradient", "all_gather_shards",
-                    "block_collective")
-
-
-def _package_kernel_in(fn) -> bool:
-    """Whether ``fn`` is, or wraps (``jax.jit``, ``functools.wraps``/``partial``), a package kernel
-    or a function defined inside a kernel builder."""
-    for _ in range(20):
-        if fn is None:
-            return False
-        if isinstance(fn, Kernel):
-            return True
-        qualname = getattr(getattr(fn, "__code__", None), "co_qualname", "")
-        if qualname.split(".<locals>")[0] in _PACKAGE_KERNELS:
-            return True
-        fn = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
-    return False
-
-
-def _runs_package_kernel(jitted, args: tuple) -> bool:
-    """Whether the program of ``jitted`` was traced through a package kernel's body (its source
-    locations name ``reduce_scatter_gradient.<locals>.kernel`` and the like)."""
-    try:
-        text = jitted.lower(*args).as_text(debug_info=True)
-    except Exception:  # noqa: BLE001 - no debug text: the other checks still judge the kernel
-        return False
-    return any(f'"{builder}.<locals>' in text for builder in _PACKAGE_KERNELS)
-
-
-def _through_package_kernel(error: BaseException) -> bool:
-    """Whether ``error`` was raised inside the package's kernels (a student's code called one)."""
-    frames = traceback.extract_tb(error.__traceback__)
-    return any(f.filename.endswith("kernels.py") and "collectives" in f.filename
-               and f.name in ("__call__", "place", "lower", "kernel", "check") for f in frames)
+def _kernel_hint(error: BaseException, text: str) -> str:
+    """The hint for a failed call of exercise 03's kernel, for the mistakes of its own."""
+    if "out_specs" in text and "replicat" in text:
+        return ("out_specs=P() declares one value on every device, but after psum_scatter "
+                "each device holds a different slice: give out_specs the spec of a vector "
+                "split over 'data' (switching check_vma off would hide the mistake)")
+    if "positional argument" in text:
+        return "the kernel takes the three blocks (x_block, y_block, w), one per in_specs entry"
+    if "broadcasting" in text:
+        return ("x_block and y_block must hold the same rows: x split by rows "
+                "(P('data', None)) and y split the same way (P('data')); P() hands a device "
+                "the whole array")
+    return ""
 
 
 def _call_failed(name: str, error: BaseException) -> str:
     """What a failed call of the student's kernel means: JAX's whole explanation, and a hint."""
-    text = str(error).strip()
-    if _through_package_kernel(error):
-        return (f"{name} calls one of the package's kernels (it raised {type(error).__name__} "
-                "inside course_utils); write the jax.shard_map yourself")
-    hint = tiled_hint(error, "p")
-    if "out_specs" in text and "replicat" in text:
-        hint = ("; out_specs=P() declares one value on every device, but after psum_scatter "
-                "each device holds a different slice: give out_specs the spec of a vector "
-                "split over 'data' (switching check_vma off would hide the mistake)")
-    elif "of type NamedSharding" in text:
-        hint = ("; in_specs and out_specs take PartitionSpecs, P(...), not NamedShardings "
-                "such as sliced: the mesh is already given by mesh=")
-    elif "pytree structure" in text and "in_specs" in text:
-        hint = "; in_specs must be a tuple with one P(...) per argument, not a list"
-    elif "positional argument" in text:
-        hint = "; the kernel takes the three blocks (x_block, y_block, w), one per in_specs entry"
-    elif "broadcasting" in text:
-        hint = ("; x_block and y_block must hold the same rows: x split by rows "
-                "(P('data', None)) and y split the same way (P('data')); P() hands a device "
-                "the whole array")
-    elif isinstance(error, AttributeError) and "trac" in text:
-        hint = ("; inside jax.jit every array is a tracer, with no .sharding or device data: "
-                "jit the jax.shard_map of your kernel, not a function that places or inspects "
-                "arrays")
-    return f"calling {name}(x, y, w) raised {type(error).__name__}:\n{text}\n{hint.lstrip('; ')}"
+    return call_failed(name, "x, y, w", error, _kernel_hint)
 
 
 def _fresh_problem(x, y, w, seed: int = 27):
@@ -225,7 +178,7 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
     exercise = "reduce-scatter kernel"
     name = "my_reduce_scatter"
     given(exercise, name, fn, f"assign your jitted function to {name}")
-    if _package_kernel_in(fn):
+    if package_kernel_in(fn):
         fail(exercise, f"{name} is (or wraps) the package's own kernel; write the shard_map "
              "yourself")
     if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
@@ -276,7 +229,7 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
              "devices")
     check_placement(exercise, f"{name}(x, y, w)", g, (expected.size // n_devices,), n_devices)
     ops = _program(exercise, fn, (x, y, w))
-    if _runs_package_kernel(fn if hasattr(fn, "lower") else jax.jit(fn), (x, y, w)):
+    if runs_package_kernel(fn if hasattr(fn, "lower") else jax.jit(fn), (x, y, w)):
         fail(exercise, f"{name} runs the package's reduce_scatter_gradient (or another package "
              "kernel) inside; write the jax.shard_map and its psum_scatter yourself")
     if "reduce-scatter" not in ops:
@@ -292,11 +245,21 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
             f"the right result, but the compiled program of {name} has {found}: {why}; compute "
             "each device's share inside jax.shard_map and end with jax.lax.psum_scatter",
         )
-    if "all-reduce" in ops:
+    extra, count = sorted({op for op in ops if op != "reduce-scatter"}), ops.count("reduce-scatter")
+    if extra or count > 1:
+        why = {
+            "all-reduce": "every device still receives the whole sum",
+            "all-gather": "devices receive other devices' rows of x and y (or whole vectors)",
+        }
+        reasons = [why.get(op, "data moves between the devices beyond the one reduce-scatter")
+                   for op in extra] or ["the share is sent in pieces, one collective each"]
+        found = (f"{', '.join(extra)} besides " if extra else "") + (
+            "the reduce-scatter" if count == 1 else f"{count} reduce-scatters")
         fail(
             exercise,
-            f"the compiled program of {name} has an all-reduce besides the reduce-scatter: "
-            "every device still receives the whole sum; use only jax.lax.psum_scatter",
+            f"the compiled program of {name} has {found}: {'; '.join(dict.fromkeys(reasons))}; "
+            "each device needs only its own blocks, so compute its share from x_block and "
+            "y_block and communicate once, with one jax.lax.psum_scatter",
         )
     passed(
         exercise,

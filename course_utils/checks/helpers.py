@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import traceback
 import types
+from typing import Callable
 
 import jax
 import numpy as np
 
+from course_utils.collectives.kernels import Kernel
 from course_utils.constants import ATOL
 
 
@@ -88,6 +91,70 @@ def tiled_hint(error: BaseException, pieces: str) -> str:
         return ""
     return (f"; without tiled=True, psum_scatter wants a first dimension of length {pieces}: "
             f"pass tiled=True to cut the vector into {pieces} slices")
+
+
+# the package's kernel builders: a student's kernel must not be, wrap or call what they build
+PACKAGE_KERNELS = ("all_reduce_gradient", "reduce_scatter_gradient", "all_gather_shards",
+                   "block_collective")
+
+
+def package_kernel_in(fn) -> bool:
+    """Whether ``fn`` is, or wraps (``jax.jit``, ``functools.wraps``/``partial``), a package kernel
+    or a function defined inside a kernel builder."""
+    for _ in range(20):
+        if fn is None:
+            return False
+        if isinstance(fn, Kernel):
+            return True
+        qualname = getattr(getattr(fn, "__code__", None), "co_qualname", "")
+        if qualname.split(".<locals>")[0] in PACKAGE_KERNELS:
+            return True
+        fn = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
+    return False
+
+
+def runs_package_kernel(jitted, args: tuple) -> bool:
+    """Whether the program of ``jitted`` was traced through a package kernel's body (its source
+    locations name ``reduce_scatter_gradient.<locals>.kernel`` and the like)."""
+    try:
+        text = jitted.lower(*args).as_text(debug_info=True)
+    except Exception:  # noqa: BLE001 - no debug text: the other checks still judge the kernel
+        return False
+    return any(f'"{builder}.<locals>' in text for builder in PACKAGE_KERNELS)
+
+
+def through_package_kernel(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside the package's kernels (a student's code called one)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(f.filename.endswith("kernels.py") and "collectives" in f.filename
+               and f.name in ("__call__", "place", "lower", "kernel", "check") for f in frames)
+
+
+def _shard_map_hint(error: BaseException, text: str) -> str:
+    """The hint for a mistake any ``shard_map`` exercise can make, else ``""``."""
+    if "of type NamedSharding" in text:
+        return ("in_specs and out_specs take PartitionSpecs, P(...), not NamedShardings "
+                "such as sliced: the mesh is already given by mesh=")
+    if "pytree structure" in text and "in_specs" in text:
+        return "in_specs must be a tuple with one P(...) per argument, not a list"
+    if isinstance(error, AttributeError) and "trac" in text:
+        return ("inside jax.jit every array is a tracer, with no .sharding or device data: "
+                "jit the jax.shard_map of your kernel, not a function that places or inspects "
+                "arrays")
+    return tiled_hint(error, "p").lstrip("; ")
+
+
+def call_failed(name: str, call: str, error: BaseException,
+                hint: Callable[[BaseException, str], str]) -> str:
+    """What a failed call ``name(call)`` of a student's function means: JAX's whole explanation,
+    then a hint: ``hint(error, text)`` names the exercise's own likely mistakes (``""`` for none),
+    and the mistakes every shard_map exercise shares come after."""
+    text = str(error).strip()
+    if through_package_kernel(error):
+        return (f"{name} calls one of the package's kernels (it raised {type(error).__name__} "
+                "inside course_utils); write the jax.shard_map yourself")
+    why = hint(error, text) or _shard_map_hint(error, text)
+    return f"calling {name}({call}) raised {type(error).__name__}:\n{text}\n{why}".rstrip()
 
 
 def passed(exercise: str, detail: str = "") -> None:

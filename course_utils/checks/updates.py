@@ -7,17 +7,24 @@ in, never stored.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils.checks.helpers import (
+    call_failed,
     check_placement,
     check_values,
     fail,
     given,
+    package_kernel_in,
     passed,
+    runs_package_kernel,
+    same_device_count,
+    through_package_kernel,
 )
 from course_utils.collectives.kernels import (
     all_gather_shards,
@@ -52,13 +59,21 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
     root = np.sqrt(s_next)
     k = w.size // n_devices
     first_slice = np.tile(w[:k], n_devices)  # every device took the first slice of w
+    local = n_devices * g  # each device divided its share by its own rows, not all rows
+    per_device = ("the gradient is p× too large: divide each device's share by the global row "
+                  "count (x_block.shape[0] · p), not by its own rows")
+    swapped = "m and s are swapped: m_next = β1·m + (1−β1)·g, s_next = β2·s + (1−β2)·g²"
     return {
         "m_next": {
+            per_device: b1 * m + (1 - b1) * local,
+            swapped: s_next,
             "β1 and 1−β1 are swapped: the old m keeps the weight β1": (1 - b1) * m + b1 * g,
             "the gradient's weight is 1−β1 (the momentum above adds g itself)": b1 * m + g,
             "that is the gradient itself: m_next mixes the old m with g": g,
         },
         "s_next": {
+            per_device: b2 * s + (1 - b2) * local * local,
+            swapped: m_next,
             "the gradient must be squared (g**2), not g": b2 * s + (1 - b2) * g,
             "β2 and 1−β2 are swapped: the old s keeps the weight β2": (1 - b2) * s + b2 * g * g,
             "the squared gradient's weight is 1−β2": b2 * s + g * g,
@@ -74,6 +89,8 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
                 m_next / (1 - b1)) / (np.sqrt(s_next / (1 - b2)) + eps),
             "use the updated states m_next and s_next, not the old m and s":
                 w - lr * m / (np.sqrt(s) + eps),
+            "the step uses the gradient g where the new momentum m_next belongs":
+                w - lr * g / (root + eps),
             "the step is lr · m / (sqrt(s) + ε): the square root is missing":
                 w - lr * m_next / (s_next + eps),
             "every device updated the first slice of w: cut this device's own slice, at "
@@ -81,6 +98,28 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
                 first_slice - lr * m_next / (root + eps),
         },
     }
+
+
+def _step_hint(error: BaseException, text: str, *, n_features: int, n_devices: int) -> str:
+    """The hint for a failed call of exercise 06's step, for the mistakes of its own."""
+    if "out_specs" in text and "replicat" in text:
+        return ("out_specs=P() for w_next declares it the same on every device; all_gather "
+                "makes it so, but shard_map marks all_gather's result as varying and cannot "
+                "see it: pass check_vma=False to jax.shard_map, as sliced_step does (without "
+                "the all_gather, each device would hold only its slice of w_next)")
+    if "positional argument" in text:
+        return ("the kernel takes the five blocks (x_block, y_block, w, m_slice, s_slice), one "
+                "per in_specs entry")
+    k = n_features // n_devices
+    pairs = (f"({n_features},), ({k},)", f"({k},), ({n_features},)")
+    if "broadcasting" in text and any(pair in text for pair in pairs):
+        return ("w is the whole vector on every device (P()), while g, m and s are this "
+                "device's slices: cut this device's slice of w, at jax.lax.axis_index('data') "
+                "· features/p (jax.lax.dynamic_slice_in_dim), before the update")
+    if "broadcasting" in text:
+        return ("the blocks do not fit together: give in_specs one spec per argument, as "
+                "TWO_STATE_IN does (x by rows, y, m and s sliced, w replicated)")
+    return ""
 
 
 def check_two_state_update(
@@ -102,19 +141,27 @@ def check_two_state_update(
     compiled program: the gradient must be reduce-scattered, not all-reduced.
     """
     exercise = "sliced update with two states"
+    same_device_count(exercise, mesh.size, "mesh")
     name = "two_state_step"
     given(exercise, name, step, f"assign your jitted function to {name}")
     if isinstance(step, (np.ndarray, jax.Array, tuple, list)) or not callable(step):
         fail(exercise, f"{name} is an object of type {type(step).__name__}, not a function; pass "
              "the jitted function itself, the check calls it")
+    if package_kernel_in(step):
+        fail(exercise, f"{name} is (or wraps) one of the package's kernels; write the "
+             "jax.shard_map with its psum_scatter and all_gather yourself")
     n_devices = mesh.size
     results = []
     for seed in (61, 62):
         host, placed = _two_state_inputs(mesh, tuple(shape), seed)
+        failure = None
         try:
             out = step(*placed)
         except Exception as error:  # noqa: BLE001 - the student's function failed: say how
-            fail(exercise, f"calling {name}(x, y, w, m, s) raised {error_line(error)}")
+            failure = call_failed(name, "x, y, w, m, s", error, functools.partial(
+                _step_hint, n_features=shape[1], n_devices=mesh.size))
+        if failure:
+            fail(exercise, failure)  # outside the except: no traceback chained into the package
         if not isinstance(out, (tuple, list)) or len(out) != 3:
             fail(exercise, f"{name}(x, y, w, m, s) must return (w_next, m_next, s_next), three "
                  f"arrays; got {type(out).__name__}")
@@ -149,11 +196,16 @@ def check_two_state_update(
     try:
         program = collectives_in(jitted, *placed)
     except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
-        why = "" if hasattr(step, "lower") else (
-            "; a Python function that calls the package's kernels runs, but is not one program "
-            "the check can read")
-        fail(exercise, f"{name} does not compile as one JAX program ({error_line(error)}{why}); "
+        if through_package_kernel(error):
+            fail(exercise, f"{name} calls the package's kernels (reduce_scatter_gradient, "
+                 "all_gather_shards); write the jax.shard_map with its psum_scatter and "
+                 "all_gather yourself")
+        fail(exercise, f"{name} does not compile as one JAX program ({error_line(error)}); "
              "build it from jax.shard_map and wrap it in jax.jit")
+    if runs_package_kernel(jitted, placed):
+        fail(exercise, f"{name} runs the package's kernels (reduce_scatter_gradient, "
+             "all_gather_shards) inside; write the jax.shard_map with its psum_scatter and "
+             "all_gather yourself")
     written = {op.op for op in program.stablehlo} | {op.op for op in program.hlo}
     if written & {"all_reduce", "all-reduce"}:
         fail(exercise, "the right numbers, but the program all-reduces the gradient: every "
@@ -162,6 +214,11 @@ def check_two_state_update(
     if not written & {"reduce_scatter", "reduce-scatter"}:
         fail(exercise, "the right numbers, but the program has no reduce-scatter: compute the "
              "gradient inside the step (from x_block, y_block, w) and end it with psum_scatter")
+    hlo = sorted(op.op for op in program.hlo)
+    if hlo != ["all-gather", "reduce-scatter"]:
+        fail(exercise, f"the right numbers, but the compiled program has {', '.join(hlo)}: "
+             "the step needs one reduce-scatter of the gradient and one all-gather of the new "
+             "weights, nothing else (each device computes its share from its own rows)")
     passed(exercise, f"both states kept in slices of {slice_shape[0]}, the gradient "
            "reduce-scattered, the weights gathered")
 
@@ -223,6 +280,7 @@ def check_joint_permutation(
     a gradient computed elsewhere and placed, or one result reused for the other, does not pass.
     """
     exercise = "joint row permutation"
+    same_device_count(exercise, n_devices)
     x, y, w2_host = (np.asarray(a) for a in (x, y, w2_host))
     target = reference_gradient(x, y, w2_host).astype(np.float32)
     mistakes = _permutation_mistakes(x, y, w2_host)
