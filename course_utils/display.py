@@ -37,13 +37,14 @@ def format_bytes(n: float | None) -> str:
 
 
 def format_gbps(value: float | None) -> str:
-    """A bandwidth in GB/s for tables; ``∞`` when the fit found no per-byte cost.
+    """A fitted bandwidth in GB/s for tables, to two significant figures (the fits here are
+    rough); ``∞`` when the fit found no per-byte cost.
 
     Examples:
-        >>> format_gbps(3.14159), format_gbps(None)
-        ('3.14', '∞')
+        >>> format_gbps(3.14159), format_gbps(15.58), format_gbps(123.4), format_gbps(None)
+        ('3.1', '16', '120', '∞')
     """
-    return "∞" if value is None else f"{value:.2f}"
+    return "∞" if value is None else f"{float(f'{value:.2g}'):g}"
 
 
 def error_line(error: BaseException) -> str:

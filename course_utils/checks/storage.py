@@ -75,7 +75,8 @@ def check_predicted_shard_shapes(predicted, array) -> None:
         if off:
             fail(exercise, f"wrong shard shape on device {device}: {'; '.join(off)}"
                             f"{_split_hint(sizes, shape, tuple(array.shape))}")
-    passed(exercise, f"{len(actual)} blocks of {actual[0][1]}")
+    blocks = "1 block" if len(actual) == 1 else f"{len(actual)} blocks"
+    passed(exercise, f"{blocks} of {actual[0][1]}")
 
 
 def _stored_mismatch(exercise: str, predicted: dict, measured: dict, where: str = "") -> None:

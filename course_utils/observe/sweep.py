@@ -74,8 +74,8 @@ PROTOCOL = (
 
 
 def _shard_map(mesh: Mesh, kernel, in_specs, out_specs):
-    # all_gather's result is the same on every device, which check_vma cannot infer for
-    # out_specs=P()
+    # all_gather's result is marked varying by default (its transpose is a reduce-scatter), so
+    # out_specs=P() needs check_vma off (JAX 0.9 has no to="invarying")
     return jax.jit(
         jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     )
