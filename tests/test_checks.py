@@ -96,6 +96,24 @@ def test_uses_forbidden_follows_wrappers_copies_and_helpers():
     assert uses_forbidden(nested, ("helper",)) is None  # defined beside it: the student's own
 
 
+def test_forbidden_functions_looked_up_at_call_time_are_caught():
+    import course_utils
+
+    def by_globals(x, y, w, p):  # the name is built at call time: the code never names it
+        f = globals()["local_" "contribution"]
+        return np.stack([f(a, b, w, x.shape[0]) for a, b in zip(np.split(x, p), np.split(y, p))])
+
+    def by_getattr(x, y, w, p):
+        f = getattr(course_utils, "_".join(("local", "contribution")))
+        return np.stack([f(a, b, w, x.shape[0]) for a, b in zip(np.split(x, p), np.split(y, p))])
+
+    for fn in (by_globals, by_getattr):
+        assert uses_forbidden(fn, (local_contribution,)) is None  # invisible in the code
+        with pytest.raises(ExerciseFailed, match="my_shares uses local_contribution"):
+            check_shares(fn)
+    assert course_utils.local_contribution is local_contribution  # restored after the check
+
+
 def test_shares_name_the_likely_mistake(setup, capsys):
     _, _, (xh, yh, wh), _ = setup
     _check_stacked(_shares(xh, yh, wh, 16), xh, yh, wh, 4)
@@ -513,6 +531,9 @@ def test_two_state_update(setup):
         m, s, g: (w - lr * (b1 * m + 4 * (1 - b1) * g) / (
             jnp.sqrt(b2 * s + 16 * (1 - b2) * g**2) + eps),
             b1 * m + 4 * (1 - b1) * g, b2 * s + 16 * (1 - b2) * g**2),
+        "m and s are swapped in the step": lambda w, m, s, g: (
+            w - lr * (b2 * s + (1 - b2) * g**2) / (jnp.sqrt(b1 * m + (1 - b1) * g) + eps),
+            b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g**2),
         "m and s are swapped": lambda w, m, s, g: (
             w - lr * (b2 * s + (1 - b2) * g**2) / (jnp.sqrt(b1 * m + (1 - b1) * g) + eps),
             b2 * s + (1 - b2) * g**2, b1 * m + (1 - b1) * g),
@@ -678,6 +699,7 @@ def _budget_row(nbytes, p):
 
 
 def test_budget_row_function_is_called_at_sizes_and_p_the_notebook_never_used(capsys):
+    import course_utils
     from course_utils import communication_budget, ring_bytes
 
     check_budget_row(_budget_row, table_nbytes=2**20)
@@ -697,6 +719,8 @@ def test_budget_row_function_is_called_at_sizes_and_p_the_notebook_never_used(ca
         (lambda nbytes, p: notebook_row, "budget for p = 4: all_reduce_bytes"),
         (lambda nbytes, p: dict(communication_budget(nbytes, (p,))[0]),
          "calls communication_budget, which this exercise"),
+        (lambda nbytes, p: dict(getattr(course_utils, "_".join(("communication", "budget")))(
+            nbytes, (p,))[0]), "calls communication_budget, which this exercise"),  # at call time
         (lambda nbytes, p: _budget_row(nbytes, 4), "use the argument p, not N_DEVICES"),
         (lambda nbytes, p: _budget_row(2**20, p), "use the argument nbytes"),
         (lambda nbytes: {}, r"budget_row\(655376, 4\) raised TypeError"),

@@ -146,6 +146,14 @@ def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
     assert "that is N; in each of its two passes" in result.message
 
 
+def test_a_solution_that_rebinds_the_check_does_not_pass(edition, tmp_path):
+    cheat = ("predicted = [(0, 0)]\n"
+             "check_predicted_shard_shapes = lambda *args: print('PASSED: trust me')")
+    path = _answer(edition, tmp_path, "04_placement_checks.ipynb", cheat)
+    (result,) = check_submission(path, SOLUTIONS)
+    assert result.status == FAILED and "PASSED" not in result.message
+
+
 @pytest.mark.parametrize(
     "content, name, message",
     [

@@ -13,6 +13,7 @@ import jax
 
 from course_utils.checks.helpers import (
     ExerciseFailed,
+    ForbiddenCall,
     check_keys,
     fail,
     function_given,
@@ -20,6 +21,7 @@ from course_utils.checks.helpers import (
     off_by,
     passed,
     scalar,
+    tripwires,
     unit_causes,
     uses_forbidden,
 )
@@ -42,7 +44,11 @@ def check_budget_row(budget_row, *, table_nbytes: int | None = None) -> None:
     for p in dict.fromkeys((p_run, 2, 3, 8)):  # this run's p first
         nbytes = 4 * divisible_size(5 * 2**15 + 3, p)  # not the notebook's sizes
         try:
-            row = budget_row(nbytes, p)
+            with tripwires(budget_row, (communication_budget,)):
+                row = budget_row(nbytes, p)
+        except ForbiddenCall:  # looked up only at call time
+            failure = ("budget_row calls communication_budget, which this exercise asks you not "
+                       "to call: write each entry from the formulas for p and N")
         except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
             failure = f"budget_row({nbytes}, {p}) raised {type(error).__name__}: {error}"
         else:

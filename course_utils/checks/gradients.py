@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from course_utils.checks.helpers import (
+    ForbiddenCall,
     call_failed,
     check_placement,
     check_values,
@@ -26,6 +27,7 @@ from course_utils.checks.helpers import (
     runs_package_kernel,
     same_device_count,
     through_package_kernel,
+    tripwires,
     uses_forbidden,
 )
 from course_utils.collectives.kernels import local_contribution
@@ -82,8 +84,8 @@ def check_shares(my_shares) -> None:
     ``gradient_share`` (the notebook's), ``local_contribution`` or ``reference_gradient``."""
     exercise = "per-device shares"
     function_given(exercise, "my_shares", my_shares)
-    banned = uses_forbidden(my_shares, (local_contribution, reference_gradient, "gradient_share",
-                                        "share_per_device"))
+    forbidden = (local_contribution, reference_gradient, "gradient_share", "share_per_device")
+    banned = uses_forbidden(my_shares, forbidden)
     if banned:
         fail(exercise, f"my_shares uses {banned}, which this exercise asks you not to call: "
              "write the gradient formula for each block yourself")
@@ -95,7 +97,11 @@ def check_shares(my_shares) -> None:
         x, y, w = (rng.standard_normal(s).astype(np.float32) for s in ((n, 5), (n,), (5,)))
         call = f"my_shares(x, y, w, {p})"
         try:
-            got = my_shares(x.copy(), y.copy(), w.copy(), p)
+            with tripwires(my_shares, forbidden):
+                got = my_shares(x.copy(), y.copy(), w.copy(), p)
+        except ForbiddenCall as error:  # looked up only at call time
+            failure = (f"my_shares uses {error.args[0]}, which this exercise asks you not to "
+                       "call: write the gradient formula for each block yourself")
         except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
             failure = f"{call}, with x of shape {x.shape}, raised {error_line(error)}"
         else:

@@ -3,8 +3,10 @@ placements are compared and described without giving the answer away."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+import sys
 import traceback
 import types
 from typing import Callable
@@ -311,6 +313,46 @@ def _filled(cell) -> bool:
     except ValueError:
         return False
     return True
+
+
+class ForbiddenCall(Exception):
+    """Raised by a forbidden function while ``tripwires`` holds it: ``args[0]`` is its name."""
+
+
+@contextlib.contextmanager
+def tripwires(fn, forbidden):
+    """While the check calls ``fn``: every binding of a forbidden function (``forbidden`` as in
+    ``uses_forbidden``) in the student's namespace and in the course's modules raises
+    ``ForbiddenCall`` instead, so a name looked up only at call time (``globals()[...]``,
+    ``getattr(course_utils, ...)``) is caught too. The bindings are restored afterwards."""
+    banned = [f for f in forbidden if not isinstance(f, str)]
+    names = {f for f in forbidden if isinstance(f, str)}
+    student = getattr(_unwrapped(fn), "__globals__", None)
+    home = getattr(getattr(_unwrapped(fn), "__code__", None), "co_filename", None)
+    spaces = [m.__dict__ for n, m in list(sys.modules.items())
+              if n.split(".")[0] == "course_utils" and m is not None]
+    spaces += [student] if student is not None else []
+    saved = []
+    for space in spaces:
+        for key, value in list(space.items()):
+            notebook_own = (space is student and key in names
+                            and isinstance(value, types.FunctionType)
+                            and value.__code__.co_filename != home)
+            if notebook_own or any(value is f for f in banned):
+                saved.append((space, key, value))
+                space[key] = _tripwire(getattr(value, "__name__", key))
+    try:
+        yield
+    finally:
+        for space, key, value in saved:
+            space[key] = value
+
+
+def _tripwire(name: str):
+    def tripped(*args, **kwargs):
+        raise ForbiddenCall(name)
+
+    return tripped
 
 
 def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:

@@ -26,6 +26,9 @@ CHECK_TAG = "check"
 # the course's own solution notebooks, beside the package in a checkout (pip install -e .)
 SOLUTIONS = Path(__file__).resolve().parents[3] / "notebooks"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
+SNAPSHOT = ("_COURSE_NAMES = {k: v for k, v in globals().items() "
+            "if k.startswith('check_') or k in ('N_DEVICES', 'mesh')}")
+RESTORE = "globals().update(_COURSE_NAMES)\n"
 
 
 @dataclass
@@ -84,6 +87,13 @@ def merge(submission, solution, name: str):
     merged = copy.deepcopy(solution)
     for mine, student in zip(ours, theirs):
         merged.cells[mine].source = submission.cells[student].source
+    # a solution cell runs in the course's namespace: the check cells start by putting back the
+    # course's checks, N_DEVICES and mesh as they were before any solution ran (an answer that
+    # rebinds check_… to a function printing PASSED does not pass)
+    for index in _tagged(merged, CHECK_TAG):
+        merged.cells[index].source = RESTORE + merged.cells[index].source
+    if ours:
+        merged.cells.insert(ours[0], nbformat.v4.new_code_cell(SNAPSHOT))
     return merged
 
 
