@@ -30,8 +30,8 @@ from course_utils.checks import (
     check_two_state_update,
 )
 from course_utils.checks.budget import _check_row
+from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.gradients import _check_stacked
-from course_utils.checks.helpers import uses_forbidden
 
 
 @pytest.fixture(scope="module")

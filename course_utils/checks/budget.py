@@ -11,9 +11,13 @@ import math
 
 import jax
 
+from course_utils.checks.forbidden import (
+    ForbiddenCall,
+    tripwires,
+    uses_forbidden,
+)
 from course_utils.checks.helpers import (
     ExerciseFailed,
-    ForbiddenCall,
     check_keys,
     fail,
     function_given,
@@ -21,9 +25,7 @@ from course_utils.checks.helpers import (
     off_by,
     passed,
     scalar,
-    tripwires,
     unit_causes,
-    uses_forbidden,
 )
 from course_utils.models.cost import communication_budget, divisible_size
 

@@ -13,8 +13,15 @@ import math
 import jax
 import numpy as np
 
-from course_utils.checks.helpers import (
+from course_utils.checks.forbidden import (
     ForbiddenCall,
+    package_kernel_in,
+    runs_package_kernel,
+    through_package_kernel,
+    tripwires,
+    uses_forbidden,
+)
+from course_utils.checks.helpers import (
     call_failed,
     check_placement,
     check_values,
@@ -22,13 +29,8 @@ from course_utils.checks.helpers import (
     fail,
     function_given,
     given,
-    package_kernel_in,
     passed,
-    runs_package_kernel,
     same_device_count,
-    through_package_kernel,
-    tripwires,
-    uses_forbidden,
 )
 from course_utils.collectives.kernels import local_contribution
 from course_utils.constants import ATOL

@@ -3,18 +3,14 @@ placements are compared and described without giving the answer away."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import sys
-import traceback
-import types
 from typing import Callable
 
 import jax
 import numpy as np
 
-from course_utils.collectives.kernels import Kernel
+from course_utils.checks.forbidden import through_package_kernel
 from course_utils.constants import ATOL
 
 
@@ -93,43 +89,6 @@ def tiled_hint(error: BaseException, pieces: str) -> str:
         return ""
     return (f"; without tiled=True, psum_scatter wants a first dimension of length {pieces}: "
             f"pass tiled=True to cut the vector into {pieces} slices")
-
-
-# the package's kernel builders: a student's kernel must not be, wrap or call what they build
-PACKAGE_KERNELS = ("all_reduce_gradient", "reduce_scatter_gradient", "all_gather_shards",
-                   "block_collective")
-
-
-def package_kernel_in(fn) -> bool:
-    """Whether ``fn`` is, or wraps (``jax.jit``, ``functools.wraps``/``partial``), a package kernel
-    or a function defined inside a kernel builder."""
-    for _ in range(20):
-        if fn is None:
-            return False
-        if isinstance(fn, Kernel):
-            return True
-        qualname = getattr(getattr(fn, "__code__", None), "co_qualname", "")
-        if qualname.split(".<locals>")[0] in PACKAGE_KERNELS:
-            return True
-        fn = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
-    return False
-
-
-def runs_package_kernel(jitted, args: tuple) -> bool:
-    """Whether the program of ``jitted`` was traced through a package kernel's body (its source
-    locations name ``reduce_scatter_gradient.<locals>.kernel`` and the like)."""
-    try:
-        text = jitted.lower(*args).as_text(debug_info=True)
-    except Exception:  # noqa: BLE001 - no debug text: the other checks still judge the kernel
-        return False
-    return any(f'"{builder}.<locals>' in text for builder in PACKAGE_KERNELS)
-
-
-def through_package_kernel(error: BaseException) -> bool:
-    """Whether ``error`` was raised inside the package's kernels (a student's code called one)."""
-    frames = traceback.extract_tb(error.__traceback__)
-    return any(f.filename.endswith("kernels.py") and "collectives" in f.filename
-               and f.name in ("__call__", "place", "lower", "kernel", "check") for f in frames)
 
 
 def _shard_map_hint(error: BaseException, text: str) -> str:
@@ -287,124 +246,6 @@ def same_device_count(exercise: str, count: int, name: str = "N_DEVICES") -> Non
     if count != jax.device_count():
         fail(exercise, f"{name} was changed after setup ({count}, but JAX runs "
              f"{jax.device_count()} devices): do not rebind the course's names in your answer")
-
-
-def _code_objects(code: types.CodeType):
-    """``code`` and every code object nested in it (inner functions, lambdas, comprehensions)."""
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_objects(const)
-
-
-def _named_objects(fn) -> list:
-    """What the names in ``fn``'s code (nested code too) refer to: its globals, builtins excluded,
-    and the cells of its closure."""
-    found, scope = [], getattr(fn, "__globals__", {})
-    for code in _code_objects(fn.__code__):
-        found += [scope[n] for n in code.co_names if n in scope]
-    found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
-    return found
-
-
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises ValueError
-    except ValueError:
-        return False
-    return True
-
-
-class ForbiddenCall(Exception):
-    """Raised by a forbidden function while ``tripwires`` holds it: ``args[0]`` is its name."""
-
-
-@contextlib.contextmanager
-def tripwires(fn, forbidden):
-    """While the check calls ``fn``: every binding of a forbidden function (``forbidden`` as in
-    ``uses_forbidden``) in the student's namespace and in the course's modules raises
-    ``ForbiddenCall`` instead, so a name looked up only at call time (``globals()[...]``,
-    ``getattr(course_utils, ...)``) is caught too. The bindings are restored afterwards."""
-    banned = [f for f in forbidden if not isinstance(f, str)]
-    names = {f for f in forbidden if isinstance(f, str)}
-    student = getattr(_unwrapped(fn), "__globals__", None)
-    home = getattr(getattr(_unwrapped(fn), "__code__", None), "co_filename", None)
-    spaces = [m.__dict__ for n, m in list(sys.modules.items())
-              if n.split(".")[0] == "course_utils" and m is not None]
-    spaces += [student] if student is not None else []
-    saved = []
-    for space in spaces:
-        for key, value in list(space.items()):
-            notebook_own = (space is student and key in names
-                            and isinstance(value, types.FunctionType)
-                            and value.__code__.co_filename != home)
-            if notebook_own or any(value is f for f in banned):
-                saved.append((space, key, value))
-                space[key] = _tripwire(getattr(value, "__name__", key))
-    try:
-        yield
-    finally:
-        for space, key, value in saved:
-            space[key] = value
-
-
-def _tripwire(name: str):
-    def tripped(*args, **kwargs):
-        raise ForbiddenCall(name)
-
-    return tripped
-
-
-def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
-    """The name of a forbidden function that ``fn`` is or calls, else ``None``.
-
-    ``forbidden`` holds functions, each caught as itself or as any function with its ``__code__``
-    (a copy, a ``functools.wraps``/``partial``/``jax.jit`` wrapper), and names of the notebook's own
-    functions, caught when the function of that name was defined in another cell than ``fn`` (a
-    student's own helper of the same name, in the same cell, is theirs). The names ``fn``'s code
-    uses are resolved through its globals and closure, and the functions it reaches that were
-    defined beside it (same globals: the notebook) are followed, ``depth`` calls deep."""
-    banned = [f for f in forbidden if not isinstance(f, str)]
-    codes = {getattr(f, "__code__", None) for f in banned} - {None}
-    names = {f for f in forbidden if isinstance(f, str)}
-    home = getattr(getattr(fn, "__code__", None), "co_filename", None)
-    student = getattr(_unwrapped(fn), "__globals__", None)  # the namespace of the student's code
-    seen: set[int] = set()
-
-    def search(obj, level: int) -> str | None:
-        for _ in range(10):  # unwrap jax.jit, functools.wraps and partial
-            if id(obj) in seen:
-                return None
-            seen.add(id(obj))
-            code = getattr(obj, "__code__", None)
-            if any(obj is f for f in banned) or (code is not None and code in codes):
-                return getattr(obj, "__name__", repr(obj))
-            if (code is not None and code.co_name in names and code.co_filename != home
-                    and getattr(obj, "__globals__", None) is student):
-                return code.co_name
-            inner = getattr(obj, "__wrapped__", None) or getattr(obj, "func", None)
-            if inner is None:
-                break
-            obj = inner
-        if not isinstance(obj, types.FunctionType) or level > depth:
-            return None
-        if obj.__globals__ is not student:
-            return None  # library code (NumPy, JAX, the course's other functions) is not followed
-        for named in _named_objects(obj):
-            if (hit := search(named, level + 1)) is not None:
-                return hit
-        return None
-
-    return search(fn, 0)
-
-
-def _unwrapped(fn):
-    for _ in range(10):
-        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
-        if inner is None:
-            return fn
-        fn = inner
-    return fn
 
 
 def function_given(exercise: str, name: str, value) -> None:

@@ -14,17 +14,19 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from course_utils.checks.forbidden import (
+    package_kernel_in,
+    runs_package_kernel,
+    through_package_kernel,
+)
 from course_utils.checks.helpers import (
     call_failed,
     check_placement,
     check_values,
     fail,
     given,
-    package_kernel_in,
     passed,
-    runs_package_kernel,
     same_device_count,
-    through_package_kernel,
 )
 from course_utils.collectives.kernels import (
     all_gather_shards,
