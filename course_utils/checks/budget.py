@@ -1,9 +1,4 @@
-"""Self-check of step 08: one row of the communication budget, in whole bytes.
-
-Every check either prints one ``PASSED: <exercise>`` line or raises ``ExerciseFailed`` whose message
-says what is wrong without giving the answer. Expected values are computed from the inputs passed
-in, never stored.
-"""
+"""Self-check of step 08: one row of the communication budget, in whole bytes."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Self-checks of steps 02 and 03: the per-device shares, and the student's reduce-scatter kernel.
-
-Every check either prints one ``PASSED: <exercise>`` line or raises ``ExerciseFailed`` whose message
-says what is wrong without giving the answer. Expected values are computed from the inputs passed
-in, never stored.
-"""
+"""Self-checks of steps 02 and 03: the per-device shares and the student's reduce-scatter."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Self-checks of steps 04 and 05: predicted shard shapes, and a rule for stored bytes.
-
-Every check either prints one ``PASSED: <exercise>`` line or raises ``ExerciseFailed`` whose message
-says what is wrong without giving the answer. Expected values are computed from the inputs passed
-in, never stored.
-"""
+"""Self-checks of steps 04 and 05: predicted shard shapes, and a rule for stored bytes."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Self-checks of steps 06 and 07: the sliced two-state update, and the joint row permutation.
-
-Every check either prints one ``PASSED: <exercise>`` line or raises ``ExerciseFailed`` whose message
-says what is wrong without giving the answer. Expected values are computed from the inputs passed
-in, never stored.
-"""
+"""Self-checks of steps 06 and 07: the sliced two-state update, and the joint row permutation."""
 
 from __future__ import annotations
 
