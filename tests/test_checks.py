@@ -187,6 +187,12 @@ def test_reduce_scatter(setup, capsys):
             _shard_mapped(mesh, lambda xb, yb, w: jax.lax.psum(_share(xb, yb, w), "data"), P()),
             *placed, *host, 4,
         )
+    with pytest.raises(ExerciseFailed, match=r"4 whole gradients side by side.*all-reduce"):
+        check_reduce_scatter(  # psum with the reduce-scatter's out_specs: p copies of the sum
+            _shard_mapped(mesh, lambda xb, yb, w: jax.lax.psum(_share(xb, yb, w), "data"),
+                          P("data")),
+            *placed, *host, 4,
+        )
 
     # the wrong answer: no kernel at all, the reference placed as sliced
     def placed_reference(x, y, w):

@@ -208,6 +208,10 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
             "and check_vma off, JAX keeps one device's slice as if all held the same; say in "
             "out_specs that the result is split over 'data'",
         )
+    if tuple(np.shape(g)) == (expected.size * n_devices,) and n_devices > 1:
+        fail(exercise, f"{name}(x, y, w) has shape {tuple(np.shape(g))}, {n_devices} whole "
+             "gradients side by side: every device kept the whole sum, as an all-reduce (psum) "
+             "leaves it; a reduce-scatter leaves each device only its slice")
     ratio = common_ratio(np.asarray(g).ravel(), expected.ravel()) if np.shape(g) == np.shape(
         expected) else None
     hint = ""

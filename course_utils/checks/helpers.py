@@ -112,8 +112,8 @@ def call_failed(name: str, call: str, error: BaseException,
     and the mistakes every shard_map exercise shares come after."""
     text = str(error).strip()
     if through_package_kernel(error):
-        return (f"{name} calls one of the package's kernels (it raised {type(error).__name__} "
-                "inside course_utils); write the jax.shard_map yourself")
+        return (f"{name} calls one of the package's kernels; write the jax.shard_map "
+                "yourself")
     why = hint(error, text) or _shard_map_hint(error, text)
     return f"calling {name}({call}) raised {type(error).__name__}:\n{text}\n{why}".rstrip()
 
