@@ -6,13 +6,9 @@ import math
 
 import jax
 
-from course_utils.checks.forbidden import (
-    ForbiddenCall,
-    tripwires,
-    uses_forbidden,
-)
 from course_utils.checks.helpers import (
     ExerciseFailed,
+    call_without,
     check_keys,
     fail,
     function_given,
@@ -33,25 +29,16 @@ def check_budget_row(budget_row, *, table_nbytes: int | None = None) -> None:
     when a row was computed for it instead of the argument ``nbytes``."""
     exercise = "budget_row"
     function_given(exercise, "budget_row", budget_row)
-    if uses_forbidden(budget_row, (communication_budget,)):
-        fail(exercise, "budget_row calls communication_budget, which this exercise asks you not "
-             "to call: write each entry from the formulas for p and N (ring_bytes is allowed)")
     p_run = jax.device_count()
     checked = False
     for p in dict.fromkeys((p_run, 2, 3, 8)):  # this run's p first
         nbytes = 4 * divisible_size(5 * 2**15 + 3, p)  # not the notebook's sizes
-        try:
-            with tripwires(budget_row, (communication_budget,)):
-                row = budget_row(nbytes, p)
-        except ForbiddenCall:  # looked up only at call time
-            failure = ("budget_row calls communication_budget, which this exercise asks you not "
-                       "to call: write each entry from the formulas for p and N")
-        except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
-            failure = f"budget_row({nbytes}, {p}) raised {type(error).__name__}: {error}"
-        else:
-            failure = None
-        if failure:
-            fail(exercise, failure)
+        row = call_without(
+            exercise, budget_row, (nbytes, p), forbidden=(communication_budget,),
+            refusal="budget_row calls {}, which this exercise asks you not to call: write each "
+            "entry from the formulas for p and N (ring_bytes is allowed)",
+            call=f"budget_row({nbytes}, {p})")
+        failure = None
         try:
             _check_row(row, nbytes, p, table_nbytes=table_nbytes, call=f"budget_row({nbytes}, {p})")
         except ExerciseFailed as error:

@@ -9,15 +9,13 @@ import jax
 import numpy as np
 
 from course_utils.checks.forbidden import (
-    ForbiddenCall,
     package_kernel_in,
     runs_package_kernel,
     through_package_kernel,
-    tripwires,
-    uses_forbidden,
 )
 from course_utils.checks.helpers import (
     call_failed,
+    call_without,
     check_placement,
     check_values,
     common_ratio,
@@ -82,10 +80,6 @@ def check_shares(my_shares) -> None:
     exercise = "per-device shares"
     function_given(exercise, "my_shares", my_shares)
     forbidden = (local_contribution, reference_gradient, "gradient_share", "share_per_device")
-    banned = uses_forbidden(my_shares, forbidden)
-    if banned:
-        fail(exercise, f"my_shares uses {banned}, which this exercise asks you not to call: "
-             "write the gradient formula for each block yourself")
     p_run = jax.device_count()
     checked = []
     for k, p in enumerate(dict.fromkeys((p_run, 2, 3))):  # this run's p first
@@ -93,18 +87,11 @@ def check_shares(my_shares) -> None:
         n = 3 * math.lcm(p, p_run)  # rows that also split into p_run blocks: name N_DEVICES
         x, y, w = (rng.standard_normal(s).astype(np.float32) for s in ((n, 5), (n,), (5,)))
         call = f"my_shares(x, y, w, {p})"
-        try:
-            with tripwires(my_shares, forbidden):
-                got = my_shares(x.copy(), y.copy(), w.copy(), p)
-        except ForbiddenCall as error:  # looked up only at call time
-            failure = (f"my_shares uses {error.args[0]}, which this exercise asks you not to "
-                       "call: write the gradient formula for each block yourself")
-        except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
-            failure = f"{call}, with x of shape {x.shape}, raised {error_line(error)}"
-        else:
-            failure = None
-        if failure:
-            fail(exercise, failure)
+        got = call_without(
+            exercise, my_shares, (x.copy(), y.copy(), w.copy(), p), forbidden=forbidden,
+            refusal="my_shares uses {}, which this exercise asks you not to call: write the "
+            "gradient formula for each block yourself",
+            call=f"{call}, with x of shape {x.shape},")
         if got is None:
             fail(exercise, f"{call} returned None: return the stacked shares")
         if checked and _stacked_right(got, x, y, w, p_run):

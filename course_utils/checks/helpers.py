@@ -10,8 +10,14 @@ from typing import Callable
 import jax
 import numpy as np
 
-from course_utils.checks.forbidden import through_package_kernel
+from course_utils.checks.forbidden import (
+    ForbiddenCall,
+    through_package_kernel,
+    tripwires,
+    uses_forbidden,
+)
 from course_utils.constants import ATOL
+from course_utils.display import error_line
 
 
 class ExerciseFailed(AssertionError):
@@ -246,6 +252,22 @@ def same_device_count(exercise: str, count: int, name: str = "N_DEVICES") -> Non
     if count != jax.device_count():
         fail(exercise, f"{name} was changed after setup ({count}, but JAX runs "
              f"{jax.device_count()} devices): do not rebind the course's names in your answer")
+
+
+def call_without(exercise: str, fn, args: tuple, *, forbidden, refusal: str, call: str):
+    """The student's ``fn(*args)``, refused as ``refusal.format(name)`` if ``fn`` is or calls a
+    ``forbidden`` function (``uses_forbidden``), or reaches one at call time (``tripwires``);
+    any other error fails with one line that starts with ``call``."""
+    if (name := uses_forbidden(fn, forbidden)) is not None:
+        fail(exercise, refusal.format(name))
+    try:
+        with tripwires(fn, forbidden):
+            return fn(*args)
+    except ForbiddenCall as error:  # looked up only at call time
+        failure = refusal.format(error.args[0])
+    except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
+        failure = f"{call} raised {error_line(error)}"
+    fail(exercise, failure)  # outside the except: no traceback chained into the package
 
 
 def function_given(exercise: str, name: str, value) -> None:
