@@ -194,6 +194,7 @@ def test_a_run_that_follows_the_model_meets_every_goal():
     lines = summary_lines(RUN)
     assert "4 MiB: all_reduce 251.7/251.7" in "\n".join(lines)
     results = ClusterResults(hosts=2, devices_per_host=2, plan="quick", tcp="reno",
+                             default_tcp="bbr",
                              versions=Versions("3.11", "0.10.2", "0.10.2"), seconds=1.0,
                              runs=(RUN, replace(RUN, link_rate="1gbit")))
     data = figure_data(results)
@@ -246,6 +247,17 @@ def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devic
     validate_figure_data(figure_data(saved))
     text = (Path(__file__).parents[1] / f"course_utils/saved/cluster_{shape}.json").read_text()
     assert to_json(saved) == json.loads(text)  # the records give back the file
+    assert json.dumps(to_json(saved), indent=1) == text  # byte for byte
+    assert saved.default_tcp == "bbr"  # the machine that made them defaulted to BBR
+
+
+def test_the_machine_default_congestion_control_is_read_from_proc(tmp_path):
+    from course_utils.tools.cluster.netns import default_congestion_control
+
+    path = tmp_path / "tcp_congestion_control"
+    path.write_text("cubic\n")
+    assert default_congestion_control(path) == "cubic"
+    assert default_congestion_control(tmp_path / "missing") == "unknown"
 
 
 def test_a_file_that_is_not_a_cluster_run_says_so(tmp_path):

@@ -125,7 +125,8 @@ class ClusterResults:
     hosts: int
     devices_per_host: int
     plan: str
-    tcp: str
+    tcp: str  # the congestion control set between the hosts (``--tcp``)
+    default_tcp: str  # the machine's default (/proc/sys/net/ipv4/tcp_congestion_control)
     versions: Versions
     seconds: float
     runs: tuple[ClusterRun, ...]

@@ -71,7 +71,11 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults:
             ``--timeout``, or Ctrl-C / SIGTERM (the message says everything was removed).
     """
     from course_utils.models.links import check_rate
-    from course_utils.tools.cluster.netns import check_can_run, check_congestion_control
+    from course_utils.tools.cluster.netns import (
+        check_can_run,
+        check_congestion_control,
+        default_congestion_control,
+    )
 
     problem = check_can_run()
     if problem:
@@ -103,7 +107,8 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return ClusterResults(hosts=args.hosts, devices_per_host=args.devices_per_host,
-                          plan=args.plan, tcp=args.tcp, versions=_versions(),
+                          plan=args.plan, tcp=args.tcp,
+                          default_tcp=default_congestion_control(), versions=_versions(),
                           seconds=time.monotonic() - started, runs=tuple(runs))
 
 

@@ -38,6 +38,7 @@ NETNS_ETC = Path("/etc/netns")
 # TCP congestion controls a cluster's links may use (the kernel must offer the one chosen)
 CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
 AVAILABLE_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+DEFAULT_CONTROL = Path("/proc/sys/net/ipv4/tcp_congestion_control")
 
 
 def _ip(*args: str, check: bool = True) -> str:
@@ -133,6 +134,12 @@ def check_congestion_control(name: str) -> str:
     return name
 
 
+def default_congestion_control(path: Path = DEFAULT_CONTROL) -> str:
+    """The machine's default TCP congestion control (``"unknown"`` if the kernel does not say);
+    ``course cluster`` records it beside the one it set between the hosts."""
+    return path.read_text().strip() if path.exists() else "unknown"
+
+
 class Cluster:
     """``hosts`` namespaces on one bridge, outgoing links shaped to ``rate`` (``None``: not
     shaped). Use as ``with Cluster(2, "200mbit") as hosts: …``.
@@ -141,7 +148,7 @@ class Cluster:
     locked, so no socket between hosts can pick another; traffic inside a host keeps the
     machine's default). The default is reno: its window grows until a loss and it does not pace,
     so a standing queue forms at the shaper and the link stays busy while any connection has
-    data, as the link model assumes. ``bbr`` (this machine's default) paces each connection at
+    data, as the link model assumes. ``bbr`` paces each connection at
     the delivery rate it estimated and keeps queues short; with it, gloo's reduce-scatter ran
     well below the link's rate for part of each call (``course cluster --tcp bbr``; step 17)."""
 
