@@ -32,6 +32,9 @@ from course_utils.tools.errors import CourseError, usage
 UNIT_TITLE = "Communication-efficient algorithms"
 # the first line of each notebook's first markdown cell: "# Step N — title"
 HEADING = re.compile(r"#\s+Step\s+(\d+)\s+[—–-]+\s+(\S.*?)\s*")
+# an appendix (notebooks/appendix/*.ipynb, not a graded step): the site lists it after its step
+APPENDIX = "appendix"
+APPENDIX_HEADING = re.compile(r"#\s+Appendix to step\s+(\d+)\s+[—–-]+\s+(\S.*?)\s*")
 INSTALL_HINT = 'install the book tools with: pip install -e ".[book]"'
 MATHJAX_DIR = "mathjax"  # under the site's _static/
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full"  # the combined configuration the package ships
@@ -131,6 +134,42 @@ def read_step(path: Path) -> Step:
     return Step(number, match.group(2), path)
 
 
+def read_appendix(path: Path) -> Step:
+    """An appendix notebook as a ``Step`` whose number is the step it follows (its first
+    markdown cell starts with ``# Appendix to step N — title``).
+
+    Raises:
+        CourseError: the notebook cannot be read or has no such heading.
+    """
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError) as exc:
+        raise usage(f"{path.name}: not a readable notebook ({exc})") from None
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.strip()]
+    first = markdown[0].strip().splitlines()[0] if markdown else ""
+    match = APPENDIX_HEADING.fullmatch(first)
+    if not match:
+        raise usage(f"{path.name}: its first markdown cell does not start with "
+                    "'# Appendix to step N — title'")
+    return Step(int(match.group(1)), match.group(2), path)
+
+
+def chapters(steps: list[Step], appendices: list[Step]) -> list[dict]:
+    """The site's table of contents: the steps in order, each appendix right after its step.
+
+    Examples:
+        >>> steps = [Step(16, "a", Path("16_a.ipynb")), Step(17, "b", Path("17_b.ipynb"))]
+        >>> chapters(steps, [Step(17, "m", Path("appendix/m.ipynb"))])
+        [{'file': '16_a'}, {'file': '17_b'}, {'file': 'appendix/m'}]
+    """
+    toc = []
+    for step in steps:
+        toc.append({"file": step.path.stem})
+        after = [a for a in appendices if a.number == step.number]
+        toc += [{"file": f"{APPENDIX}/{a.path.stem}"} for a in after]
+    return toc
+
+
 def landing_page(steps: list[Step]) -> str:
     """The MyST source of the landing page: what the unit teaches, the steps, how to run it.
 
@@ -223,20 +262,26 @@ def book_config() -> dict:
     }
 
 
-def write_source(steps: list[Step], source: Path, mathjax: Path) -> None:
+def write_source(steps: list[Step], source: Path, mathjax: Path,
+                 appendices: list[Step] = ()) -> None:
     """Lay out the book's source folder: the notebooks, the landing page, config, TOC, MathJax.
 
     Args:
         steps: the notebooks to copy, in order.
         source: an empty folder to write into.
         mathjax: the MathJax folder to copy, see :func:`mathjax_root`.
+        appendices: appendix notebooks (:func:`read_appendix`), copied to ``appendix/``.
     """
     for step in steps:
         shutil.copy2(step.path, source / step.path.name)
+    if appendices:
+        (source / APPENDIX).mkdir()
+    for appendix in appendices:
+        shutil.copy2(appendix.path, source / APPENDIX / appendix.path.name)
     (source / "index.md").write_text(landing_page(steps), encoding="utf-8")
     # YAML is a superset of JSON: no quoting rules to get wrong
     (source / "_config.yml").write_text(json.dumps(book_config(), indent=2), encoding="utf-8")
-    toc = {"format": "jb-book", "root": "index", "chapters": [{"file": s.path.stem} for s in steps]}
+    toc = {"format": "jb-book", "root": "index", "chapters": chapters(steps, list(appendices))}
     (source / "_toc.yml").write_text(json.dumps(toc, indent=2), encoding="utf-8")
     shutil.copytree(mathjax, source / ASSETS / MATHJAX_DIR)
     (source / ASSETS / CSS_NAME).write_text(CSS, encoding="utf-8")
@@ -321,6 +366,7 @@ def build(folder: Path, out: Path, on_start: Callable[[str], object] | None = No
     mathjax = mathjax_root()
     check_out(out, folder)
     steps = [read_step(path) for path in notebooks]
+    appendices = [read_appendix(path) for path in sorted(Path(folder).glob(f"{APPENDIX}/*.ipynb"))]
     if on_start:
         on_start(f"building the site of {len(steps)} steps with Jupyter Book (committed outputs)")
     handle, name = tempfile.mkstemp(prefix="course-book-", suffix=".log")
@@ -329,7 +375,7 @@ def build(folder: Path, out: Path, on_start: Callable[[str], object] | None = No
     with tempfile.TemporaryDirectory(prefix="course-book-") as tmp:
         source = Path(tmp) / "book"
         source.mkdir()
-        write_source(steps, source, mathjax)
+        write_source(steps, source, mathjax, appendices)
         html = run_jupyter_book(source, Path(tmp) / "output", log)
         if out.exists():
             shutil.rmtree(out)
