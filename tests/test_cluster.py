@@ -201,7 +201,8 @@ def test_a_run_that_follows_the_model_meets_every_goal():
     validate_figure_data(data)
     assert len(data["panels"]) == 4
     models = [s for s in data["panels"][0]["series"] if s.get("style") == "model"]
-    assert [s.get("label") for s in models] == [None, "ring model: reduce_scatter = all_gather"]
+    assert [s.get("label") for s in models] == [
+        "link model: all_reduce", "link model: reduce_scatter = all_gather"]  # in the legend
     assert data["panels"][3]["series"][1]["y"] == [1.5, 1.5]  # the link model's speed-up
 
 

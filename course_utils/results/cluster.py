@@ -282,7 +282,8 @@ def figure_data(results: ClusterResults, rate: str | None = None) -> dict:
 
     def pair(label, measured, modelled, color):
         line = {"label": label, "y": [t * 1e3 for t in measured], "color": color}
-        return [line] + ([{"y": modelled, "style": "model", "color": color}] if modelled else [])
+        dashed = {"label": f"{label}, link model", "y": modelled, "style": "model", "color": color}
+        return [line] + ([dashed] if modelled else [])
 
     collectives = [s for i, k in enumerate(COLLECTIVES)
                    for s in pair(k, [r.time(k) for r in run.collectives], None, f"C{i}")]
@@ -293,12 +294,13 @@ def figure_data(results: ClusterResults, rate: str | None = None) -> dict:
         alone = len(kinds) == 1
         collectives.append({"y": list(curve), "style": "model",
                             "color": f"C{COLLECTIVES.index(kinds[0])}" if alone else "0.4",
-                            **({} if alone else {"label": "ring model: " + " = ".join(kinds)})})
+                            "label": "link model: " + " = ".join(kinds)})
     hierarchy = (pair("flat", [r.flat for r in run.hierarchy], model("all_reduce"), "C0")
                  + pair("two-level", [r.hierarchical for r in run.hierarchy],
                         model("hierarchical"), "C1"))
     rings = (pair("f32 messages", [r.f32 for r in run.ring16], model("all_reduce"), "C0")
-             + pair("u16 messages", [r.u16 for r in run.ring16], None, "C1"))
+             + pair("u16 messages", [r.u16 for r in run.ring16],
+                    [t / 2 for t in model("all_reduce")], "C1"))
     where = f"{hosts} hosts × {devices}, {run.link_rate}"
     panels = [panel(f"collectives, {where} (dashed: model)", collectives),
               panel("flat against two-level all-reduce", hierarchy),
