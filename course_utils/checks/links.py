@@ -35,7 +35,7 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
         fail(exercise, "the two answers are swapped: my_flat_ms is the flat all-reduce, "
                         "my_two_level_ms the two-level one")
     measured = [float(m) for m in measured_ms] if measured_ms is not None else []
-    for i, (name, kind, value, want) in enumerate(zip(names, kinds, values, wants)):
+    for name, kind, value, want in zip(names, kinds, values, wants):
         if _near(value, want):
             continue
         if measured and any(np.isclose(value, m, rtol=0.05) for m in measured):
