@@ -303,6 +303,16 @@ def test_code_lines_fit_the_page():
     assert long == []
 
 
+def test_the_appendix_follows_its_step_on_the_site():
+    notebooks = ROOT / "notebooks"
+    appendix = book.read_appendix(notebooks / "appendix" / "cluster_method.ipynb")
+    steps = [book.read_step(p) for p in SERIES]
+    toc = [c["file"] for c in book.chapters(steps, [appendix])]
+    assert toc[toc.index("17_simulated_cluster") + 1] == "appendix/cluster_method"
+    with pytest.raises(book.CourseError, match="Appendix to step N"):
+        book.read_appendix(SERIES[0])
+
+
 def test_a_folder_without_notebooks(course, tmp_path):
     status, output = course("book", "--out", str(tmp_path / "site"), "--folder", str(tmp_path))
     assert status == 2 and "root folder" in output and "--folder" in output

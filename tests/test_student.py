@@ -178,6 +178,17 @@ def test_course_student_refuses_to_overwrite_the_solutions():
     assert [p.read_bytes() for p in NOTEBOOKS] == before
 
 
+def test_the_appendix_is_copied_as_it_is_and_not_made_a_graded_step(tmp_path):
+    from course_utils.tools.notebooks.student import copy_appendices
+
+    folder = NOTEBOOKS[0].parent
+    assert all(p.parent == folder for p in NOTEBOOKS)  # the appendix is no step
+    written = copy_appendices(folder, tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        "appendix/cluster_method.ipynb"]
+    assert written[0].read_bytes() == (folder / "appendix/cluster_method.ipynb").read_bytes()
+
+
 def test_course_student_without_nbgrader_says_how_to_install(course, without_nbgrader, tmp_path):
     status, output = course("student", "--out", str(tmp_path / "student"), cwd=ROOT)
     assert status == 2 and output.strip() == f"course student: error: {NEEDS_NBGRADER}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -181,6 +182,17 @@ def build(notebooks: list[Path], out: Path) -> list[Path]:
     return written
 
 
+def copy_appendices(folder: Path, out: Path) -> list[Path]:
+    """Copy the appendix notebooks (``folder/appendix/*.ipynb``: reading, no exercise, not
+    graded) into ``out/appendix`` as they are, outputs kept, so that the steps' links to them
+    work in the student edition."""
+    written = []
+    for path in sorted((folder / "appendix").glob("*.ipynb")):
+        (out / "appendix").mkdir(parents=True, exist_ok=True)
+        written.append(Path(shutil.copy2(path, out / "appendix" / path.name)))
+    return written
+
+
 def _run_student(args: argparse.Namespace) -> int:
     from course_utils.tools.notebooks.run import find_notebooks
 
@@ -193,9 +205,12 @@ def _run_student(args: argparse.Namespace) -> int:
         written = build(notebooks, Path(args.out))
     except (CourseError, FileNotFoundError) as exc:
         raise usage(f"{exc}; nothing was written") from None
+    appendices = copy_appendices(Path(args.folder), Path(args.out))
     print(
         f"student edition of {len(written)} notebooks written to {args.out}/ "
         "(solutions stripped, outputs cleared)"
+        + (f", and {len(appendices)} appendix notebook(s), not graded, in appendix/"
+           if appendices else "")
     )
     return EXIT_OK
 
