@@ -96,6 +96,9 @@ def site(tmp_path_factory):
         folder = tmp_path_factory.mktemp("steps")
         for path in NOTEBOOKS:
             (folder / path.name).write_bytes(path.read_bytes())
+        (folder / "appendix").mkdir()  # the appendix after 17, which the sample has
+        for path in (ROOT / "notebooks" / "appendix").glob("*.ipynb"):
+            (folder / "appendix" / path.name).write_bytes(path.read_bytes())
     start = time.perf_counter()
     built = book.build(folder, out)
     print(f"site built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
