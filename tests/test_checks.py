@@ -877,7 +877,7 @@ def test_two_level_names_the_likely_mistake():
             check_two_level(passed_instead, mesh)
     with pytest.raises(ExerciseFailed, match="use jax.lax.psum over 'node', not pmean"):
         check_two_level(lambda x: ag(jax.lax.pmean(rs(x), "node")), mesh)
-    with pytest.raises(ExerciseFailed, match=r"its own node's sum only.*psum over 'node'\) is miss"):
+    with pytest.raises(ExerciseFailed, match=r"its own node's sum only.*'node'\) is missing"):
         check_two_level(lambda x: ag(rs(x)), mesh)
 
 
