@@ -858,6 +858,39 @@ def test_two_level(capsys):
         check_two_level(None, mesh)
 
 
+def test_two_level_names_the_likely_mistake():
+    from jax.sharding import PartitionSpec as P
+
+    from course_utils import node_local_mesh
+    from course_utils.checks import check_two_level
+
+    mesh = node_local_mesh(2)
+    rs = lambda x: jax.lax.psum_scatter(x, "local", tiled=True)  # noqa: E731
+    ag = lambda x: jax.lax.all_gather(x, "local", tiled=True)  # noqa: E731
+    right = lambda x: ag(jax.lax.psum(rs(x), "node"))  # noqa: E731
+    with pytest.raises(ExerciseFailed, match="returns a tuple of 2; return one array"):
+        check_two_level(lambda x: (right(x), rs(x)), mesh)
+    whole = jax.shard_map(right, mesh=mesh, in_specs=P(("node", "local")),
+                          out_specs=P(("node", "local")))
+    for passed_instead in (whole, jax.jit(whole)):
+        with pytest.raises(ExerciseFailed, match="pass the plain function, not a jax.shard_map"):
+            check_two_level(passed_instead, mesh)
+    with pytest.raises(ExerciseFailed, match="use jax.lax.psum over 'node', not pmean"):
+        check_two_level(lambda x: ag(jax.lax.pmean(rs(x), "node")), mesh)
+    with pytest.raises(ExerciseFailed, match=r"its own node's sum only.*'node'\) is missing"):
+        check_two_level(lambda x: ag(rs(x)), mesh)
+
+
+def test_two_level_on_nodes_of_one_device_never_passes_a_flat_psum(capsys):
+    from course_utils import node_local_mesh
+    from course_utils.checks import check_two_level
+
+    for nodes in (jax.device_count(), 1):  # p nodes of 1 device, one node of p
+        check_two_level(lambda x: jax.lax.psum(x, ("node", "local")), node_local_mesh(nodes))
+        out = capsys.readouterr().out
+        assert "PASSED" not in out and "NOT CHECKED" in out and "N_DEVICES = 4, 6 or 8" in out
+
+
 def test_memory_prediction_of_zero1_counted_like_data_parallel():
     from test_training_checks import MEASURED, RIGHT  # what train measures, and the answer
 

@@ -138,6 +138,42 @@ def test_parallel_rings_against_the_two_level_schedule(hosts, devices):
         link_bytes("all_reduce", n, hosts, devices))
 
 
+def _messages_on_adapters(algorithm, hosts, devices, adapters):
+    """The all-reduce's steps as messages (sender, receiver, fraction of N, adapter): the ring
+    on adapter 0; ``adapters`` rings (channels), each over all ranks with N/adapters, channel c
+    leaving each host on adapter c; the two-level schedule's device i on adapter i % adapters."""
+    p = hosts * devices
+    if algorithm == "parallel_rings":
+        return [[(r, (r + 1) % p, 1 / (adapters * p), c) for c in range(adapters)
+                 for r in range(p)]] * (2 * (p - 1))
+    return [[(s, d, f, (s % devices) % adapters) if algorithm == "two_level" else (s, d, f, 0)
+             for s, d, f in step] for step in _messages("all_reduce", algorithm, hosts, devices)]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "parallel_rings", "two_level"])
+@pytest.mark.parametrize("hosts, devices, adapters", [(2, 2, 2), (2, 4, 4), (2, 4, 2), (4, 2, 1),
+                                                      (3, 4, 4)])
+def test_the_modelled_time_on_adapters_is_a_simulation_of_the_messages(
+    algorithm, hosts, devices, adapters
+):
+    # per step: α plus the longer of the busiest rank's send (inside the host's links) and the
+    # busiest adapter's bytes out of its host; the table's streams spread a host's bytes over
+    # min(streams, adapters) adapters, the simulation puts every message on its own adapter
+    alpha, link, inside, n = 2e-6, 1e9, 7e9, 2**24
+    p = hosts * devices
+    steps = _messages_on_adapters(algorithm, hosts, devices, adapters)
+    simulated = 0.0
+    for step in steps:
+        rank = max(sum(f for s, _, f, _ in step if s == r) for r in range(p))
+        adapter = max(sum(f for s, d, f, a in step if s // devices == h != d // devices and a == k)
+                      for h in range(hosts) for k in range(adapters))
+        simulated += alpha + max(rank * n / inside, adapter * n / link)
+    topology = Topology(hosts, devices, adapters)
+    assert message_steps("all_reduce", algorithm, topology) == len(steps)
+    assert modelled_time("all_reduce", algorithm, n, topology, alpha_s=alpha, bytes_per_s=link,
+                         local_bytes_per_s=inside) == pytest.approx(simulated, rel=1e-9)
+
+
 def test_the_table_bytes_are_the_bytes_a_compiled_ring_sends():
     mesh = data_mesh()
     p, m = mesh.size, 8 * mesh.size

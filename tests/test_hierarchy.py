@@ -57,6 +57,25 @@ def test_the_gain_grows_as_the_network_gets_slower_than_the_node():
     assert ratio(1e11) > 3
 
 
+def test_against_parallel_rings_the_bandwidth_gain_is_bounded_and_the_steps_remain():
+    nodes, local, n = 2, 8, 2**28
+    p = nodes * local
+    bound = ((p - 1) / p) / ((nodes - 1) / nodes)
+
+    def t(alpha_s, factor):
+        return hierarchical_time(n, nodes, local, alpha_s=alpha_s, node_bytes_per_s=1e10,
+                                 local_bytes_per_s=factor * 1e10)
+
+    no_alpha = [t(0.0, f) for f in (1, 4, 32, 1e9)]
+    assert all(x.parallel_rings / x.hierarchical <= bound * (1 + 1e-9) for x in no_alpha)
+    assert no_alpha[-1].parallel_rings / no_alpha[-1].hierarchical == pytest.approx(bound)
+    # the α steps: 2(p−1) against 2(l−1) + 2(n−1), whatever the bandwidths
+    steps = t(1e-3, 1e9).parallel_rings - t(0.0, 1e9).parallel_rings
+    assert steps == pytest.approx(2 * (p - 1) * 1e-3)
+    assert t(1e-3, 1e9).hierarchical - t(0.0, 1e9).hierarchical == pytest.approx(
+        (2 * (local - 1) + 2 * (nodes - 1)) * 1e-3)
+
+
 def test_bad_meshes_and_blocks_get_a_short_error():
     p = jax.device_count()
     with pytest.raises(ValueError, match="divides the"):

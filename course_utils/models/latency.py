@@ -113,14 +113,16 @@ def bucketed_step_time(
 
 
 class TwoLevelTime(NamedTuple):
-    """Seconds of a flat ring all-reduce and of the two-level schedule.
+    """Seconds of an all-reduce three ways: one flat ring (one network adapter per node), ``l``
+    flat rings side by side (NCCL's channels, one per adapter) and the two-level schedule.
 
     Examples:
-        >>> TwoLevelTime(flat=2.0, hierarchical=0.5).flat
-        2.0
+        >>> TwoLevelTime(flat=2.0, parallel_rings=1.0, hierarchical=0.5).parallel_rings
+        1.0
     """
 
     flat: float
+    parallel_rings: float
     hierarchical: float
 
 
@@ -133,19 +135,27 @@ def hierarchical_time(
     local_bytes_per_s: float,
     node_bytes_per_s: float,
 ) -> TwoLevelTime:
-    """Modelled seconds of a flat ring all-reduce over all ``nodes · local`` ranks (every ring
-    crosses the network, so it runs at the network's speed) and of the two-level schedule
-    (ring phases inside the nodes at ``local_bytes_per_s``, a ring all-reduce of ``nbytes/local``
-    across the nodes at ``node_bytes_per_s``, each device with its own network adapter).
+    """Modelled seconds of an all-reduce of ``nbytes`` over ``nodes · local`` ranks, each node
+    with ``local`` network adapters at ``node_bytes_per_s`` and links inside at
+    ``local_bytes_per_s`` (``cost_model``'s table on ``Topology(nodes, local, adapters=local)``):
+
+    - ``flat``: one ring over all ranks; one chunk leaves a node per step, on one adapter;
+    - ``parallel_rings``: ``local`` rings at once, each over all ranks with ``nbytes/local`` and
+      its own adapter (NCCL's channels): the fair flat baseline;
+    - ``hierarchical``: ring phases inside the nodes, a ring all-reduce of ``nbytes/local``
+      across the nodes per device, the ``local`` devices of a node on their own adapters.
+
+    Against ``parallel_rings`` the bandwidth gain is at most ((p−1)/p)/((n−1)/n); the rest of
+    the two-level schedule's gain is its fewer steps, 2(l−1) + 2(n−1) against 2(p−1).
 
     Examples:
         >>> t = hierarchical_time(2**30, 2, 4, alpha_s=0, local_bytes_per_s=1e11,
         ...                       node_bytes_per_s=1e10)
-        >>> round(t.flat / t.hierarchical, 2)
-        4.38
+        >>> round(t.flat / t.hierarchical, 2), round(t.parallel_rings / t.hierarchical, 2)
+        (4.38, 1.09)
     """
     topology = Topology(nodes, local, adapters=local)
     rates = {"alpha_s": alpha_s, "bytes_per_s": node_bytes_per_s,
              "local_bytes_per_s": local_bytes_per_s}
     return TwoLevelTime(*(modelled_time("all_reduce", a, nbytes, topology, **rates)
-                          for a in ("ring", "two_level")))
+                          for a in ("ring", "parallel_rings", "two_level")))
