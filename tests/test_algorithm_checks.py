@@ -31,24 +31,44 @@ def _backwards(partial, chunks, s, axis_name):
     return received + chunks[(i + s) % p]
 
 
+def _model_axis(partial, chunks, s, axis_name):
+    """The right step with the axis name typed in, and wrong: 'model'."""
+    p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
+    return jax.lax.ppermute(partial, "model", ring_permutation(p)) + chunks[(i - s - 2) % p]
+
+
+def _wrapper(partial, chunks, s, axis_name):
+    """A wrapper around the package's step, which the exercise forbids."""
+    return reduce_scatter_step(partial, chunks, s, axis_name)
+
+
+def _looked_up(partial, chunks, s, axis_name):
+    """The package's step found by name only when called."""
+    return globals()["reduce_scatter_" + "step"](partial, chunks, s, axis_name)
+
+
 WRONG = [
     (_step(None, 2), "no device receives anything"),
     (_step(lambda j, p: (j + 1) % p, 1), "added to the wrong chunk"),
-    (_step(lambda j, p: (j - 1) % p, 2), "added to the wrong chunk"),
+    (_step(lambda j, p: (j - 1) % p, 2), "the ring runs backwards"),
     (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: x), "counted more than once"),
     (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: jax.lax.psum(x, a)), "the program has"),
     (lambda partial, chunks, s, axis_name: chunks, "must return one chunk"),
     (lambda partial, chunks, s, axis_name: 1 / 0, "raised ZeroDivisionError"),
-    (_backwards, "travel the wrong way round"),
+    (_backwards, "the ring runs backwards"),
+    (_model_axis, "names the axis 'model', but the mesh's only axis is 'data'"),
+    (reduce_scatter_step, "uses the package's reduce_scatter_step"),
+    (_wrapper, "uses the package's reduce_scatter_step"),
+    (jax.jit(reduce_scatter_step, static_argnums=(2, 3)), "uses the package's reduce_scatter_s"),
+    (_looked_up, "uses the package's reduce_scatter_step"),
     (None, "my_step is not defined"),
     (3, "object of type int, not a function"),
 ]
 
 
-def test_the_package_step_passes(capsys):
-    check_ring_step(reduce_scatter_step, data_mesh())
+def test_a_step_written_by_hand_passes(capsys):
+    check_ring_step(_step(lambda j, p: (j + 1) % p, 2), data_mesh())
     assert "PASSED: one ring step (3 steps" in capsys.readouterr().out
-    check_ring_step(_step(lambda j, p: (j + 1) % p, 2), data_mesh())  # written another way
     assert ring_permutation(4)[-1] == (3, 0)
 
 

@@ -2,29 +2,74 @@
 
 from __future__ import annotations
 
+import re
 import jax
 import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from course_utils.checks.forbidden import ForbiddenCall, tripwires, uses_forbidden
 from course_utils.checks.helpers import fail, function_given, given, number, passed, tiled_hint
 from course_utils.collectives.kernels import block_collective
-from course_utils.collectives.ring import ring_reduce_scatter
+from course_utils.collectives.ring import encoded_step, reduce_scatter_step, ring_reduce_scatter
 from course_utils.display import error_line
 from course_utils.models.latency import bucketed_step_time
 from course_utils.observe.ir import collectives_in
 
 
-def _run(exercise: str, ring, blocks: np.ndarray) -> np.ndarray:
-    """``ring(blocks)`` on the host, or the student's error in one line."""
+def _run(exercise: str, ring, blocks: np.ndarray, step=None, axis: str = "") -> np.ndarray:
+    """``ring(blocks)`` on the host, with the package's step refused (``tripwires``), or the
+    student's error in one line, with a hint for the likely mistake."""
+    failure = None
     try:
-        return np.asarray(ring(blocks))
+        with tripwires(step, _PACKAGE_STEPS):
+            return np.asarray(ring(blocks))
+    except ForbiddenCall as error:  # the package's step, looked up only at call time
+        failure = _REFUSAL.format(error.args[0])
     except Exception as error:  # noqa: BLE001 - the student's step failed: say how, in a line
         hint = ""
-        if "Abstract tracer" in str(error) or "TracerIntegerConversion" in type(error).__name__:
+        text = f"{type(error).__name__}: {error}"
+        if "Abstract tracer" in text or "TracerIntegerConversion" in text:
             hint = ("; the device index is a traced value inside the kernel: index arrays with "
                     "it (chunks[...]) instead of converting it with int()")
-        fail(exercise, f"running the ring with your step raised {error_line(error)}{hint}")
+        failure = f"running the ring with your step raised {error_line(error)}{hint}"
+        if other := _other_axis_names(step, axis):
+            failure = (f"your step names the axis {', '.join(map(repr, other))}, but the mesh's "
+                       f"only axis is {axis!r} (JAX stopped with {type(error).__name__}): use "
+                       "the axis_name argument")
+        elif "axis" in text.lower() and "name" in text.lower():
+            failure += f"; the mesh's only axis is {axis!r}: use the axis_name argument"
+    fail(exercise, failure)  # outside the except: no traceback chained into the package
+
+
+_PACKAGE_STEPS = [reduce_scatter_step, encoded_step]
+_REFUSAL = ("my_step uses the package's {0}: write the step yourself (jax.lax.ppermute, then "
+            "add your own chunk)")
+
+
+def _other_axis_names(step, axis: str) -> list[str]:
+    """String constants in ``step``'s code (nested code too) that look like an axis name but are
+    not the mesh's ``axis``: a hard-coded ``"model"``, say."""
+    code = getattr(getattr(step, "__wrapped__", step), "__code__", None)
+    found, todo = [], [code] if code is not None else []
+    while todo:
+        current = todo.pop()
+        for const in current.co_consts:
+            if hasattr(const, "co_consts"):
+                todo.append(const)
+            elif (isinstance(const, str) and const != axis and const.isidentifier()
+                  and const not in found):
+                found.append(const)
+    return found
+
+
+def _pairs(ring, blocks: np.ndarray) -> set[tuple[int, int]]:
+    """The ``(source, destination)`` pairs of every collective-permute in ``ring``'s program."""
+    text = ring.lower(blocks).compile().as_text()
+    pairs: set[tuple[int, int]] = set()
+    for found in re.findall(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", text):
+        pairs |= {(int(a), int(b)) for a, b in re.findall(r"\{(\d+),(\d+)\}", found)}
+    return pairs
 
 
 def check_ring_step(step, mesh: Mesh) -> None:
@@ -37,13 +82,15 @@ def check_ring_step(step, mesh: Mesh) -> None:
     """
     exercise = "one ring step"
     function_given(exercise, "my_step", step)
-    p = mesh.size
+    if (name := uses_forbidden(step, _PACKAGE_STEPS)) is not None:
+        fail(exercise, _REFUSAL.format(name))
+    p, axis = mesh.size, mesh.axis_names[0]
     if p == 1:
         passed(exercise, "with one device the ring has no step to check; run with 2 or more")
         return
     blocks = np.random.default_rng(11).standard_normal((p, 4 * p)).astype(np.float32)
     ring = ring_reduce_scatter(mesh, step=step)  # compiled once: every run below has this shape
-    got = _run(exercise, ring, blocks)
+    got = _run(exercise, ring, blocks, step, axis)
     expected = np.asarray(block_collective(mesh, "reduce_scatter")(blocks))
     if got.shape != expected.shape:
         fail(exercise, f"my_step must return one chunk, f32[m/p]; the ring ended with {got.shape}"
@@ -56,13 +103,17 @@ def check_ring_step(step, mesh: Mesh) -> None:
     wrong = [d for d in range(p) if not np.allclose(got[d], expected[d], atol=1e-5, rtol=1e-5)]
     if wrong:
         masks = np.repeat(2.0 ** np.arange(p, dtype=np.float32)[:, None], 4 * p, axis=1)
-        sums = _run(exercise, ring, masks)[:, 0]
+        sums = _run(exercise, ring, masks, step, axis)[:, 0]
         everyone = 2.0**p - 1
         own = sums / 2.0 ** np.arange(p)
         whole = blocks.reshape(p, p, -1).sum(axis=0)  # the sum of every chunk
         held = [next((c for c in range(p) if np.allclose(got[d], whole[c], atol=1e-4)), None)
                 for d in range(p)]
-        if None not in held:
+        backwards = {(j, (j - 1) % p) for j in range(p)}
+        if p > 2 and _pairs(ring, blocks) == backwards:
+            why = ("the ring runs backwards: your ppermute sends from device i to i - 1; the "
+                   "ring sends to the next device, i → i + 1 (ring_permutation(p))")
+        elif None not in held:
             why = ("each device ends with a complete sum, but of another chunk than its own: "
                    "the partial sums travel the wrong way round; send to the next device, "
                    "i → i + 1 (ring_permutation(p))")
