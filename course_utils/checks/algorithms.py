@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import re
+
 import jax
 import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from course_utils.checks.forbidden import ForbiddenCall, tripwires, uses_forbidden
-from course_utils.checks.helpers import fail, function_given, given, number, passed, tiled_hint
+from course_utils.checks.helpers import (
+    call_without,
+    fail,
+    function_given,
+    given,
+    number,
+    passed,
+    tiled_hint,
+)
 from course_utils.collectives.kernels import block_collective
 from course_utils.collectives.ring import encoded_step, reduce_scatter_step, ring_reduce_scatter
 from course_utils.display import error_line
-from course_utils.models.latency import bucketed_step_time
+from course_utils.models.latency import bucketed_step_time, collective_time, plan_buckets
 from course_utils.observe.ir import collectives_in
 
 
@@ -134,6 +143,55 @@ def check_ring_step(step, mesh: Mesh) -> None:
     passed(exercise, f"{p - 1} steps, each one collective-permute of one chunk per device")
 
 
+def check_bucket_model(model) -> None:
+    """Exercise 12: ``model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s,
+    backward_s)``, the bucketed step-time recurrence, compared with ``bucketed_step_time`` on
+    models the notebook never shows; calling the package's copy is refused."""
+    exercise = "bucketed step time"
+    function_given(exercise, "my_step_time", model)
+    rng = np.random.default_rng(1212)
+    cases = []
+    for ranks, alpha_s, bandwidth, backward_s in [(8, 2e-5, 2e9, 0.004), (32, 1e-4, 1e10, 0.03),
+                                                  (4, 1e-6, 5e8, 0.002)]:
+        sizes = [int(v) for v in 2 ** rng.integers(12, 22, size=int(rng.integers(20, 60)))]
+        for bucket in (2**14, 2**19, 2**23, sum(sizes)):
+            cases.append((sizes, bucket, ranks, alpha_s, bandwidth, backward_s))
+    for args in cases:
+        got = number(call_without(
+            exercise, model, args, forbidden=[bucketed_step_time],
+            refusal="my_step_time uses the package's {0}: write the recurrence yourself "
+                    "(plan_buckets and collective_time are allowed)",
+            call="my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
+                 "backward_s)"))
+        if got is None:
+            fail(exercise, "my_step_time must return one number, the step time in seconds")
+        expected = bucketed_step_time(args[0], args[1], ranks=args[2], alpha_s=args[3],
+                                      bandwidth_bytes_per_s=args[4], backward_s=args[5])
+        if not np.isclose(got, expected, rtol=1e-6, atol=0):
+            fail(exercise, f"{_bucket_model_slip(got, expected, *args)} (a model of "
+                           f"{len(args[0])} gradients, bucket {args[1]} bytes, {args[2]} ranks)")
+    passed(exercise, f"the recurrence matches the package's model on {len(cases)} new models")
+
+
+def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, backward_s):
+    """The likely mistake behind a wrong modelled step time, said without the formula."""
+    times = [collective_time(sum(sizes[i] for i in b), ranks, alpha_s=alpha_s,
+                             bandwidth_bytes_per_s=bandwidth, algorithm="ring")
+             for b in plan_buckets(sizes, bucket)]
+    if np.isclose(got, 1e3 * expected, rtol=1e-6):
+        return "your time is in milliseconds: return seconds"
+    if np.isclose(got, backward_s + sum(times), rtol=1e-6):
+        return ("no all-reduce overlaps the backward pass: a bucket can start as soon as its "
+                "last gradient is ready, while the backward pass goes on")
+    if np.isclose(got, sum(times), rtol=1e-6) or np.isclose(got, max(times), rtol=1e-6):
+        return "the step cannot end before the backward pass does, nor start a bucket too early"
+    if got < expected:
+        return ("too short: does each bucket wait for its last gradient (ready in proportion to "
+                "the bytes produced so far) and for the previous bucket's all-reduce?")
+    return ("too long: a bucket starts at the later of two times, when its last gradient is "
+            "ready and when the previous all-reduce is done, not after both added up")
+
+
 def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     """Exercise 12: the bucket size, out of ``candidates``, that minimizes
     ``bucketed_step_time(sizes, bucket, **model)``; a choice within 2 % of the best time passes.
@@ -144,6 +202,10 @@ def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     if got is None or not np.isfinite(got) or got != int(got):
         fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")
     if int(got) not in candidates:
+        unit = next((name for name, factor in [("MiB", 2**20), ("KiB", 2**10), ("bits", 1 / 8)]
+                     if int(got) * factor in candidates), None)
+        if unit is not None:
+            fail(exercise, f"{int(got)} looks like a size in {unit}: give the bucket in bytes")
         fail(exercise, f"{int(got)} is not one of the candidates {list(candidates)}")
     times = {b: bucketed_step_time(sizes, b, **model) for b in candidates}
     best = min(times.values())
