@@ -4,8 +4,15 @@ import jax
 import numpy as np
 import pytest
 
-from course_utils import bucketed_step_time, data_mesh, reduce_scatter_step, ring_permutation
-from course_utils.checks.algorithms import check_bucket_choice, check_ring_step
+from course_utils import (
+    bucketed_step_time,
+    collective_time,
+    data_mesh,
+    plan_buckets,
+    reduce_scatter_step,
+    ring_permutation,
+)
+from course_utils.checks.algorithms import check_bucket_choice, check_bucket_model, check_ring_step
 from course_utils.checks.helpers import ExerciseFailed
 
 
@@ -31,24 +38,44 @@ def _backwards(partial, chunks, s, axis_name):
     return received + chunks[(i + s) % p]
 
 
+def _model_axis(partial, chunks, s, axis_name):
+    """The right step with the axis name typed in, and wrong: 'model'."""
+    p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
+    return jax.lax.ppermute(partial, "model", ring_permutation(p)) + chunks[(i - s - 2) % p]
+
+
+def _wrapper(partial, chunks, s, axis_name):
+    """A wrapper around the package's step, which the exercise forbids."""
+    return reduce_scatter_step(partial, chunks, s, axis_name)
+
+
+def _looked_up(partial, chunks, s, axis_name):
+    """The package's step found by name only when called."""
+    return globals()["reduce_scatter_" + "step"](partial, chunks, s, axis_name)
+
+
 WRONG = [
     (_step(None, 2), "no device receives anything"),
     (_step(lambda j, p: (j + 1) % p, 1), "added to the wrong chunk"),
-    (_step(lambda j, p: (j - 1) % p, 2), "added to the wrong chunk"),
+    (_step(lambda j, p: (j - 1) % p, 2), "the ring runs backwards"),
     (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: x), "counted more than once"),
     (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: jax.lax.psum(x, a)), "the program has"),
     (lambda partial, chunks, s, axis_name: chunks, "must return one chunk"),
     (lambda partial, chunks, s, axis_name: 1 / 0, "raised ZeroDivisionError"),
-    (_backwards, "travel the wrong way round"),
+    (_backwards, "the ring runs backwards"),
+    (_model_axis, "names the axis 'model', but the mesh's only axis is 'data'"),
+    (reduce_scatter_step, "uses the package's reduce_scatter_step"),
+    (_wrapper, "uses the package's reduce_scatter_step"),
+    (jax.jit(reduce_scatter_step, static_argnums=(2, 3)), "uses the package's reduce_scatter_s"),
+    (_looked_up, "uses the package's reduce_scatter_step"),
     (None, "my_step is not defined"),
     (3, "object of type int, not a function"),
 ]
 
 
-def test_the_package_step_passes(capsys):
-    check_ring_step(reduce_scatter_step, data_mesh())
+def test_a_step_written_by_hand_passes(capsys):
+    check_ring_step(_step(lambda j, p: (j + 1) % p, 2), data_mesh())
     assert "PASSED: one ring step (3 steps" in capsys.readouterr().out
-    check_ring_step(_step(lambda j, p: (j + 1) % p, 2), data_mesh())  # written another way
     assert ring_permutation(4)[-1] == (3, 0)
 
 
@@ -63,6 +90,48 @@ MODEL = dict(ranks=8, alpha_s=5e-5, bandwidth_bytes_per_s=1e9, backward_s=0.01)
 CANDIDATES = [2**14, 2**16, 2**18, 2**20, 2**22]
 
 
+def _recurrence(overlap=True, wait=True, scale=1.0):
+    """The bucketed step time written by hand, and with a typical slip."""
+
+    def model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, backward_s):
+        total, produced, finished = sum(sizes), 0, 0.0
+        for bucket in plan_buckets(sizes, bucket_bytes):
+            nbytes = sum(sizes[i] for i in bucket)
+            produced += nbytes
+            ready = backward_s * produced / total if overlap else backward_s
+            start = max(ready, finished) if wait else ready
+            finished = start + collective_time(nbytes, ranks, alpha_s=alpha_s,
+                                               bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                                               algorithm="ring")
+        return scale * max(finished, backward_s)
+
+    return model
+
+
+def _package_model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, backward_s):
+    return bucketed_step_time(sizes, bucket_bytes, ranks=ranks, alpha_s=alpha_s,
+                              bandwidth_bytes_per_s=bandwidth_bytes_per_s, backward_s=backward_s)
+
+
+@pytest.mark.parametrize("model, match", [
+    (_recurrence(overlap=False), "no all-reduce overlaps the backward pass"),
+    (_recurrence(wait=False), "too short"),
+    (_recurrence(scale=1e3), "in milliseconds"),
+    (_package_model, "uses the package's bucketed_step_time"),
+    (lambda *args: 0.0157, "too (short|long)"),  # the worked example's answer, typed in
+    (lambda *args: (1.0, 2.0), "one number"),
+    (None, "my_step_time is not defined"),
+])
+def test_bucket_model_slips_are_named(model, match):
+    with pytest.raises(ExerciseFailed, match=match):
+        check_bucket_model(model)
+
+
+def test_bucket_model_passes(capsys):
+    check_bucket_model(_recurrence())
+    assert "PASSED: bucketed step time" in capsys.readouterr().out
+
+
 def test_bucket_choice():
     best = min(CANDIDATES, key=lambda b: bucketed_step_time(SIZES, b, **MODEL))
     check_bucket_choice(best, SIZES, CANDIDATES, **MODEL)
@@ -73,6 +142,10 @@ def test_bucket_choice():
         check_bucket_choice(2**22, SIZES, CANDIDATES, **MODEL)
     with pytest.raises(ExerciseFailed, match="not one of the candidates"):
         check_bucket_choice(12345, SIZES, CANDIDATES, **MODEL)
+    with pytest.raises(ExerciseFailed, match="in MiB: give the bucket in bytes"):
+        check_bucket_choice(4, SIZES, CANDIDATES, **MODEL)
+    with pytest.raises(ExerciseFailed, match="in bits: give the bucket in bytes"):
+        check_bucket_choice(8 * 2**16, SIZES, CANDIDATES, **MODEL)
     with pytest.raises(ExerciseFailed, match="my_bucket is not defined"):
         check_bucket_choice(None, SIZES, CANDIDATES, **MODEL)
     with pytest.raises(ExerciseFailed, match="whole bytes"):

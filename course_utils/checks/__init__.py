@@ -5,7 +5,12 @@ without giving the answer away (``ExerciseFailed``, shown without a traceback), 
 ``PASSED: …`` line. ``helpers`` holds what every check shares.
 """
 
-from course_utils.checks.algorithms import check_bucket_choice, check_ring_step, check_two_level
+from course_utils.checks.algorithms import (
+    check_bucket_choice,
+    check_bucket_model,
+    check_ring_step,
+    check_two_level,
+)
 from course_utils.checks.budget import check_budget_row
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
@@ -21,6 +26,7 @@ from course_utils.checks.updates import check_joint_permutation, check_two_state
 __all__ = [
     "ExerciseFailed",
     "check_bucket_choice",
+    "check_bucket_model",
     "check_budget_row",
     "check_error_feedback",
     "check_joint_permutation",

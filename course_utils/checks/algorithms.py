@@ -2,29 +2,83 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.checks.helpers import fail, function_given, given, number, passed, tiled_hint
+from course_utils.checks.forbidden import ForbiddenCall, tripwires, uses_forbidden
+from course_utils.checks.helpers import (
+    call_without,
+    fail,
+    function_given,
+    given,
+    number,
+    passed,
+    tiled_hint,
+)
 from course_utils.collectives.kernels import block_collective
-from course_utils.collectives.ring import ring_reduce_scatter
+from course_utils.collectives.ring import encoded_step, reduce_scatter_step, ring_reduce_scatter
 from course_utils.display import error_line
-from course_utils.models.latency import bucketed_step_time
+from course_utils.models.latency import bucketed_step_time, collective_time, plan_buckets
 from course_utils.observe.ir import collectives_in
 
 
-def _run(exercise: str, ring, blocks: np.ndarray) -> np.ndarray:
-    """``ring(blocks)`` on the host, or the student's error in one line."""
+def _run(exercise: str, ring, blocks: np.ndarray, step=None, axis: str = "") -> np.ndarray:
+    """``ring(blocks)`` on the host, with the package's step refused (``tripwires``), or the
+    student's error in one line, with a hint for the likely mistake."""
+    failure = None
     try:
-        return np.asarray(ring(blocks))
+        with tripwires(step, _PACKAGE_STEPS):
+            return np.asarray(ring(blocks))
+    except ForbiddenCall as error:  # the package's step, looked up only at call time
+        failure = _REFUSAL.format(error.args[0])
     except Exception as error:  # noqa: BLE001 - the student's step failed: say how, in a line
         hint = ""
-        if "Abstract tracer" in str(error) or "TracerIntegerConversion" in type(error).__name__:
+        text = f"{type(error).__name__}: {error}"
+        if "Abstract tracer" in text or "TracerIntegerConversion" in text:
             hint = ("; the device index is a traced value inside the kernel: index arrays with "
                     "it (chunks[...]) instead of converting it with int()")
-        fail(exercise, f"running the ring with your step raised {error_line(error)}{hint}")
+        failure = f"running the ring with your step raised {error_line(error)}{hint}"
+        if other := _other_axis_names(step, axis):
+            failure = (f"your step names the axis {', '.join(map(repr, other))}, but the mesh's "
+                       f"only axis is {axis!r} (JAX stopped with {type(error).__name__}): use "
+                       "the axis_name argument")
+        elif "axis" in text.lower() and "name" in text.lower():
+            failure += f"; the mesh's only axis is {axis!r}: use the axis_name argument"
+    fail(exercise, failure)  # outside the except: no traceback chained into the package
+
+
+_PACKAGE_STEPS = [reduce_scatter_step, encoded_step]
+_REFUSAL = ("my_step uses the package's {0}: write the step yourself (jax.lax.ppermute, then "
+            "add your own chunk)")
+
+
+def _other_axis_names(step, axis: str) -> list[str]:
+    """String constants in ``step``'s code (nested code too) that look like an axis name but are
+    not the mesh's ``axis``: a hard-coded ``"model"``, say."""
+    code = getattr(getattr(step, "__wrapped__", step), "__code__", None)
+    found, todo = [], [code] if code is not None else []
+    while todo:
+        current = todo.pop()
+        for const in current.co_consts:
+            if hasattr(const, "co_consts"):
+                todo.append(const)
+            elif (isinstance(const, str) and const != axis and const.isidentifier()
+                  and const not in found):
+                found.append(const)
+    return found
+
+
+def _pairs(ring, blocks: np.ndarray) -> set[tuple[int, int]]:
+    """The ``(source, destination)`` pairs of every collective-permute in ``ring``'s program."""
+    text = ring.lower(blocks).compile().as_text()
+    pairs: set[tuple[int, int]] = set()
+    for found in re.findall(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", text):
+        pairs |= {(int(a), int(b)) for a, b in re.findall(r"\{(\d+),(\d+)\}", found)}
+    return pairs
 
 
 def check_ring_step(step, mesh: Mesh) -> None:
@@ -37,13 +91,15 @@ def check_ring_step(step, mesh: Mesh) -> None:
     """
     exercise = "one ring step"
     function_given(exercise, "my_step", step)
-    p = mesh.size
+    if (name := uses_forbidden(step, _PACKAGE_STEPS)) is not None:
+        fail(exercise, _REFUSAL.format(name))
+    p, axis = mesh.size, mesh.axis_names[0]
     if p == 1:
         passed(exercise, "with one device the ring has no step to check; run with 2 or more")
         return
     blocks = np.random.default_rng(11).standard_normal((p, 4 * p)).astype(np.float32)
     ring = ring_reduce_scatter(mesh, step=step)  # compiled once: every run below has this shape
-    got = _run(exercise, ring, blocks)
+    got = _run(exercise, ring, blocks, step, axis)
     expected = np.asarray(block_collective(mesh, "reduce_scatter")(blocks))
     if got.shape != expected.shape:
         fail(exercise, f"my_step must return one chunk, f32[m/p]; the ring ended with {got.shape}"
@@ -56,13 +112,17 @@ def check_ring_step(step, mesh: Mesh) -> None:
     wrong = [d for d in range(p) if not np.allclose(got[d], expected[d], atol=1e-5, rtol=1e-5)]
     if wrong:
         masks = np.repeat(2.0 ** np.arange(p, dtype=np.float32)[:, None], 4 * p, axis=1)
-        sums = _run(exercise, ring, masks)[:, 0]
+        sums = _run(exercise, ring, masks, step, axis)[:, 0]
         everyone = 2.0**p - 1
         own = sums / 2.0 ** np.arange(p)
         whole = blocks.reshape(p, p, -1).sum(axis=0)  # the sum of every chunk
         held = [next((c for c in range(p) if np.allclose(got[d], whole[c], atol=1e-4)), None)
                 for d in range(p)]
-        if None not in held:
+        backwards = {(j, (j - 1) % p) for j in range(p)}
+        if p > 2 and _pairs(ring, blocks) == backwards:
+            why = ("the ring runs backwards: your ppermute sends from device i to i - 1; the "
+                   "ring sends to the next device, i → i + 1 (ring_permutation(p))")
+        elif None not in held:
             why = ("each device ends with a complete sum, but of another chunk than its own: "
                    "the partial sums travel the wrong way round; send to the next device, "
                    "i → i + 1 (ring_permutation(p))")
@@ -83,6 +143,55 @@ def check_ring_step(step, mesh: Mesh) -> None:
     passed(exercise, f"{p - 1} steps, each one collective-permute of one chunk per device")
 
 
+def check_bucket_model(model) -> None:
+    """Exercise 12: ``model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s,
+    backward_s)``, the bucketed step-time recurrence, compared with ``bucketed_step_time`` on
+    models the notebook never shows; calling the package's copy is refused."""
+    exercise = "bucketed step time"
+    function_given(exercise, "my_step_time", model)
+    rng = np.random.default_rng(1212)
+    cases = []
+    for ranks, alpha_s, bandwidth, backward_s in [(8, 2e-5, 2e9, 0.004), (32, 1e-4, 1e10, 0.03),
+                                                  (4, 1e-6, 5e8, 0.002)]:
+        sizes = [int(v) for v in 2 ** rng.integers(12, 22, size=int(rng.integers(20, 60)))]
+        for bucket in (2**14, 2**19, 2**23, sum(sizes)):
+            cases.append((sizes, bucket, ranks, alpha_s, bandwidth, backward_s))
+    for args in cases:
+        got = number(call_without(
+            exercise, model, args, forbidden=[bucketed_step_time],
+            refusal="my_step_time uses the package's {0}: write the recurrence yourself "
+                    "(plan_buckets and collective_time are allowed)",
+            call="my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
+                 "backward_s)"))
+        if got is None:
+            fail(exercise, "my_step_time must return one number, the step time in seconds")
+        expected = bucketed_step_time(args[0], args[1], ranks=args[2], alpha_s=args[3],
+                                      bandwidth_bytes_per_s=args[4], backward_s=args[5])
+        if not np.isclose(got, expected, rtol=1e-6, atol=0):
+            fail(exercise, f"{_bucket_model_slip(got, expected, *args)} (a model of "
+                           f"{len(args[0])} gradients, bucket {args[1]} bytes, {args[2]} ranks)")
+    passed(exercise, f"the recurrence matches the package's model on {len(cases)} new models")
+
+
+def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, backward_s):
+    """The likely mistake behind a wrong modelled step time, said without the formula."""
+    times = [collective_time(sum(sizes[i] for i in b), ranks, alpha_s=alpha_s,
+                             bandwidth_bytes_per_s=bandwidth, algorithm="ring")
+             for b in plan_buckets(sizes, bucket)]
+    if np.isclose(got, 1e3 * expected, rtol=1e-6):
+        return "your time is in milliseconds: return seconds"
+    if np.isclose(got, backward_s + sum(times), rtol=1e-6):
+        return ("no all-reduce overlaps the backward pass: a bucket can start as soon as its "
+                "last gradient is ready, while the backward pass goes on")
+    if np.isclose(got, sum(times), rtol=1e-6) or np.isclose(got, max(times), rtol=1e-6):
+        return "the step cannot end before the backward pass does, nor start a bucket too early"
+    if got < expected:
+        return ("too short: does each bucket wait for its last gradient (ready in proportion to "
+                "the bytes produced so far) and for the previous bucket's all-reduce?")
+    return ("too long: a bucket starts at the later of two times, when its last gradient is "
+            "ready and when the previous all-reduce is done, not after both added up")
+
+
 def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     """Exercise 12: the bucket size, out of ``candidates``, that minimizes
     ``bucketed_step_time(sizes, bucket, **model)``; a choice within 2 % of the best time passes.
@@ -93,6 +202,10 @@ def check_bucket_choice(choice, sizes, candidates, **model) -> None:
     if got is None or not np.isfinite(got) or got != int(got):
         fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")
     if int(got) not in candidates:
+        unit = next((name for name, factor in [("MiB", 2**20), ("KiB", 2**10), ("bits", 1 / 8)]
+                     if int(got) * factor in candidates), None)
+        if unit is not None:
+            fail(exercise, f"{int(got)} looks like a size in {unit}: give the bucket in bytes")
         fail(exercise, f"{int(got)} is not one of the candidates {list(candidates)}")
     times = {b: bucketed_step_time(sizes, b, **model) for b in candidates}
     best = min(times.values())
