@@ -37,10 +37,9 @@ over ``devices``, replicated over ``hosts``) is a matter of other specs, not ano
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
-
-import math
 
 import jax
 import jax.numpy as jnp
