@@ -13,8 +13,9 @@ strategy            communication per step                              the stat
 data_parallel       all-reduce of the gradient                          w, g, v whole
 zero1               reduce-scatter g, update own slice, all-gather w    w, own g whole; v a slice
 zero2               the same                                            w whole; g, v slices
-zero3               all-gather w before use; grad's transpose is a      w, g, v slices
-                    reduce-scatter
+zero3               all-gather each layer before use; grad's transpose  w, g, v slices (each
+                    is a reduce-scatter per layer                       device: a chunk of
+                                                                        every layer)
 zero3_regather      zero3, w gathered again for the backward pass       w, g, v slices
 bf16                16-bit ring reduce-scatter + all-gather (as u16)    w, g, v whole
 int8                all-to-all + all-gather of int8 and scales          w, g, v whole
@@ -36,6 +37,7 @@ over ``devices``, replicated over ``hosts``) is a matter of other specs, not ano
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -160,6 +162,15 @@ def placements(state: TrainState) -> TrainState:
     return jax.tree.map(lambda array: array.sharding.spec, state)
 
 
+def flat_params(strategy: str, params, n: int, p: int) -> np.ndarray:
+    """The parameters ``params`` of ``strategy``'s state (device 0's copy, or the slices in
+    order) as the task's flat vector of length n: zero3's layout put back in order."""
+    w = np.asarray(params)[:n]
+    if strategy in LAYOUTS:
+        w = w[np.argsort(LAYOUTS[strategy](n, p))]
+    return w
+
+
 def place(mesh: Mesh, ctx: Context, value: np.ndarray, form: str) -> jax.Array:
     """``value`` on ``mesh`` as ``form``: ``replicated``, ``sliced`` or ``own`` (p copies)."""
     if form == "own":
@@ -167,10 +178,14 @@ def place(mesh: Mesh, ctx: Context, value: np.ndarray, form: str) -> jax.Array:
     return jax.device_put(value, NamedSharding(mesh, P() if form == "replicated" else P(ctx.axis)))
 
 
-def _init(params: str, momentum: str, gradient: str, extra: Callable | None = None) -> Callable:
-    """An ``init`` placing w, v and the kept gradient (zeros) as the forms given."""
+def _init(params: str, momentum: str, gradient: str, extra: Callable | None = None, *,
+          layout: Callable[[int, int], np.ndarray] | None = None) -> Callable:
+    """An ``init`` placing w, v and the kept gradient (zeros) as the forms given; w in the
+    order ``layout(n, p)`` if given (zero3's chunk of every layer per device)."""
 
     def init(w0: np.ndarray, mesh: Mesh, ctx: Context) -> TrainState:
+        if layout is not None:
+            w0 = w0[layout(ctx.n, ctx.p)]
         state = TrainState(place(mesh, ctx, w0, params),
                            place(mesh, ctx, np.zeros_like(w0), momentum),
                            place(mesh, ctx, np.zeros_like(w0), gradient))
@@ -240,12 +255,67 @@ def zero2(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     return _next(state, gradient=info.used), info
 
 
+def layer_chunks(n: int, p: int) -> tuple[int, ...]:
+    """Values of each layer (``LAYERS`` order) in one device's slice of zero3's vector:
+    ⌈size/p⌉ each, the last layer's chunk filled up with the padding to n/p in all.
+
+    Examples:
+        >>> layer_chunks(10752, 4), sum(layer_chunks(10752, 4)) == 10752 // 4
+        ((2048, 64, 512, 64), True)
+    """
+    sizes = [math.prod(shape) for _, shape in LAYERS]
+    chunks = [-(-size // p) for size in sizes[:-1]]
+    last = n // p - sum(chunks)
+    if last * p < sizes[-1]:
+        raise ValueError(f"n = {n} leaves too little padding to cut every layer in {p} chunks")
+    return (*chunks, last)
+
+
+def layer_order(n: int, p: int) -> np.ndarray:
+    """zero3's layout: ``w[layer_order(n, p)]`` puts device i's chunk of every layer in its
+    slice i (``P(axis)``), so that each layer is all-gathered on its own; entry ``j`` of the
+    layout is entry ``layer_order(n, p)[j]`` of the task's flat vector (the padding fills the
+    rest of each chunk). ``np.argsort`` of it goes back.
+
+    Examples:
+        >>> order = layer_order(10752, 4)
+        >>> sorted(order.tolist()) == list(range(10752)), order[2048:2050].tolist()
+        (True, [8192, 8193])
+    """
+    chunks, start, starts = layer_chunks(n, p), 0, []
+    for _, shape in LAYERS:
+        starts.append(start)
+        start += math.prod(shape)
+    padding = iter(range(N_PARAMS, n))
+    order = []
+    for i in range(p):
+        for (_, shape), begin, chunk in zip(LAYERS, starts, chunks):
+            for j in range(i * chunk, (i + 1) * chunk):
+                order.append(begin + j if j < math.prod(shape) else next(padding))
+    return np.array(order)
+
+
+def gather_layer(w_mine: jax.Array, ctx: Context, index: int) -> jax.Array:
+    """Layer ``index`` of ``LAYERS``, whole, all-gathered from each device's chunk of it in
+    zero3's layout (``layer_order``): one all-gather of ⌈size/p⌉ values per device."""
+    chunks = layer_chunks(ctx.n, ctx.p)
+    start = sum(chunks[:index])
+    whole = jax.lax.all_gather(w_mine[start:start + chunks[index]], ctx.axis, tiled=True)
+    name, shape = LAYERS[index]
+    return whole[:math.prod(shape)].reshape(shape)
+
+
 def zero3(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
-    """Parameters live as slices; gathered for the forward pass; ``jax.grad`` through the
-    all-gather gives its transpose, a reduce-scatter: the gradient arrives as a slice."""
+    """Parameters live as slices, each device a chunk of every layer (``layer_order``); each
+    layer is gathered just before its use, so one layer at a time is whole; ``jax.grad``
+    through each all-gather gives its transpose, a reduce-scatter: the gradient arrives as a
+    slice in the same layout."""
 
     def loss_of_slice(w_mine):
-        return loss_sum(jax.lax.all_gather(w_mine, ctx.axis, tiled=True), x, y) / ctx.rows
+        w1, b1 = gather_layer(w_mine, ctx, 0), gather_layer(w_mine, ctx, 1)
+        hidden = jnp.tanh(x @ w1 + b1)
+        w2, b2 = gather_layer(w_mine, ctx, 2), gather_layer(w_mine, ctx, 3)
+        return cross_entropy_sum(hidden @ w2 + b2, y) / ctx.rows
 
     loss, g = jax.value_and_grad(loss_of_slice)(state.params)
     return _update(state, g), StepInfo(loss, g, None)
@@ -350,7 +420,7 @@ STRATEGY_STEPS: dict[str, Strategy] = {
     "data_parallel": Strategy(_WHOLE, data_parallel),
     "zero1": Strategy(_init("replicated", "sliced", "own"), zero1),
     "zero2": Strategy(_init("replicated", "sliced", "sliced"), zero2),
-    "zero3": Strategy(_SLICES, zero3),
+    "zero3": Strategy(_init("sliced", "sliced", "sliced", layout=layer_order), zero3),
     "zero3_regather": Strategy(_SLICES, zero3_regather),
     "bf16": Strategy(_WHOLE, _compressed(compression.bf16_all_reduce)),
     "int8": Strategy(_WHOLE, _compressed(compression.int8_all_reduce)),
@@ -361,5 +431,7 @@ STRATEGY_STEPS: dict[str, Strategy] = {
     "local_sgd": Strategy(_init("own", "own", "own"), local_sgd),
 }
 STRATEGIES = tuple(STRATEGY_STEPS)
+# the strategies whose flat vector is laid out otherwise than the task's (``flat_params``)
+LAYOUTS = {"zero3": layer_order}
 # the strategies whose step starts from a whole local gradient, which accumulation sums
 ACCUMULATING = tuple(s for s in STRATEGIES if s not in ("zero3", "zero3_regather", "local_sgd"))

@@ -28,6 +28,7 @@ from course_utils.training.strategies import (
     Context,
     TrainState,
     accumulate_gradient,
+    flat_params,
     place,
     placements,
 )
@@ -161,9 +162,10 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             state = state._replace(params=average(state.params))
             averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y))))
         if held is not None and (t + 1) % heldout_every == 0:
-            heldout.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], *held))))
+            heldout.append((t + 1, float(_mean_loss(flat_params(strategy, state.params, n, p),
+                                                     *held))))
 
-    params = np.asarray(state.params)[:n]
+    params = flat_params(strategy, state.params, n, p)
     return TrainingRun(
         strategy=strategy,
         loss=tuple(losses),
