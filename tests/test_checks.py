@@ -892,16 +892,18 @@ def test_two_level_on_nodes_of_one_device_never_passes_a_flat_psum(capsys):
 
 
 def test_memory_prediction_of_zero1_counted_like_data_parallel():
-    from test_training_checks import MEASURED, RIGHT  # what train measures, and the answer
+    from test_training_checks import MEASURED, N, P, right_memory  # what train measures
 
     from course_utils.checks import check_memory_prediction
 
-    check_memory_prediction(RIGHT, MEASURED)
-    with pytest.raises(  # step 14's ZERO1_LIKE_DP: zero1 predicted as data parallel
+    def zero1_like_dp(n, p):  # zero1 predicted as data parallel
+        return {**right_memory(n, p), "zero1": 12 * n}
+
+    with pytest.raises(
         ExerciseFailed, match="counts 0 of the three parts as 1/p slices; zero1 keeps optimizer in "
         "slices of n/p$"
     ):
-        check_memory_prediction({**RIGHT, "zero1": RIGHT["data_parallel"]}, MEASURED)
+        check_memory_prediction(zero1_like_dp, MEASURED, N, P)
 
 
 def test_error_feedback_that_compresses_g_alone():

@@ -24,11 +24,17 @@ MEASURED = {
 RIGHT = {s: sum(memory.parts().values()) for s, memory in MEASURED.items()}
 
 
+def right_memory(n, p):
+    return {"data_parallel": 12 * n, "zero1": 8 * n + 4 * n // p, "zero2": 4 * n + 8 * n / p,
+            "zero3": np.int64(12 * n // p)}
+
+
 def test_memory_right_and_wrong(capsys):
-    check_memory_prediction(RIGHT, MEASURED)
+    check_memory_prediction(right_memory, MEASURED, N, P)
     assert "PASSED" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match="predicted_memory is not defined"):
+        check_memory_prediction(None, MEASURED, N, P)
     cases = [
-        (None, "predicted_memory is not defined"),
         ({"zero1": 1}, "exactly the keys .*: it lacks 'data_parallel', 'zero2', 'zero3'$"),
         ({**RIGHT, "ZeRO-1": 1, "fsdp": 2}, "'ZeRO-1', 'fsdp' are not asked for$"),
         ({**RIGHT, "zero2": "a lot"}, "zero2: give a number of bytes"),
@@ -52,7 +58,22 @@ def test_memory_right_and_wrong(capsys):
     ]
     for answer, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
-            check_memory_prediction(answer, MEASURED)
+            check_memory_prediction(lambda n, p, answer=answer: answer, MEASURED, N, P)
+
+
+def test_memory_typed_in_or_read_off_the_run_is_caught():
+    cases = [
+        (lambda n, p: RIGHT, r"right at this notebook's n = 1024, p = 4, but not at n = 4096, "
+         r"p = 8 \(data_parallel, zero1, zero2, zero3\): write each stage's bytes in n and p"),
+        (lambda n, p: {**right_memory(n, p), "zero1": 8 * N + N},
+         r"not at n = 4096, p = 8 \(zero1\)"),
+        (RIGHT, "predicted_memory is an object of type dict, not a function"),
+        (lambda n: RIGHT, r"predicted_memory\(1024, 4\) raised TypeError"),
+        (lambda n, p: list(RIGHT.values()), "returned a list; return a dict {stage: bytes}"),
+    ]
+    for answer, message in cases:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_memory_prediction(answer, MEASURED, N, P)
 
 
 def _right(g, residual, k):

@@ -25,12 +25,13 @@ _SLICED = {"data_parallel": (), "zero1": ("optimizer",), "zero2": ("gradients", 
            "zero3": ("parameters", "gradients", "optimizer")}
 
 
-def check_memory_prediction(predicted, measured: Mapping[str, Memory]) -> None:
-    """Exercise 14: ``predicted[stage]``, bytes per device, for every stage of ``STAGES``,
-    against ``measured[stage]``, the ``Memory`` record ``train`` read from the shards."""
+def check_memory_prediction(fn, measured: Mapping[str, Memory], n: int, p: int) -> None:
+    """Exercise 14: ``fn(n, p) -> {stage: bytes per device}`` for every stage of ``STAGES``,
+    against ``measured[stage]``, the ``Memory`` record ``train`` read from the shards of a flat
+    vector of ``n`` values on ``p`` devices, then at sizes and device counts never shown."""
     exercise = "memory per ZeRO stage"
-    given(exercise, "predicted_memory", predicted, "store a dict {stage: bytes}")
-    check_keys(exercise, "predicted_memory", predicted, STAGES)
+    function_given(exercise, "predicted_memory", fn)
+    predicted = _predicted(exercise, fn, n, p)
     for stage in STAGES:
         got, want = number(predicted[stage]), measured[stage].total
         if got is None:
@@ -44,7 +45,38 @@ def check_memory_prediction(predicted, measured: Mapping[str, Memory]) -> None:
                           "the gradient and the momentum (n: the padded vector's length, not "
                           "N_PARAMS)")
         fail(exercise, f"{stage}: {off_by(got, want)}; {' — or '.join(causes)}")
-    passed(exercise, ", ".join(f"{s} {measured[s].total} B" for s in STAGES))
+    for other_n, other_p in _UNSEEN:
+        got = _predicted(exercise, fn, other_n, other_p)
+        wrong = [s for s in STAGES if number(got[s]) is None
+                 or not np.isclose(number(got[s]), _stage_bytes(s, other_n, other_p))]
+        if wrong:
+            fail(exercise, f"right at this notebook's n = {n}, p = {p}, but not at n = "
+                           f"{other_n}, p = {other_p} ({', '.join(wrong)}): write each stage's "
+                           "bytes in n and p, not numbers read off this run")
+    passed(exercise, ", ".join(f"{s} {measured[s].total} B" for s in STAGES)
+           + f"; and at {len(_UNSEEN)} other sizes and device counts")
+
+
+# (n, p) the notebook never shows; n a multiple of p, as the padded vector is
+_UNSEEN = ((4096, 8), (1200, 3), (512, 2), (640, 1))
+
+
+def _stage_bytes(stage: str, n: int, p: int) -> float:
+    """Bytes per device of ``stage``'s three float32 parts: whole (4n) or sliced (4n/p)."""
+    return sum(4 * n / p if part in _SLICED[stage] else 4 * n
+               for part in ("parameters", "gradients", "optimizer"))
+
+
+def _predicted(exercise: str, fn, n: int, p: int) -> Mapping:
+    try:
+        predicted = fn(n, p)
+    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
+        fail(exercise, f"predicted_memory({n}, {p}) raised {error_line(error)}")
+    if not isinstance(predicted, Mapping):
+        fail(exercise, f"predicted_memory(n, p) returned a {type(predicted).__name__}; return a "
+                       "dict {stage: bytes}")
+    check_keys(exercise, "predicted_memory(n, p)", predicted, STAGES)
+    return predicted
 
 
 def _slicing_hint(stage: str, got: float, measured: Mapping[str, Memory]) -> str | None:
