@@ -59,7 +59,7 @@ from course_utils.problems.classification import (
 )
 
 # the learning rate of every run of part three (momentum BETA as everywhere in the course)
-TRAIN_LR = 0.05
+TRAIN_LR = 0.02
 # the rank of PowerSGD's approximation of each weight matrix
 POWERSGD_RANK = 1
 
@@ -149,7 +149,7 @@ def placements(state: TrainState) -> TrainState:
         >>> from course_utils.problems.classification import init_params, padded_size
         >>> mesh = data_mesh()
         >>> n = padded_size(mesh.size)
-        >>> ctx = Context("data", mesh.size, n, rows=3840, k=1)
+        >>> ctx = Context("data", mesh.size, n, rows=15360, k=1)
         >>> state = STRATEGY_STEPS["zero2"].init(init_params(n), mesh, ctx)
         >>> specs = placements(state)  # ZeRO-2: w whole, v and the kept gradient in slices
         >>> (specs.params, specs.momentum, specs.gradient) == (P(), P("data"), P("data"))
