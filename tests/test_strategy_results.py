@@ -70,11 +70,21 @@ def test_the_saved_runs_start_as_the_code_runs_them_now(run_with_devices):
 def test_the_closing_figure_is_valid_and_reads_each_run():
     data = tradeoff_figure_data(SAVED)
     validate_figure_data(data)
-    points = {s["label"]: (s["x"][0], s["y"][0]) for s in data["panels"][0]["series"]}
-    assert points["data_parallel"] == (1.0, heldout_at(find_run(SAVED, "data_parallel"), STEPS))
+    points = {name: (x, y) for s in data["panels"][0]["series"]
+              for name, x, y in zip(s["point_labels"], s["x"], s["y"])}
+    dp = find_run(SAVED, "data_parallel")
+    assert points["DP = ZeRO-1/2/3"] == (1.0, heldout_at(dp, STEPS))
+    for zero in ("zero1", "zero2", "zero3"):  # the one point stands for them: same bytes, loss
+        run = find_run(SAVED, zero)
+        assert (run.bytes_per_step, heldout_at(run, STEPS)) == (dp.bytes_per_step,
+                                                                 heldout_at(dp, STEPS))
+    assert points["ZeRO-3 regather"][0] == pytest.approx(1.5)
     assert points["bf16"][0] == pytest.approx(0.5)
     h8 = find_run(SAVED, "local_sgd H=8")
-    assert points["local_sgd H=8"][1] == dict(h8.heldout_loss)[STEPS]
+    assert points["H=8"][1] == dict(h8.heldout_loss)[STEPS]
+    bars = data["panels"][1]
+    assert len(bars["labels"]) == 10 and bars["series"][0]["y"][3] == round(
+        find_run(SAVED, "zero3").memory.total / 1024, 1)
 
 
 def test_reading_a_run_that_is_not_there_says_which_are():

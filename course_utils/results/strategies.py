@@ -205,28 +205,43 @@ def loss_at(run: StrategyRun, step: int) -> float:
     return run.final_loss
 
 
-# one point per scheme in the closing figure (ZeRO-1/2/3 sit on data parallelism's point)
-TRADEOFF_RUNS = ("data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.6%", "powersgd",
-                 "local_sgd H=4", "local_sgd H=8", "local_sgd H=16")
-MEMORY_RUNS = ("data_parallel", "zero1", "zero2", "zero3", "topk_ef", "powersgd")
+# the closing figure's points, a family (one colour and legend entry) at a time: (label, name)
+TRADEOFF_FAMILIES = (
+    ("data parallelism, ZeRO", (("data_parallel", "DP = ZeRO-1/2/3"),
+                                ("zero3_regather", "ZeRO-3 regather"))),
+    ("fewer bits", (("bf16", "bf16"), ("int8", "int8"))),
+    ("top-k", (("topk", "top-k 1 %"),)),
+    ("top-k + error feedback", (("topk_ef", "1 %"), ("topk_ef 0.6%", "0.6 %"))),
+    ("PowerSGD", (("powersgd", "rank 1"),)),
+    ("local SGD", (("local_sgd H=16", "H=16"), ("local_sgd H=8", "H=8"),
+                   ("local_sgd H=4", "H=4"))),
+)
+# one bar per scheme (local SGD holds what data parallelism holds, whatever H)
+MEMORY_RUNS = (("data_parallel", "DP"), ("zero1", "ZeRO-1"), ("zero2", "ZeRO-2"),
+               ("zero3", "ZeRO-3"), ("bf16", "bf16"), ("int8", "int8"), ("topk", "top-k"),
+               ("topk_ef", "top-k + EF"), ("powersgd", "PowerSGD"), ("local_sgd H=8", "local SGD"))
 
 
 def tradeoff_figure_data(results: StrategyResults) -> dict:
     """Every scheme on one picture: the held-out loss after ``results.steps`` steps against the
-    bytes per step (a fraction of data parallelism's, one point per run), and the memory per
-    device."""
+    bytes per step (a fraction of data parallelism's), each point named, one colour per family
+    (ZeRO-1/2/3 send DP's bytes and, on the same batches, reach DP's loss: one point); and the
+    memory per device of every scheme."""
     steps, base = results.steps, find_run(results, "data_parallel").bytes_per_step
-    runs = [find_run(results, label) for label in TRADEOFF_RUNS]
-    fractions = [r.bytes_per_step / base for r in runs]
-    memory = [find_run(results, label) for label in MEMORY_RUNS]
+    series, fractions = [], []
+    for family, members in TRADEOFF_FAMILIES:
+        runs = [find_run(results, label) for label, _ in members]
+        x = [r.bytes_per_step / base for r in runs]
+        fractions += x
+        series.append({"label": family, "x": x, "y": [heldout_at(r, steps) for r in runs],
+                       "point_labels": [name for _, name in members]})
+    memory = [(find_run(results, label), name) for label, name in MEMORY_RUNS]
     return {"panels": [
-        {"kind": "line", "x": sorted(set(fractions)), "xscale": "log",
-         "series": [{"label": r.label, "x": [f], "y": [heldout_at(r, steps)]}
-                    for r, f in zip(runs, fractions)],
-         "title": f"loss after {steps} steps ({results.devices} devices)",
+        {"kind": "line", "x": sorted(set(fractions)), "xscale": "log", "series": series,
+         "title": f"held-out loss after {steps} steps ({results.devices} devices)",
          "xlabel": "bytes per step / data parallelism's", "ylabel": "held-out loss"},
-        {"kind": "bar", "labels": [r.label for r in memory],
+        {"kind": "bar", "labels": [name for _, name in memory],
          "series": [{"label": "parameters + gradient + optimizer state",
-                     "y": [round(r.memory.total / 1024, 1) for r in memory]}],
+                     "y": [round(r.memory.total / 1024, 1) for r, _ in memory]}],
          "title": f"memory per device ({results.devices} devices)", "ylabel": "KiB"},
     ]}
