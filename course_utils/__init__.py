@@ -101,6 +101,7 @@ _API = {
     "StrategyRun": ("results.strategies", "StrategyRun"),
     "StrategyResults": ("results.strategies", "StrategyResults"),
     "find_run": ("results.strategies", "find_run"),
+    "heldout_at": ("results.strategies", "heldout_at"),
     "loss_at": ("results.strategies", "loss_at"),
     "sent_bytes": ("results.strategies", "sent_bytes"),
     "tradeoff_figure_data": ("results.strategies", "tradeoff_figure_data"),

@@ -12,11 +12,14 @@ import pytest
 
 from course_utils import validate_figure_data
 from course_utils.results.strategies import (
+    BATCH_SIZE,
     DEVICES,
+    HELDOUT_EVERY,
     PLAN,
     STEPS,
     StrategyResults,
     find_run,
+    heldout_at,
     loss_at,
     run_label,
     saved_strategy_results,
@@ -35,10 +38,13 @@ print(json.dumps(run_plan(data_mesh(), short).to_json()))
 
 
 def test_the_saved_runs_are_the_plan():
-    assert SAVED.devices == DEVICES and SAVED.steps == STEPS
+    assert (SAVED.devices, SAVED.steps) == (DEVICES, STEPS)
+    assert (SAVED.batch_size, SAVED.heldout_every) == (BATCH_SIZE, HELDOUT_EVERY)
     assert [r.label for r in SAVED.runs] == [run_label(o) for o in PLAN]
     for run, options in zip(SAVED.runs, PLAN):
         assert len(run.loss) == options.get("steps", STEPS) == run.steps
+        assert [s for s, _ in run.heldout_loss] == list(
+            range(HELDOUT_EVERY, run.steps + 1, HELDOUT_EVERY))
 
 
 def test_the_saved_file_reads_back_as_records_and_writes_out_the_same():
@@ -56,6 +62,7 @@ def test_the_saved_runs_start_as_the_code_runs_them_now(run_with_devices):
     for saved, fresh in zip(SAVED.runs, now.runs):
         np.testing.assert_allclose(saved.loss[:FIRST_STEPS], fresh.loss, rtol=1e-4,
                                    err_msg=saved.label)
+        assert saved.heldout_loss[0] == pytest.approx(fresh.heldout_loss[0], rel=1e-4)
         assert saved.bytes_per_step == pytest.approx(fresh.bytes_per_step), saved.label
         assert saved.memory == fresh.memory, saved.label
 
@@ -63,11 +70,21 @@ def test_the_saved_runs_start_as_the_code_runs_them_now(run_with_devices):
 def test_the_closing_figure_is_valid_and_reads_each_run():
     data = tradeoff_figure_data(SAVED)
     validate_figure_data(data)
-    points = {s["label"]: (s["x"][0], s["y"][0]) for s in data["panels"][0]["series"]}
-    assert points["data_parallel"] == (1.0, find_run(SAVED, "data_parallel").final_loss)
+    points = {name: (x, y) for s in data["panels"][0]["series"]
+              for name, x, y in zip(s["point_labels"], s["x"], s["y"])}
+    dp = find_run(SAVED, "data_parallel")
+    assert points["DP = ZeRO-1/2/3"] == (1.0, heldout_at(dp, STEPS))
+    for zero in ("zero1", "zero2", "zero3"):  # the one point stands for them: same bytes, loss
+        run = find_run(SAVED, zero)
+        assert (run.bytes_per_step, heldout_at(run, STEPS)) == (dp.bytes_per_step,
+                                                                 heldout_at(dp, STEPS))
+    assert points["ZeRO-3 regather"][0] == pytest.approx(1.5)
     assert points["bf16"][0] == pytest.approx(0.5)
     h8 = find_run(SAVED, "local_sgd H=8")
-    assert points["local_sgd H=8"][1] == dict(h8.averaged_loss)[STEPS]
+    assert points["H=8"][1] == dict(h8.heldout_loss)[STEPS]
+    bars = data["panels"][1]
+    assert len(bars["labels"]) == 10 and bars["series"][0]["y"][3] == round(
+        find_run(SAVED, "zero3").memory.total / 1024, 1)
 
 
 def test_reading_a_run_that_is_not_there_says_which_are():
@@ -75,5 +92,7 @@ def test_reading_a_run_that_is_not_there_says_which_are():
         find_run(SAVED, "zero4")
     with pytest.raises(ValueError, match="ran 192 steps, not 10"):
         loss_at(find_run(SAVED, "zero1"), 10)
+    with pytest.raises(ValueError, match="no held-out loss at step 10; it has one every 16"):
+        heldout_at(find_run(SAVED, "zero1"), 10)
     run = find_run(SAVED, "zero1")
     assert sent_bytes(run)[-1] == pytest.approx(STEPS * run.bytes_per_step)

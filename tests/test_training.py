@@ -143,7 +143,7 @@ def mesh():
 
 def test_zero1_and_zero2_differ_by_the_gradient_their_state_keeps(mesh):
     n = padded_size(mesh.size)
-    ctx = Context(mesh.axis_names[0], mesh.size, n, 3840, k=1)
+    ctx = Context(mesh.axis_names[0], mesh.size, n, 15360, k=1)
     states = {s: STRATEGY_STEPS[s].init(init_params(n), mesh, ctx) for s in ("zero1", "zero2")}
     assert shard_shapes(states["zero1"].gradient) == [(n,)] * mesh.size
     assert shard_shapes(states["zero2"].gradient) == [(n // mesh.size,)] * mesh.size
@@ -201,9 +201,9 @@ def test_micro_batches_cut_each_shard_and_minibatches_stay_in_it():
     "kwargs, message",
     [
         ({"strategy": "zero3", "accumulate": 2}, "accumulate does not apply to zero3; use one of"),
-        ({"accumulate": 7}, "accumulate=7 does not divide a device's 960 rows"),
+        ({"accumulate": 7}, "accumulate=7 does not divide a device's 3840 rows"),
         ({"accumulate": 0}, "accumulate must be a positive integer"),
-        ({"batch_size": 961}, "batch_size=961 is more than a device's 960 rows"),
+        ({"batch_size": 3841}, "batch_size=3841 is more than a device's 3840 rows"),
         ({"batch_size": 0}, "batch_size must be a positive integer"),
         ({"heldout_every": 0}, "heldout_every must be a positive integer"),
     ],

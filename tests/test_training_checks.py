@@ -8,7 +8,7 @@ import pytest
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.training import (
     check_error_feedback,
-    check_local_steps,
+    check_local_sgd_bytes,
     check_memory_prediction,
 )
 from course_utils.training.run import Memory
@@ -115,21 +115,40 @@ def test_error_feedback_right_and_wrong(capsys):
             check_error_feedback(fn)
 
 
-def test_local_steps_right_and_wrong(capsys):
-    model = {"budget": 100.0, "averaging_bytes": 600.0, "candidates": [1, 2, 4, 8, 16]}
-    check_local_steps(8, **model)
-    check_local_steps(np.array(8.0), **model)  # a 0-d array holding a number is a number
-    assert "H = 8" in capsys.readouterr().out
-    for answer, message in [
-        (None, "my_h is not defined"),
-        (6, r"choose H from \[1, 2, 4, 8, 16\]"),
-        (float("nan"), "choose H from"),
-        (float("inf"), "choose H from"),
-        (4, "over the budget of 100"),
-        (16, "so does a smaller H"),
-    ]:
+def test_local_sgd_bytes_right_forms_pass(capsys):
+    ring = lambda nbytes, p: 2 * (p - 1) / p * nbytes  # noqa: E731
+    check_local_sgd_bytes(lambda nbytes, p, steps, h: steps // h * ring(nbytes, p))
+    check_local_sgd_bytes(lambda nbytes, p, steps, h: np.float32(steps // h) * ring(nbytes, p))
+    check_local_sgd_bytes(lambda nbytes, p, steps, h: int(steps // h * 2 * (p - 1) * nbytes / p))
+    assert capsys.readouterr().out.count("PASSED: bytes of local SGD") == 3
+
+
+def test_local_sgd_bytes_names_the_slip_and_refuses_the_package():
+    from course_utils.training.strategies import local_sgd_bytes
+    from course_utils.training.train import train
+
+    ring = lambda nbytes, p: 2 * (p - 1) / p * nbytes  # noqa: E731
+    cases = [
+        (None, "my_local_sgd_bytes is not defined"),
+        (lambda nbytes, p, steps, h: -(-steps // h) * ring(nbytes, p), "cut short"),
+        (lambda nbytes, p, steps, h: steps / h * ring(nbytes, p), "count whole averagings"),
+        (lambda nbytes, p, steps, h: ring(nbytes, p) / h, "bytes per step"),
+        (lambda nbytes, p, steps, h: steps * ring(nbytes, p), "once every h steps"),
+        (lambda nbytes, p, steps, h: steps // h * 2 * nbytes, r"\(p−1\)/p is missing"),
+        (lambda nbytes, p, steps, h: steps // h * (p - 1) / p * nbytes, "both passes"),
+        (lambda nbytes, p, steps, h: steps // h * ring(4 * nbytes, p), "already in bytes"),
+        (lambda nbytes, p, steps, h: steps // h * ring(nbytes, jax.device_count()),
+         "use the argument p, not N_DEVICES"),
+        (lambda nbytes, p, steps, h: "many", "finite number of bytes"),
+        (lambda nbytes, p, steps, h: 73728.0, "too"),  # a number worked out once
+        (local_sgd_bytes, "calls local_sgd_bytes"),
+        (lambda nbytes, p, steps, h: local_sgd_bytes(nbytes, p, steps, h), "calls local_sgd"),
+        (lambda nbytes, p, steps, h: train(None, "local_sgd", steps=steps), "calls train"),
+        (lambda nbytes, p, steps: 0, "raised TypeError"),
+    ]
+    for fn, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
-            check_local_steps(answer, **model)
+            check_local_sgd_bytes(fn)
 
 
 def test_link_prediction_right_and_wrong(capsys):

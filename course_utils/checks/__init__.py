@@ -18,7 +18,7 @@ from course_utils.checks.links import check_link_prediction
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
 from course_utils.checks.training import (
     check_error_feedback,
-    check_local_steps,
+    check_local_sgd_bytes,
     check_memory_prediction,
 )
 from course_utils.checks.updates import check_joint_permutation, check_two_state_update
@@ -31,7 +31,7 @@ __all__ = [
     "check_error_feedback",
     "check_joint_permutation",
     "check_link_prediction",
-    "check_local_steps",
+    "check_local_sgd_bytes",
     "check_memory_prediction",
     "check_predicted_shard_shapes",
     "check_reduce_scatter",

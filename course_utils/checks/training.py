@@ -1,12 +1,14 @@
-"""Self-checks for steps 14–16: memory per ZeRO stage, error feedback, H for a byte budget."""
+"""Self-checks for steps 14–16: memory per ZeRO stage, error feedback, the bytes of local SGD."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import jax
 import numpy as np
 
 from course_utils.checks.helpers import (
+    call_without,
     check_keys,
     fail,
     function_given,
@@ -136,21 +138,56 @@ def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, 
         fail(exercise, f"sent + new_residual ≠ g + residual: {why}")
 
 
-def check_local_steps(choice, *, budget: float, averaging_bytes: float, candidates) -> None:
-    """Exercise 16: the smallest H of ``candidates`` with ``averaging_bytes / H ≤ budget``."""
-    exercise = "H for a byte budget"
-    given(exercise, "my_h", choice, "store your choice of H in my_h")
-    got = number(choice)
-    if got is None or not np.isfinite(got) or got != int(got) or int(got) not in candidates:
-        fail(exercise, f"choose H from {list(candidates)}, got {choice!r}")
-    h = int(got)
-    fits = [c for c in candidates if averaging_bytes / c <= budget]
-    if not fits:
-        fail(exercise, "no candidate fits the budget")
-    if averaging_bytes / h > budget:
-        fail(exercise, f"H = {h} sends {averaging_bytes / h:.0f} bytes per step on average, "
-                        f"over the budget of {budget:.0f}: average less often")
-    if h != min(fits):
-        fail(exercise, f"H = {h} fits, but so does a smaller H, and every extra local step "
-                        "lets the devices' models drift further apart: take the smallest that fits")
-    passed(exercise, f"H = {h}: {averaging_bytes / h:.0f} bytes per step ≤ {budget:.0f}")
+def check_local_sgd_bytes(fn) -> None:
+    """Exercise 16: ``fn(nbytes, p, steps, h)``, the bytes one device sends over ``steps`` steps
+    of local SGD averaging every ``h``, against ``local_sgd_bytes`` on sizes, device counts and
+    run lengths the notebook never used (some not multiples of h). It must not be or call
+    ``local_sgd_bytes`` or ``train``."""
+    from course_utils.training.strategies import local_sgd_bytes
+    from course_utils.training.train import train
+
+    exercise = "bytes of local SGD"
+    function_given(exercise, "my_local_sgd_bytes", fn)
+    p_run = jax.device_count()
+    for p in dict.fromkeys((p_run, 2, 3, 8)):  # this run's p first
+        for nbytes, steps, h in ((24_000 * p, 96, 1), (24_000 * p, 100, 8), (6_000 * p, 250, 16)):
+            call = f"my_local_sgd_bytes({nbytes}, {p}, {steps}, {h})"
+            got = number(call_without(
+                exercise, fn, (nbytes, p, steps, h), forbidden=(local_sgd_bytes, train),
+                refusal="my_local_sgd_bytes calls {}, which this exercise asks you not to call: "
+                "write the bytes from p, nbytes, steps and h", call=call))
+            want = local_sgd_bytes(nbytes, p, steps, h)
+            if got is None or not np.isfinite(got):
+                fail(exercise, f"{call} must return a finite number of bytes")
+            if np.isclose(got, want, rtol=1e-9, atol=0.5):
+                continue
+            why = _local_sgd_slip(got, nbytes, p, steps, h, p_run)
+            fail(exercise, f"{call}: {off_by(got, want)}" + (f"; {why}" if why else ""))
+    passed(exercise, "your model agrees with the package's for p = "
+           f"{', '.join(map(str, dict.fromkeys((p_run, 2, 3, 8))))}, runs that H does not divide "
+           "included")
+
+
+def _local_sgd_slip(got: float, nbytes: int, p: int, steps: int, h: int, p_run: int) -> str:
+    """The likely mistake behind a wrong byte count of local SGD, or ``""``."""
+    rounds, ring = steps // h, 2 * (p - 1) / p * nbytes
+    slips = (
+        (np.ceil(steps / h) * ring, "a round cut short at the end is not averaged: count only "
+         "whole rounds of h steps (steps // h)"),
+        (steps / h * ring, "count whole averagings: a fraction of a round sends nothing "
+         "(steps // h)"),
+        (rounds * ring / steps, "that is bytes per step; give the total over the run"),
+        (steps * ring, "the devices average once every h steps, not after every step"),
+        (rounds * 2 * nbytes, "the ring's factor (p−1)/p is missing"),
+        (rounds * nbytes, "one all-reduce of N bytes sends 2(p−1)/p·N per device in its two "
+         "passes, not N"),
+        (rounds * ring / 2, "count both passes of the ring all-reduce (reduce-scatter and "
+         "all-gather)"),
+        (rounds * 4 * ring, "nbytes is already in bytes: do not multiply by 4"),
+        (rounds * 2 * (p_run - 1) / p_run * nbytes, "use the argument p, not N_DEVICES"),
+    )
+    for value, why in slips:
+        if p != p_run or "N_DEVICES" not in why:
+            if np.isclose(got, value, rtol=1e-9, atol=0.5):
+                return why
+    return ""

@@ -20,6 +20,7 @@ and a ``ylabel``; a line panel an ``xlabel`` too (units belong in the labels). O
 - series ``style``: ``'measured'`` (markers, the default) or ``'model'`` (dashed, no markers);
 - series ``low`` / ``high``: a band around the line (the interquartile range of a measurement);
 - series ``color``: a matplotlib colour (``'C0'``…), to pair a model with its measurement;
+- series ``point_labels`` (line panels): a short name beside each point (above, below, in turn);
 - series ``x`` (line panels): the series' own x values, when series are measured at different
   x (a loss against the bytes each scheme has sent); the panel's ``x`` then sets the ticks.
 
@@ -264,6 +265,11 @@ def validate_figure_data(data) -> None:
                 raise ValueError(
                     f"{where}.series[{j}].style is {s['style']!r}; use one of {', '.join(STYLES)}"
                 )
+            names = s.get("point_labels")
+            if names is not None and (not isinstance(names, list) or len(names) != len(s["y"])
+                                      or not all(isinstance(t, str) for t in names)):
+                raise ValueError(f"{where}.series[{j}].point_labels must be {len(s['y'])} "
+                                 "strings, one per point")
             for band in ("low", "high"):
                 if band in s and (
                     not isinstance(s[band], list)

@@ -67,6 +67,10 @@ def _draw_line(ax, panel: dict) -> None:
             ax.plot(x, s["y"], linestyle="--", label=s.get("label"), **color)
         else:
             (line,) = ax.plot(x, s["y"], marker="o", markersize=4, label=s.get("label"), **color)
+            for k, (xi, yi, text) in enumerate(zip(x, s["y"], s.get("point_labels", ()))):
+                ax.annotate(text, (xi, yi), textcoords="offset points",  # above, below, above…
+                            xytext=(4, 4 if k % 2 == 0 else -10), fontsize=7,
+                            color=line.get_color())
             if "low" in s and "high" in s:
                 ax.fill_between(x, s["low"], s["high"], color=line.get_color(), alpha=0.2,
                                 linewidth=0)

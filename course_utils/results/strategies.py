@@ -2,9 +2,11 @@
 figures drawn from them.
 
 ``run_plan(mesh)`` trains every run of ``PLAN`` (each strategy for ``STEPS`` steps; local SGD
-for twice as long, with H = 1, 4, 8, 16, on shards of one distribution and on skewed shards) and
-keeps, per run (a ``StrategyRun``), the loss per step, the bytes per step, the memory per device
-and the final loss. JSON appears only at the file's boundary (``to_json``, ``from_json``).
+for twice as long, with H = 1, 4, 8, 16, on shards of one distribution and on skewed shards), each
+step on a minibatch of ``BATCH_SIZE`` rows per device drawn from its shard (the same seed, so the
+same batches, for every run), and keeps, per run (a ``StrategyRun``), the loss per step, the loss
+on the held-out rows every ``HELDOUT_EVERY`` steps, the bytes per step, the memory per device and
+the final loss. JSON appears only at the file's boundary (``to_json``, ``from_json``).
 The saved copy, ``course_utils/saved/strategies.json``, was made on ``DEVICES`` devices;
 ``tests/test_strategy_results.py`` keeps it in sync with the code.
 """
@@ -23,6 +25,8 @@ from course_utils.training.train import train
 
 STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
 DEVICES = 4
+BATCH_SIZE = 64  # rows per device per step: 48 steps are one pass over the training rows
+HELDOUT_EVERY = 16  # a multiple of every H: local SGD's held-out loss is the averaged model's
 PLAN = (
     *({"strategy": s} for s in ("data_parallel", "zero1", "zero2", "zero3", "zero3_regather",
                                 "bf16", "int8", "topk", "topk_ef")),
@@ -60,11 +64,12 @@ class StrategyRun:
         strategy: the strategy trained.
         label: ``run_label`` of its options.
         steps: steps trained.
-        loss: the training loss at each step.
+        loss: the training loss at each step (of that step's minibatch).
         bytes_per_step: ring payload per device per step.
         memory: bytes per device of parameters, gradients and optimizer state.
         final_loss: the final parameters' loss on all the data.
         averaged_loss: local SGD: ``(step, loss)`` after each averaging; else ``None``.
+        heldout_loss: ``(step, loss)`` on the held-out rows every ``HELDOUT_EVERY`` steps.
         cumulative_error: the relative error of the summed gradient after the last step
             (``None`` where no local gradient is formed).
         topk_fraction: the option, where the plan gives it (else ``None``).
@@ -80,6 +85,7 @@ class StrategyRun:
     memory: Memory
     final_loss: float
     averaged_loss: tuple[tuple[int, float], ...] | None
+    heldout_loss: tuple[tuple[int, float], ...]
     cumulative_error: float | None
     topk_fraction: float | None = None
     local_steps: int | None = None
@@ -91,7 +97,7 @@ class StrategyRun:
         averaged = entry["averaged_loss"]
         return cls(entry["strategy"], entry["label"], entry["steps"], tuple(entry["loss"]),
                    entry["bytes_per_step"], Memory(**entry["memory"]), entry["final_loss"],
-                   None if averaged is None else tuple((int(s), loss) for s, loss in averaged),
+                   None if averaged is None else _curve(averaged), _curve(entry["heldout_loss"]),
                    entry["cumulative_error"],
                    **{k: entry[k] for k in _OPTIONS if k in entry})
 
@@ -104,31 +110,39 @@ class StrategyRun:
                 "state_bytes_per_device": self.memory.total, "final_loss": self.final_loss,
                 "averaged_loss": None if self.averaged_loss is None
                 else [list(a) for a in self.averaged_loss],
+                "heldout_loss": [list(h) for h in self.heldout_loss],
                 "cumulative_error": self.cumulative_error}
 
 
 _OPTIONS = ("topk_fraction", "local_steps", "skewed")
 
 
+def _curve(points) -> tuple[tuple[int, float], ...]:
+    return tuple((int(step), loss) for step, loss in points)
+
+
 @dataclass(frozen=True)
 class StrategyResults:
     """Every run of a plan, trained on ``devices`` devices for ``steps`` steps (local SGD:
-    twice as many)."""
+    twice as many), on minibatches of ``batch_size`` rows per device, the held-out loss read
+    every ``heldout_every`` steps."""
 
     devices: int
     steps: int
+    batch_size: int
+    heldout_every: int
     runs: tuple[StrategyRun, ...]
 
     @classmethod
     def from_json(cls, data: dict) -> StrategyResults:
         """The results from the contents of ``strategies.json``."""
-        return cls(data["devices"], data["steps"],
+        return cls(data["devices"], data["steps"], data["batch_size"], data["heldout_every"],
                    tuple(StrategyRun.from_json(r) for r in data["runs"]))
 
     def to_json(self) -> dict:
         """The contents of ``strategies.json``."""
-        return {"devices": self.devices, "steps": self.steps,
-                "runs": [r.to_json() for r in self.runs]}
+        return {"devices": self.devices, "steps": self.steps, "batch_size": self.batch_size,
+                "heldout_every": self.heldout_every, "runs": [r.to_json() for r in self.runs]}
 
 
 def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = STEPS,
@@ -138,14 +152,15 @@ def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = STEPS,
     for options in plan:
         if on_run is not None:
             on_run(run_label(options))
-        kwargs = {"steps": steps, **options}
+        kwargs = {"steps": steps, "batch_size": BATCH_SIZE, "heldout_every": HELDOUT_EVERY,
+                  **options}
         run = train(mesh, kwargs.pop("strategy"), **kwargs)
         runs.append(StrategyRun(
             run.strategy, run_label(options), kwargs["steps"], run.loss, run.bytes_per_step,
-            run.memory, run.final_loss, run.averaged_loss,
+            run.memory, run.final_loss, run.averaged_loss, run.heldout_loss,
             (run.cumulative_error or [None])[-1],
             **{k: options[k] for k in _OPTIONS if k in options}))
-    return StrategyResults(mesh.size, steps, tuple(runs))
+    return StrategyResults(mesh.size, steps, BATCH_SIZE, HELDOUT_EVERY, tuple(runs))
 
 
 def saved_strategy_results() -> StrategyResults:
@@ -170,6 +185,16 @@ def sent_bytes(run: StrategyRun) -> list[float]:
     return [run.bytes_per_step * (t + 1) for t in range(len(run.loss))]
 
 
+def heldout_at(run: StrategyRun, step: int) -> float:
+    """The loss of ``run``'s model on the held-out rows after ``step`` steps (a multiple of the
+    plan's ``HELDOUT_EVERY``)."""
+    curve = dict(run.heldout_loss)
+    if step not in curve:
+        raise ValueError(f"{run.label} has no held-out loss at step {step}; it has one every "
+                         f"{run.heldout_loss[0][0]} steps up to {run.heldout_loss[-1][0]}")
+    return curve[step]
+
+
 def loss_at(run: StrategyRun, step: int) -> float:
     """The loss of ``run``'s model on all the data after ``step`` steps: the final loss of a run
     of ``step`` steps, the averaged parameters' loss for local SGD."""
@@ -180,27 +205,43 @@ def loss_at(run: StrategyRun, step: int) -> float:
     return run.final_loss
 
 
-# one point per scheme in the closing figure (ZeRO-1/2/3 sit on data parallelism's point)
-TRADEOFF_RUNS = ("data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.6%", "powersgd",
-                 "local_sgd H=4", "local_sgd H=8", "local_sgd H=16")
-MEMORY_RUNS = ("data_parallel", "zero1", "zero2", "zero3", "topk_ef", "powersgd")
+# the closing figure's points, a family (one colour and legend entry) at a time: (label, name)
+TRADEOFF_FAMILIES = (
+    ("data parallelism, ZeRO", (("data_parallel", "DP = ZeRO-1/2/3"),
+                                ("zero3_regather", "ZeRO-3 regather"))),
+    ("fewer bits", (("bf16", "bf16"), ("int8", "int8"))),
+    ("top-k", (("topk", "top-k 1 %"),)),
+    ("top-k + error feedback", (("topk_ef", "1 %"), ("topk_ef 0.6%", "0.6 %"))),
+    ("PowerSGD", (("powersgd", "rank 1"),)),
+    ("local SGD", (("local_sgd H=16", "H=16"), ("local_sgd H=8", "H=8"),
+                   ("local_sgd H=4", "H=4"))),
+)
+# one bar per scheme (local SGD holds what data parallelism holds, whatever H)
+MEMORY_RUNS = (("data_parallel", "DP"), ("zero1", "ZeRO-1"), ("zero2", "ZeRO-2"),
+               ("zero3", "ZeRO-3"), ("bf16", "bf16"), ("int8", "int8"), ("topk", "top-k"),
+               ("topk_ef", "top-k + EF"), ("powersgd", "PowerSGD"), ("local_sgd H=8", "local SGD"))
 
 
 def tradeoff_figure_data(results: StrategyResults) -> dict:
-    """Every scheme on one picture: the loss after ``results['steps']`` steps against the bytes
-    per step (a fraction of data parallelism's, one point per run), and the memory per device."""
+    """Every scheme on one picture: the held-out loss after ``results.steps`` steps against the
+    bytes per step (a fraction of data parallelism's), each point named, one colour per family
+    (ZeRO-1/2/3 send DP's bytes and, on the same batches, reach DP's loss: one point); and the
+    memory per device of every scheme."""
     steps, base = results.steps, find_run(results, "data_parallel").bytes_per_step
-    runs = [find_run(results, label) for label in TRADEOFF_RUNS]
-    fractions = [r.bytes_per_step / base for r in runs]
-    memory = [find_run(results, label) for label in MEMORY_RUNS]
+    series, fractions = [], []
+    for family, members in TRADEOFF_FAMILIES:
+        runs = [find_run(results, label) for label, _ in members]
+        x = [r.bytes_per_step / base for r in runs]
+        fractions += x
+        series.append({"label": family, "x": x, "y": [heldout_at(r, steps) for r in runs],
+                       "point_labels": [name for _, name in members]})
+    memory = [(find_run(results, label), name) for label, name in MEMORY_RUNS]
     return {"panels": [
-        {"kind": "line", "x": sorted(set(fractions)), "xscale": "log",
-         "series": [{"label": r.label, "x": [f], "y": [loss_at(r, steps)]}
-                    for r, f in zip(runs, fractions)],
-         "title": f"loss after {steps} steps ({results.devices} devices)",
-         "xlabel": "bytes per step / data parallelism's", "ylabel": "training loss"},
-        {"kind": "bar", "labels": [r.label for r in memory],
+        {"kind": "line", "x": sorted(set(fractions)), "xscale": "log", "series": series,
+         "title": f"held-out loss after {steps} steps ({results.devices} devices)",
+         "xlabel": "bytes per step / data parallelism's", "ylabel": "held-out loss"},
+        {"kind": "bar", "labels": [name for _, name in memory],
          "series": [{"label": "parameters + gradient + optimizer state",
-                     "y": [round(r.memory.total / 1024, 1) for r in memory]}],
+                     "y": [round(r.memory.total / 1024, 1) for r, _ in memory]}],
          "title": f"memory per device ({results.devices} devices)", "ylabel": "KiB"},
     ]}

@@ -50,6 +50,7 @@ from jax.sharding import PartitionSpec as P
 from course_utils.collectives import compression
 from course_utils.collectives.kernels import momentum_update
 from course_utils.constants import BETA
+from course_utils.models.cost_model import Topology, bytes_sent
 from course_utils.problems.classification import (
     HIDDEN,
     LAYERS,
@@ -61,7 +62,7 @@ from course_utils.problems.classification import (
 )
 
 # the learning rate of every run of part three (momentum BETA as everywhere in the course)
-TRAIN_LR = 0.05
+TRAIN_LR = 0.02
 # the rank of PowerSGD's approximation of each weight matrix
 POWERSGD_RANK = 1
 
@@ -151,7 +152,7 @@ def placements(state: TrainState) -> TrainState:
         >>> from course_utils.problems.classification import init_params, padded_size
         >>> mesh = data_mesh()
         >>> n = padded_size(mesh.size)
-        >>> ctx = Context("data", mesh.size, n, rows=3840, k=1)
+        >>> ctx = Context("data", mesh.size, n, rows=15360, k=1)
         >>> state = STRATEGY_STEPS["zero2"].init(init_params(n), mesh, ctx)
         >>> specs = placements(state)  # ZeRO-2: w whole, v and the kept gradient in slices
         >>> (specs.params, specs.momentum, specs.gradient) == (P(), P("data"), P("data"))
@@ -399,6 +400,18 @@ def local_sgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> St
     loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
     g = g / (ctx.rows // ctx.p)  # the mean over this device's rows
     return _update(state, g), StepInfo(loss / ctx.rows, g, None)
+
+
+def local_sgd_bytes(nbytes: float, p: int, steps: int, local_steps: int) -> float:
+    """Bytes one device sends over ``steps`` steps of local SGD averaging every ``local_steps``:
+    one ring all-reduce (``pmean``) of the ``nbytes`` parameters per whole round of H steps, each
+    ``2(p−1)/p · nbytes`` (a last round cut short is not averaged, as in ``train``).
+
+    Examples:
+        >>> local_sgd_bytes(4096, 4, steps=100, local_steps=8)  # 12 averagings of 6 KiB
+        73728.0
+    """
+    return (steps // local_steps) * bytes_sent("all_reduce", "ring", nbytes, Topology(1, p))
 
 
 def _residual(w0: np.ndarray, mesh: Mesh, ctx: Context) -> dict:

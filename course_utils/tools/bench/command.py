@@ -60,7 +60,7 @@ def _run_strategies(console, out_dir: Path) -> int:
     for run in results.runs:
         console.print(
             f"{run.label:<24} {run.bytes_per_step / base.bytes_per_step:7.3f}× the bytes"
-            f"  final loss {run.final_loss:.4f}  {run.memory.total / 1024:.0f} KiB"
+            f"  held-out loss {run.heldout_loss[-1][1]:.4f}  {run.memory.total / 1024:.0f} KiB"
             " per device",
             highlight=False,
         )
