@@ -1,7 +1,6 @@
 """The ring-step self-check passes the package's step and names what is wrong in typical ones."""
 
 import jax
-import numpy as np
 import pytest
 
 from course_utils import (
@@ -12,7 +11,7 @@ from course_utils import (
     reduce_scatter_step,
     ring_permutation,
 )
-from course_utils.checks.algorithms import check_bucket_choice, check_bucket_model, check_ring_step
+from course_utils.checks.algorithms import check_bucket_model, check_ring_step
 from course_utils.checks.helpers import ExerciseFailed
 
 
@@ -132,24 +131,3 @@ def test_bucket_model_passes(capsys):
     assert "PASSED: bucketed step time" in capsys.readouterr().out
 
 
-def test_bucket_choice():
-    best = min(CANDIDATES, key=lambda b: bucketed_step_time(SIZES, b, **MODEL))
-    check_bucket_choice(best, SIZES, CANDIDATES, **MODEL)
-    check_bucket_choice(np.int64(best), SIZES, CANDIDATES, **MODEL)
-    with pytest.raises(ExerciseFailed, match="a larger bucket does better"):
-        check_bucket_choice(2**14, SIZES, CANDIDATES, **MODEL)
-    with pytest.raises(ExerciseFailed, match="a smaller bucket does better"):
-        check_bucket_choice(2**22, SIZES, CANDIDATES, **MODEL)
-    with pytest.raises(ExerciseFailed, match="not one of the candidates"):
-        check_bucket_choice(12345, SIZES, CANDIDATES, **MODEL)
-    with pytest.raises(ExerciseFailed, match="in MiB: give the bucket in bytes"):
-        check_bucket_choice(4, SIZES, CANDIDATES, **MODEL)
-    with pytest.raises(ExerciseFailed, match="in bits: give the bucket in bytes"):
-        check_bucket_choice(8 * 2**16, SIZES, CANDIDATES, **MODEL)
-    with pytest.raises(ExerciseFailed, match="my_bucket is not defined"):
-        check_bucket_choice(None, SIZES, CANDIDATES, **MODEL)
-    with pytest.raises(ExerciseFailed, match="whole bytes"):
-        check_bucket_choice("1 MiB", SIZES, CANDIDATES, **MODEL)
-    for endless in (float("nan"), float("inf")):
-        with pytest.raises(ExerciseFailed, match="whole bytes"):
-            check_bucket_choice(endless, SIZES, CANDIDATES, **MODEL)

@@ -6,7 +6,6 @@ without giving the answer away (``ExerciseFailed``, shown without a traceback), 
 """
 
 from course_utils.checks.algorithms import (
-    check_bucket_choice,
     check_bucket_model,
     check_ring_step,
     check_two_level,
@@ -25,7 +24,6 @@ from course_utils.checks.updates import check_joint_permutation, check_two_state
 
 __all__ = [
     "ExerciseFailed",
-    "check_bucket_choice",
     "check_bucket_model",
     "check_budget_row",
     "check_error_feedback",

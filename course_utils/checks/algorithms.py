@@ -14,7 +14,6 @@ from course_utils.checks.helpers import (
     call_without,
     fail,
     function_given,
-    given,
     number,
     passed,
     tiled_hint,
@@ -190,35 +189,6 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
                 "the bytes produced so far) and for the previous bucket's all-reduce?")
     return ("too long: a bucket starts at the later of two times, when its last gradient is "
             "ready and when the previous all-reduce is done, not after both added up")
-
-
-def check_bucket_choice(choice, sizes, candidates, **model) -> None:
-    """Exercise 12: the bucket size, out of ``candidates``, that minimizes
-    ``bucketed_step_time(sizes, bucket, **model)``; a choice within 2 % of the best time passes.
-    """
-    exercise = "bucket size"
-    given(exercise, "my_bucket", choice, "store your choice (bytes) in my_bucket")
-    got = number(choice)
-    if got is None or not np.isfinite(got) or got != int(got):
-        fail(exercise, f"give one of the candidate sizes (whole bytes), got {choice!r}")
-    if int(got) not in candidates:
-        unit = next((name for name, factor in [("MiB", 2**20), ("KiB", 2**10), ("bits", 1 / 8)]
-                     if int(got) * factor in candidates), None)
-        if unit is not None:
-            fail(exercise, f"{int(got)} looks like a size in {unit}: give the bucket in bytes")
-        fail(exercise, f"{int(got)} is not one of the candidates {list(candidates)}")
-    times = {b: bucketed_step_time(sizes, b, **model) for b in candidates}
-    best = min(times.values())
-    if times[int(got)] > 1.02 * best:
-        smaller = [b for b in candidates if b < got and times[b] < times[int(got)]]
-        direction = "smaller" if smaller else "larger"
-        fail(
-            exercise,
-            f"{int(got)} bytes gives {times[int(got)] / best:.2f}× the best modelled time; a "
-            f"{direction} bucket does better (compare what each bucket size pays in α with how "
-            "long the last bucket waits for the end of the backward pass)",
-        )
-    passed(exercise, f"{int(got)} bytes: {times[int(got)] * 1e3:.2f} ms in the model")
 
 
 class _NotAVector(Exception):

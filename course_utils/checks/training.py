@@ -12,7 +12,6 @@ from course_utils.checks.helpers import (
     check_keys,
     fail,
     function_given,
-    given,
     number,
     off_by,
     passed,
