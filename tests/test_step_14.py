@@ -9,7 +9,7 @@ import pytest
 
 from course_utils import padded_size
 from course_utils.problems.classification import LAYERS, N_PARAMS, init_params
-from course_utils.training.strategies import flat_params, layer_chunks, layer_order
+from course_utils.training.layers import flat_params, layer_chunks, layer_order
 
 PER_LAYER = """
 mesh = data_mesh()

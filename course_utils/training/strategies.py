@@ -60,6 +60,7 @@ from course_utils.problems.classification import (
     loss_sum,
     unflatten,
 )
+from course_utils.training.layers import layer_chunks, layer_order
 
 # the learning rate of every run of part three (momentum BETA as everywhere in the course)
 TRAIN_LR = 0.02
@@ -163,15 +164,6 @@ def placements(state: TrainState) -> TrainState:
     return jax.tree.map(lambda array: array.sharding.spec, state)
 
 
-def flat_params(strategy: str, params, n: int, p: int) -> np.ndarray:
-    """The parameters ``params`` of ``strategy``'s state (device 0's copy, or the slices in
-    order) as the task's flat vector of length n: zero3's layout put back in order."""
-    w = np.asarray(params)[:n]
-    if strategy in LAYOUTS:
-        w = w[np.argsort(LAYOUTS[strategy](n, p))]
-    return w
-
-
 def place(mesh: Mesh, ctx: Context, value: np.ndarray, form: str) -> jax.Array:
     """``value`` on ``mesh`` as ``form``: ``replicated``, ``sliced`` or ``own`` (p copies)."""
     if form == "own":
@@ -254,46 +246,6 @@ def zero2(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """Optimizer state and the kept gradient in slices: only this device's slice of the sum."""
     state, info = _sliced_update(state, x, y, ctx)
     return _next(state, gradient=info.used), info
-
-
-def layer_chunks(n: int, p: int) -> tuple[int, ...]:
-    """Values of each layer (``LAYERS`` order) in one device's slice of zero3's vector:
-    ⌈size/p⌉ each, the last layer's chunk filled up with the padding to n/p in all.
-
-    Examples:
-        >>> layer_chunks(10752, 4), sum(layer_chunks(10752, 4)) == 10752 // 4
-        ((2048, 64, 512, 64), True)
-    """
-    sizes = [math.prod(shape) for _, shape in LAYERS]
-    chunks = [-(-size // p) for size in sizes[:-1]]
-    last = n // p - sum(chunks)
-    if last * p < sizes[-1]:
-        raise ValueError(f"n = {n} leaves too little padding to cut every layer in {p} chunks")
-    return (*chunks, last)
-
-
-def layer_order(n: int, p: int) -> np.ndarray:
-    """zero3's layout: ``w[layer_order(n, p)]`` puts device i's chunk of every layer in its
-    slice i (``P(axis)``), so that each layer is all-gathered on its own; entry ``j`` of the
-    layout is entry ``layer_order(n, p)[j]`` of the task's flat vector (the padding fills the
-    rest of each chunk). ``np.argsort`` of it goes back.
-
-    Examples:
-        >>> order = layer_order(10752, 4)
-        >>> sorted(order.tolist()) == list(range(10752)), order[2048:2050].tolist()
-        (True, [8192, 8193])
-    """
-    chunks, start, starts = layer_chunks(n, p), 0, []
-    for _, shape in LAYERS:
-        starts.append(start)
-        start += math.prod(shape)
-    padding = iter(range(N_PARAMS, n))
-    order = []
-    for i in range(p):
-        for (_, shape), begin, chunk in zip(LAYERS, starts, chunks):
-            for j in range(i * chunk, (i + 1) * chunk):
-                order.append(begin + j if j < math.prod(shape) else next(padding))
-    return np.array(order)
 
 
 def gather_layer(w_mine: jax.Array, ctx: Context, index: int) -> jax.Array:
@@ -444,7 +396,5 @@ STRATEGY_STEPS: dict[str, Strategy] = {
     "local_sgd": Strategy(_init("own", "own", "own"), local_sgd),
 }
 STRATEGIES = tuple(STRATEGY_STEPS)
-# the strategies whose flat vector is laid out otherwise than the task's (``flat_params``)
-LAYOUTS = {"zero3": layer_order}
 # the strategies whose step starts from a whole local gradient, which accumulation sums
 ACCUMULATING = tuple(s for s in STRATEGIES if s not in ("zero3", "zero3_regather", "local_sgd"))

@@ -19,6 +19,7 @@ from course_utils.observe.ir import hlo_collectives, ring_payload
 from course_utils.observe.placement import shard_shapes, values_per_device
 from course_utils.problems.classification import init_params, loss_sum, padded_size
 from course_utils.training.batches import micro_batch_rows, split_task
+from course_utils.training.layers import flat_params
 from course_utils.training.run import Memory, TrainingRun
 from course_utils.training.strategies import (
     ACCUMULATING,
@@ -28,7 +29,6 @@ from course_utils.training.strategies import (
     Context,
     TrainState,
     accumulate_gradient,
-    flat_params,
     place,
     placements,
 )
