@@ -918,6 +918,24 @@ def test_error_feedback_that_compresses_g_alone():
         check_error_feedback(feedback_of_g)
 
 
+@pytest.mark.parametrize("returned", [
+    lambda sent, residual: (sent, residual, sent),  # three things
+    lambda sent, residual: sent,  # the dense vector alone
+])
+def test_error_feedback_returning_the_wrong_number_of_things(returned):
+    from course_utils.checks import check_error_feedback
+
+    def feedback(g, residual, k):
+        acc = g + residual
+        _, idx = jax.lax.top_k(jnp.abs(acc), k)
+        sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
+        return returned(sent, acc - sent)
+
+    with pytest.raises(ExerciseFailed, match="return two vectors, \\(sent, new_residual\\)") as info:
+        check_error_feedback(feedback)
+    assert "unpack" not in str(info.value)
+
+
 def test_link_prediction_with_the_rate_in_bits():
     from course_utils.checks import check_link_prediction
 

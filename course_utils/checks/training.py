@@ -110,9 +110,17 @@ def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, 
     import jax.numpy as jnp
 
     try:  # JAX arrays, as inside a training step (and immutable: the inputs stay as they are)
-        sent, new_residual = (np.asarray(a) for a in fn(jnp.asarray(g), jnp.asarray(residual), k))
+        result = fn(jnp.asarray(g), jnp.asarray(residual), k)
     except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
         fail(exercise, f"my_error_feedback raised {error_line(error)}")
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        what = f"{len(result)} things" if isinstance(result, (tuple, list)) else "one value"
+        fail(exercise, f"my_error_feedback returned {what}: return two vectors, "
+                        "(sent, new_residual), e.g. `return sent, acc - sent`")
+    try:
+        sent, new_residual = (np.asarray(a, dtype=np.float32) for a in result)
+    except (TypeError, ValueError) as error:
+        fail(exercise, f"sent and new_residual must be vectors of numbers ({error_line(error)})")
     acc = g + residual
     if sent.shape != g.shape or new_residual.shape != g.shape:
         fail(exercise, f"return two vectors shaped like g {g.shape}: the dense sent vector "
