@@ -931,7 +931,8 @@ def test_error_feedback_returning_the_wrong_number_of_things(returned):
         sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
         return returned(sent, acc - sent)
 
-    with pytest.raises(ExerciseFailed, match="return two vectors, \\(sent, new_residual\\)") as info:
+    expected = "return two vectors, \\(sent, new_residual\\)"
+    with pytest.raises(ExerciseFailed, match=expected) as info:
         check_error_feedback(feedback)
     assert "unpack" not in str(info.value)
 

@@ -115,6 +115,20 @@ def test_error_feedback_right_and_wrong(capsys):
             check_error_feedback(fn)
 
 
+
+def test_error_feedback_refuses_the_package_selection():
+    from course_utils.collectives.compression import topk_select
+
+    def through_package(g, residual, k):
+        acc = g + residual
+        sent, _, _ = topk_select(acc, k)
+        return sent, acc - sent
+
+    with pytest.raises(ExerciseFailed, match="calls the package's topk_select, which this"):
+        check_error_feedback(through_package)
+    with pytest.raises(ExerciseFailed, match=r"my_error_feedback raised ZeroDivisionError"):
+        check_error_feedback(lambda g, residual, k: 1 / 0)
+
 def test_local_sgd_bytes_right_forms_pass(capsys):
     ring = lambda nbytes, p: 2 * (p - 1) / p * nbytes  # noqa: E731
     check_local_sgd_bytes(lambda nbytes, p, steps, h: steps // h * ring(nbytes, p))

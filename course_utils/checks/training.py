@@ -109,10 +109,14 @@ def check_error_feedback(fn) -> None:
 def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, k: int) -> None:
     import jax.numpy as jnp
 
-    try:  # JAX arrays, as inside a training step (and immutable: the inputs stay as they are)
-        result = fn(jnp.asarray(g), jnp.asarray(residual), k)
-    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
-        fail(exercise, f"my_error_feedback raised {error_line(error)}")
+    from course_utils.collectives.compression import sparse_all_gather, topk_select
+
+    result = call_without(  # JAX arrays, as inside a training step (immutable: inputs stay)
+        exercise, fn, (jnp.asarray(g), jnp.asarray(residual), k),
+        forbidden=(topk_select, sparse_all_gather),
+        refusal="my_error_feedback calls the package's {}, which this exercise asks you not "
+                "to call: select the top k yourself with jax.lax.top_k",
+        call="my_error_feedback")
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         what = f"{len(result)} things" if isinstance(result, (tuple, list)) else "one value"
         fail(exercise, f"my_error_feedback returned {what}: return two vectors, "
