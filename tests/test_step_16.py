@@ -41,12 +41,15 @@ def test_the_byte_model_is_what_train_reads_off_the_programs(steps, h):
 
 
 def test_the_saved_held_out_losses_read_as_the_notebook_says():
-    last = 2 * STEPS
+    early, last = 32, 2 * STEPS
     assert heldout("local_sgd H=1", STEPS) == pytest.approx(heldout("data_parallel", STEPS),
                                                             abs=1e-5)
-    same = [heldout(f"local_sgd H={h}", t) for h in (1, 4, 8, 16) for t in (STEPS, last)]
-    assert max(same[0::2]) - min(same[0::2]) < 0.001  # "hardly differ with H"
-    assert max(same[1::2]) - min(same[1::2]) < 0.001
-    skewed = [heldout(f"local_sgd H={h} skewed", last) for h in (4, 8, 16)]
-    assert skewed == sorted(skewed)  # grows with H from H = 4 on
-    assert skewed[-1] > heldout("local_sgd H=16", last)  # behind the same H on shuffled shards
+    same = [heldout(f"local_sgd H={h}", early) for h in (1, 4, 8, 16)]
+    assert max(same) - min(same) < 0.001  # "hardly differ with H after 32 steps"
+    skewed = [heldout(f"local_sgd H={h} skewed", early) for h in (1, 4, 8, 16)]
+    assert skewed == sorted(skewed) and skewed[-1] - skewed[0] > 0.05  # "grows with H"
+    plateau = [loss for step, loss in find_run(SAVED, "data_parallel").heldout_loss
+               if step >= 64]
+    ends = [heldout(f"local_sgd H={h}{tail}", last) for h in (1, 4, 8, 16)
+            for tail in ("", " skewed")]
+    assert max(ends) - min(ends) < max(plateau) - min(plateau)  # "cannot rank the H"
