@@ -116,6 +116,14 @@ def test_sixteen_bit_messages_halve_the_ring_time_from_1_mib():
                     assert 0.45 < r.u16 / r.f32 < 0.55, (run.link_rate, r)
 
 
+def test_on_the_fast_links_the_ratio_drifts_from_one_half():
+    fast = [r.u16 / r.f32 for run in SMALL.runs if run.link_rate in ("1gbit", "10gbit")
+            for r in run.ring16 if r.bytes >= MiB]
+    assert max(abs(x - 0.5) for x in fast) > 0.1  # "drifts from one half"
+    ten = next(run for run in SMALL.runs if run.link_rate == "10gbit")
+    assert max(r.u16 / r.f32 for r in ten.ring16 if r.bytes >= MiB) > 1  # "above 1"
+
+
 def per_call_ms(run):
     """The cost of each separate small all-reduce beyond the bucket, ms (17's reading)."""
     b = run.buckets
