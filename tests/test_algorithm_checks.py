@@ -13,6 +13,7 @@ from course_utils import (
 )
 from course_utils.checks.algorithms import check_bucket_model, check_ring_step
 from course_utils.checks.helpers import ExerciseFailed
+from course_utils.collectives.ring import encoded_step
 
 
 def _step(send_to, chunk_offset, also=None):
@@ -53,6 +54,13 @@ def _looked_up(partial, chunks, s, axis_name):
     return globals()["reduce_scatter_" + "step"](partial, chunks, s, axis_name)
 
 
+PREBUILT = encoded_step(lambda c: c, lambda c: c)  # the package's step, built outside my_step
+
+
+def _around_prebuilt(partial, chunks, s, axis_name):
+    return PREBUILT(partial, chunks, s, axis_name)
+
+
 WRONG = [
     (_step(None, 2), "no device receives anything"),
     (_step(lambda j, p: (j + 1) % p, 1), "added to the wrong chunk"),
@@ -67,6 +75,8 @@ WRONG = [
     (_wrapper, "uses the package's reduce_scatter_step"),
     (jax.jit(reduce_scatter_step, static_argnums=(2, 3)), "uses the package's reduce_scatter_s"),
     (_looked_up, "uses the package's reduce_scatter_step"),
+    (PREBUILT, "uses the package's encoded_step"),
+    (_around_prebuilt, "uses the package's encoded_step"),
     (None, "my_step is not defined"),
     (3, "object of type int, not a function"),
 ]

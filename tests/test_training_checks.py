@@ -129,6 +129,18 @@ def test_error_feedback_refuses_the_package_selection():
     with pytest.raises(ExerciseFailed, match=r"my_error_feedback raised ZeroDivisionError"):
         check_error_feedback(lambda g, residual, k: 1 / 0)
 
+
+def test_error_feedback_in_numpy_in_place_is_told_to_trace():
+    def in_numpy(g, residual, k):
+        acc = np.asarray(g) + np.asarray(residual)
+        sent = np.zeros_like(acc)
+        top = np.argsort(-np.abs(acc))[:k]
+        sent[top] = acc[top]
+        return sent, acc - sent
+
+    with pytest.raises(ExerciseFailed, match="must also run on traced JAX arrays"):
+        check_error_feedback(in_numpy)
+
 def test_local_sgd_bytes_right_forms_pass(capsys):
     ring = lambda nbytes, p: 2 * (p - 1) / p * nbytes  # noqa: E731
     check_local_sgd_bytes(lambda nbytes, p, steps, h: steps // h * ring(nbytes, p))

@@ -80,6 +80,23 @@ def _pairs(ring, blocks: np.ndarray) -> set[tuple[int, int]]:
     return pairs
 
 
+def _made_by_encoded_step(fn, depth: int = 3) -> bool:
+    """``fn`` is a step ``encoded_step`` built, or reaches one through its closure or the
+    globals it names (a wrapper around a prebuilt step)."""
+    from course_utils.collectives.ring import encoded_step
+
+    made = encoded_step(lambda c: c, lambda c: c).__code__
+    code = getattr(fn, "__code__", None)
+    if code is None or depth == 0:
+        return False
+    if code is made:
+        return True
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
+             if c.cell_contents is not fn]
+    names = [getattr(fn, "__globals__", {}).get(n) for n in code.co_names]
+    return any(callable(v) and _made_by_encoded_step(v, depth - 1) for v in cells + names)
+
+
 def check_ring_step(step, mesh: Mesh) -> None:
     """Exercise 11: ``step(partial, chunks, s, axis_name)``, one step of the ring reduce-scatter.
 
@@ -92,6 +109,8 @@ def check_ring_step(step, mesh: Mesh) -> None:
     function_given(exercise, "my_step", step)
     if (name := uses_forbidden(step, _PACKAGE_STEPS)) is not None:
         fail(exercise, _REFUSAL.format(name))
+    if _made_by_encoded_step(step):
+        fail(exercise, _REFUSAL.format("encoded_step"))
     p, axis = mesh.size, mesh.axis_names[0]
     if p == 1:
         passed(exercise, "with one device the ring has no step to check; run with 2 or more")

@@ -103,7 +103,21 @@ def check_error_feedback(fn) -> None:
     for n, k in ((512, 16), (300, 7)):  # two sizes: a k written into the function fails one
         g, residual = rng.standard_normal((2, n)).astype(np.float32)
         _one_error_feedback(exercise, fn, g, residual, k)
+    _traces(exercise, fn)
     passed(exercise, "top k sent; sent + new residual = g + old residual, bit for bit")
+
+
+def _traces(exercise: str, fn) -> None:
+    """``fn`` also runs traced, as inside the exchange's ``shard_map`` (NumPy in place does not)."""
+    import jax
+
+    g = np.ones(64, np.float32)
+    try:
+        jax.jit(fn, static_argnums=2)(g, g, 4)
+    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
+        fail(exercise, "my_error_feedback must also run on traced JAX arrays, as inside "
+                       "jax.shard_map (use jax.numpy and .at[...].set, not NumPy or assignment "
+                       f"in place): {error_line(error)}")
 
 
 def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, k: int) -> None:
