@@ -99,19 +99,20 @@ MODEL = dict(ranks=8, alpha_s=5e-5, bandwidth_bytes_per_s=1e9, backward_s=0.01)
 CANDIDATES = [2**14, 2**16, 2**18, 2**20, 2**22]
 
 
-def _recurrence(overlap=True, wait=True, scale=1.0):
+def _recurrence(overlap=True, wait=True, scale=1.0, by_count=False, algorithm="ring"):
     """The bucketed step time written by hand, and with a typical slip."""
 
     def model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, backward_s):
         total, produced, finished = sum(sizes), 0, 0.0
         for bucket in plan_buckets(sizes, bucket_bytes):
             nbytes = sum(sizes[i] for i in bucket)
-            produced += nbytes
-            ready = backward_s * produced / total if overlap else backward_s
+            produced += len(bucket) if by_count else nbytes
+            share = produced / (len(sizes) if by_count else total)
+            ready = backward_s * share if overlap else backward_s
             start = max(ready, finished) if wait else ready
             finished = start + collective_time(nbytes, ranks, alpha_s=alpha_s,
                                                bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                                               algorithm="ring")
+                                               algorithm=algorithm)
         return scale * max(finished, backward_s)
 
     return model
@@ -124,7 +125,9 @@ def _package_model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, b
 
 @pytest.mark.parametrize("model, match", [
     (_recurrence(overlap=False), "no all-reduce overlaps the backward pass"),
-    (_recurrence(wait=False), "too short"),
+    (_recurrence(wait=False), "also waits for the previous bucket's all-reduce"),
+    (_recurrence(by_count=True), "bytes produced so far .* not to the number of gradients"),
+    (_recurrence(algorithm="tree"), "timed as the ring .* not as tree"),
     (_recurrence(scale=1e3), "in milliseconds"),
     (_package_model, "uses the package's bucketed_step_time"),
     (lambda *args: 0.0157, "too (short|long)"),  # the worked example's answer, typed in

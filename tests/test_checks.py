@@ -937,30 +937,6 @@ def test_error_feedback_returning_the_wrong_number_of_things(returned):
     assert "unpack" not in str(info.value)
 
 
-def test_link_prediction_with_the_rate_in_bits():
-    from course_utils.checks import check_link_prediction
-
-    hosts, devices, nbytes, rate_bits = 2, 4, 16 * 2**20, 1e9  # step 17's numbers
-    p = hosts * devices
-    flat_ms = 2 * (p - 1) / p * nbytes / rate_bits * 1e3  # bits per second taken for bytes
-    two_level_ms = 2 * (hosts - 1) / hosts * nbytes / rate_bits * 1e3
-    model = dict(nbytes=nbytes, hosts=hosts, devices=devices, bytes_per_s=rate_bits / 8)
-    check_link_prediction(8 * flat_ms, 8 * two_level_ms, **model)
-    with pytest.raises(ExerciseFailed, match="the rate is in bits per second: divide it by 8"):
-        check_link_prediction(flat_ms, two_level_ms, **model)
-
-
-def test_link_prediction_with_the_measured_times_typed_in():
-    from course_utils.checks import check_link_prediction
-
-    model = dict(nbytes=16 * 2**20, hosts=2, devices=4, bytes_per_s=1e9 / 8)
-    measured = (261.0, 371.0)  # the saved 2 × 4 run at 1 Gbit/s, rounded as 17 prints them
-    with pytest.raises(ExerciseFailed, match="that is a measured time, not a prediction"):
-        check_link_prediction(*measured, **model, measured_ms=(260.6, 370.9))
-    with pytest.raises(ExerciseFailed, match="my_two_level_ms: .*measured time"):  # one of them
-        check_link_prediction(234.9, 371, **model, measured_ms=(260.6, 370.9))
-
-
 def test_predicted_shard_shapes_of_step_4_names_the_device(setup):
     mesh, _, (xh, _, _), _ = setup
     placed = jax.device_put(xh, NamedSharding(mesh, P(None, "data")))

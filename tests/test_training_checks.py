@@ -51,10 +51,13 @@ def test_memory_right_and_wrong(capsys):
          r"the momentum \(n: the padded vector's length, not N_PARAMS\)$"),
         ({**RIGHT, "zero3": RIGHT["zero3"] + 1}, "zero3: .*; add what one device holds"),
         ({**RIGHT, "zero3": 8 * RIGHT["zero3"]}, "8× too large; count bytes, not bits$"),
-        # at p = 4, slicing everything is also what counting values gives: both causes named
+        # at p = 4, slicing everything in one stage gives what counting values gives there:
+        # the slicing is named, and values only when every stage is off by the same 4
         ({**RIGHT, "data_parallel": RIGHT["zero3"]},
-         "not values — or that counts 3 of the three parts as 1/p slices; "
+         r"data_parallel: it is 4× too small; that counts 3 of the three parts as 1/p slices; "
          "data_parallel keeps nothing in slices of n/p, every part whole$"),
+        ({s: v / 4 for s, v in RIGHT.items()},
+         r"data_parallel: it is 4× too small; count bytes \(4 per float32 value\), not values$"),
     ]
     for answer, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
@@ -177,47 +180,54 @@ def test_local_sgd_bytes_names_the_slip_and_refuses_the_package():
             check_local_sgd_bytes(fn)
 
 
+STEP_17 = {"hosts": 2, "devices": 4, "nbytes": 16 * 2**20, "rate_bits": 1e9}  # its exercise
+
+
+def _link_times(flat=1.0, two=1.0, swap=False):
+    """The link model written by hand, each time scaled by a slip's factor."""
+
+    def my_link_times_ms(hosts, devices, n_bytes, rate_bits):
+        p = hosts * devices
+        times = (flat * 2 * (p - 1) / p * n_bytes / (rate_bits / 8) * 1e3,
+                 two * 2 * (hosts - 1) / hosts * n_bytes / (rate_bits / 8) * 1e3)
+        return times[::-1] if swap else times
+
+    return my_link_times_ms
+
+
 def test_link_prediction_right_and_wrong(capsys):
     from course_utils.checks.links import check_link_prediction
+    from course_utils.models.links import FRAME_SHARE, link_time_s
 
-    model = {"nbytes": 4 * 2**20, "hosts": 2, "devices": 4, "bytes_per_s": 25e6}
-    flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3
-    check_link_prediction(flat, two, **model)
+    check_link_prediction(_link_times(), **STEP_17)
     assert "PASSED" in capsys.readouterr().out
-    check_link_prediction(round(flat, -1), round(two, -1), **model)  # rounded to tens: 290, 170
-    assert "PASSED" in capsys.readouterr().out
-    for answer, message in [
-        ((None, two), "my_flat_ms is not defined"),
-        (("fast", two), "must be a finite number of milliseconds"),
-        ((flat / 8, two), "bits per second"),
-        ((flat / 2, two), "two passes of the ring"),
-        ((flat, two / 4), "share its one link"),
-        ((flat, two * 3), "only the middle phase crosses"),
+    measured = (260.6, 370.9)  # the saved 2 × 4 run at 1 Gbit/s
+    for fn, message in [
+        (None, "my_link_times_ms is not defined"),
+        (lambda h, d, n, bits: ("fast", 1.0), "two finite numbers of milliseconds"),
+        (lambda h, d, n, bits: 1.0, r"must return two numbers, \(flat_ms, two_level_ms\)"),
+        (lambda h, d: (1.0, 1.0), r"my_link_times_ms\(2, 4, 16777216, 1e\+09\) raised TypeError"),
+        (_link_times(flat=1 / 8, two=1 / 8), "bits per second: divide it by 8"),
+        (_link_times(flat=0.5), "two passes of the ring"),
+        (_link_times(two=1 / 4), "share its one link"),
+        (_link_times(two=3), "only the middle phase crosses"),
+        (_link_times(flat=1e-3), "milliseconds, not seconds"),
+        (_link_times(flat=2**20 / 1e6), "Mbit and Gbit are 10\\^6"),
+        (_link_times(flat=8 / 7), "never sends its own chunk"),
+        (_link_times(flat=1 / 0.96), "took out the headers' share .*, leave it out"),
+        (_link_times(flat=1 / FRAME_SHARE), "took out the headers' share .*, leave it out"),
+        (_link_times(two=0.95), "5 % too small; close: compute with the exact numbers"),
+        (_link_times(two=0.5), "two passes, 2\\(H-1\\)/H"),
+        (_link_times(flat=1e3), "milliseconds, not microseconds"),
+        (_link_times(swap=True), "the two times are swapped"),
+        (_link_times(flat=1.1), "flat: it is 10 % too large; count the bytes"),
+        (lambda h, d, n, bits: measured, "that is a measured time, not a prediction"),
+        (lambda h, d, n, bits: (234.9, 371), "two-level: .*measured time"),
+        (lambda h, d, n, bits: (234.9, 134.2), r"not at 2 hosts × 2 devices, 4 MiB"),
+        (lambda h, d, n, bits: (link_time_s("all_reduce", n, h, d, bits / 8) * 1e3, 134.2),
+         "uses the package's link_time_s, which computes the answer"),
     ]:
+        run = measured if "measured" in message else None  # 8/7 of the flat time is near it
         with pytest.raises(ExerciseFailed, match=message):
-            check_link_prediction(*answer, **model)
+            check_link_prediction(fn, **STEP_17, measured_ms=run)
 
-
-def test_link_prediction_names_units(capsys):
-    from course_utils.checks.links import check_link_prediction
-    from course_utils.models.links import FRAME_SHARE
-
-    model = {"nbytes": 4 * 2**20, "hosts": 2, "devices": 4, "bytes_per_s": 25e6}
-    flat, two = 2 * 7 / 8 * 4 * 2**20 / 25e6 * 1e3, 4 * 2**20 / 25e6 * 1e3
-    for answer, message in [
-        ((flat / 1e3, two), "milliseconds, not seconds"),
-        ((flat * 1e6 / 2**20, two), "MiB are 2\\^20 bytes"),  # N as 4·10^6 bytes
-        ((flat * 2**20 / 1e6, two), "Mbit and Gbit are 10\\^6"),  # the rate in 2^20 bit
-        ((flat, two * 1e9 / 2**30), "Mbit and Gbit are 10\\^6"),  # 1 Gbit as 2^30 bit
-        ((flat * 8 / 7, two), "never sends its own chunk"),  # p instead of p - 1
-        ((flat / 0.96, two), "took out the headers' share .*, leave it out"),
-        ((flat / FRAME_SHARE, two), "took out the headers' share .*, leave it out"),
-        ((flat, two * 0.95), "5 % too small; close: compute with the exact numbers"),
-        ((flat, two / 2), "two passes, 2\\(H-1\\)/H"),
-        ((float("nan"), two), "finite number"),
-        ((flat * 1e3, two), "milliseconds, not microseconds"),
-        ((two, flat), "the two answers are swapped"),
-        ((flat * 1.1, two), "my_flat_ms: it is 10 % too large; count the bytes"),
-    ]:
-        with pytest.raises(ExerciseFailed, match=message):
-            check_link_prediction(*answer, **model)

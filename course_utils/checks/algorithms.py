@@ -192,22 +192,49 @@ def check_bucket_model(model) -> None:
 
 
 def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, backward_s):
-    """The likely mistake behind a wrong modelled step time, said without the formula."""
-    times = [collective_time(sum(sizes[i] for i in b), ranks, alpha_s=alpha_s,
-                             bandwidth_bytes_per_s=bandwidth, algorithm="ring")
-             for b in plan_buckets(sizes, bucket)]
-    if np.isclose(got, 1e3 * expected, rtol=1e-6):
-        return "your time is in milliseconds: return seconds"
-    if np.isclose(got, backward_s + sum(times), rtol=1e-6):
-        return ("no all-reduce overlaps the backward pass: a bucket can start as soon as its "
-                "last gradient is ready, while the backward pass goes on")
-    if np.isclose(got, sum(times), rtol=1e-6) or np.isclose(got, max(times), rtol=1e-6):
-        return "the step cannot end before the backward pass does, nor start a bucket too early"
-    if got < expected:
-        return ("too short: does each bucket wait for its last gradient (ready in proportion to "
-                "the bytes produced so far) and for the previous bucket's all-reduce?")
-    return ("too long: a bucket starts at the later of two times, when its last gradient is "
-            "ready and when the previous all-reduce is done, not after both added up")
+    """The likely mistake behind a wrong modelled step time, said without the formula: each
+    variant of the recurrence a slip gives is run, and the first that matches names the slip."""
+    from course_utils.models.cost_model import ALGORITHMS
+
+    def variant(*, ready_by="bytes", start="later", algorithm="ring", wait_backward=True):
+        ready = finished = 0.0
+        produced = count = 0
+        for b in plan_buckets(sizes, bucket):
+            nbytes = sum(sizes[i] for i in b)
+            produced, count = produced + nbytes, count + len(b)
+            share = produced / sum(sizes) if ready_by == "bytes" else count / len(sizes)
+            ready = backward_s * share
+            begin = {"later": max(ready, finished), "sum": ready + finished,
+                     "ready": ready, "finished": finished}[start]
+            finished = begin + collective_time(nbytes, ranks, alpha_s=alpha_s,
+                                               bandwidth_bytes_per_s=bandwidth,
+                                               algorithm=algorithm)
+        return max(finished, backward_s) if wait_backward else finished
+
+    others = [a for a in ALGORITHMS if a != "ring"]
+    slips = [
+        (1e3 * expected, "your time is in milliseconds: return seconds"),
+        (variant(ready_by="count"), "a bucket's last gradient is ready in proportion to the "
+         "bytes produced so far (backward_s × bytes so far / all bytes), not to the number of "
+         "gradients"),
+        (variant(start="sum"), "a bucket starts at the later of two times, when its last "
+         "gradient is ready and when the previous all-reduce is done, not after both added up"),
+        (variant(start="ready"), "a bucket also waits for the previous bucket's all-reduce: "
+         "one all-reduce at a time"),
+        (variant(start="finished"), "a bucket also waits for its last gradient to be ready"),
+        (variant(wait_backward=False), "the step cannot end before the backward pass does"),
+        (backward_s + variant(start="finished", wait_backward=False), "no all-reduce overlaps "
+         "the backward pass in yours: a bucket can start as soon as its last gradient is "
+         "ready, while the backward pass goes on"),
+        *((variant(algorithm=a), f"each bucket's all-reduce is timed as the ring "
+           f"(collective_time(..., algorithm=\"ring\")), not as {a}") for a in others),
+    ]
+    for value, why in slips:
+        if np.isclose(got, value, rtol=1e-6):
+            return why
+    return ("too short" if got < expected else "too long") + (
+        ": follow each bucket in order: its last gradient's ready time, its start (the later of "
+        "that and the previous all-reduce's end), its end (start + its all-reduce's time)")
 
 
 class _NotAVector(Exception):

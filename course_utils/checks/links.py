@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from course_utils.checks.helpers import fail, given, number, off_by, passed
+from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
 from course_utils.models.links import FRAME_SHARE, link_time_s
 
 TOLERANCE = 0.03  # relative: answers rounded to tens of ms pass; the unit slips below are ≥ 4 %
@@ -15,25 +15,59 @@ def _near(value, want) -> bool:
     return bool(np.allclose(value, want, rtol=TOLERANCE))
 
 
-def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, devices: int,
-                          bytes_per_s: float, measured_ms: tuple | None = None) -> None:
-    """Exercise 17: both times in ms within ``TOLERANCE`` of the link model
-    (``links.link_time_s``). ``measured_ms``: the saved run's (flat, two-level) times, so that
-    a measurement typed in is told it is one."""
+def check_link_prediction(fn, *, hosts: int, devices: int, nbytes: float, rate_bits: float,
+                          measured_ms: tuple | None = None) -> None:
+    """Exercise 17: ``fn(hosts, devices, n_bytes, rate_bits) -> (flat_ms, two_level_ms)``, both
+    within ``TOLERANCE`` of the link model (``links.link_time_s``) at the exercise's numbers,
+    then at shapes, sizes and rates the notebook never uses. ``fn`` must not be or call the
+    package's link model. ``measured_ms``: the saved run's (flat, two-level) times, so that a
+    measurement typed in is told it is one."""
+    from course_utils.models.cost_model import modelled_time
+    from course_utils.models.latency import collective_time
+    from course_utils.models.links import link_bytes
+
     exercise = "times from the link rate"
+    function_given(exercise, "my_link_times_ms", fn)
+    forbidden = (link_time_s, link_bytes, collective_time, modelled_time)
+
+    def times(h: int, d: int, n: float, bits: float) -> list[float]:
+        call = f"my_link_times_ms({h}, {d}, {n:.0f}, {bits:.0e})"
+        got = call_without(exercise, fn, (h, d, n, bits), forbidden=forbidden,
+                           refusal="my_link_times_ms uses the package's {}, which computes "
+                                   "the answer: write the bytes over a host's link and divide "
+                                   "by the rate yourself", call=call)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            fail(exercise, f"{call} must return two numbers, (flat_ms, two_level_ms)")
+        values = [number(v) for v in got]
+        if any(v is None or not np.isfinite(v) for v in values):
+            fail(exercise, f"{call} must return two finite numbers of milliseconds, got {got!r}")
+        return values
+
+    values = times(hosts, devices, nbytes, rate_bits)
+    _judge(exercise, values, hosts, devices, nbytes, rate_bits / 8, measured_ms)
+    for h, d, n, bits in _UNSEEN:
+        want = [link_time_s(k, n, h, d, bits / 8) * 1e3 for k in ("all_reduce", "hierarchical")]
+        if not _near(times(h, d, n, bits), want):
+            fail(exercise, f"right at this run's numbers, but not at {h} hosts × {d} devices, "
+                           f"{n / 2**20:.0f} MiB, {bits:.0e} bit/s: write both times from "
+                           "hosts, devices, n_bytes and rate_bits, not numbers worked out once")
+    passed(exercise, f"flat {values[0]:.0f} ms, two-level {values[1]:.0f} ms; and at "
+                     f"{len(_UNSEEN)} other shapes, sizes and rates")
+
+
+# (hosts, devices per host, bytes per device, bit/s) the notebook never uses
+_UNSEEN = ((2, 2, 4 * 2**20, 2e8), (4, 8, 2**30, 1e11), (3, 2, 6 * 2**20, 5e7))
+
+
+def _judge(exercise: str, values: list[float], hosts: int, devices: int, nbytes: float,
+           bytes_per_s: float, measured_ms: tuple | None) -> None:
+    """Fail with the likely slip unless ``values`` (flat, two-level ms) fit the link model."""
     p = hosts * devices
-    names, kinds = ("my_flat_ms", "my_two_level_ms"), ("all_reduce", "hierarchical")
+    names, kinds = ("flat", "two-level"), ("all_reduce", "hierarchical")
     wants = [link_time_s(kind, nbytes, hosts, devices, bytes_per_s) * 1e3 for kind in kinds]
-    values = []
-    for name, got in zip(names, (flat_ms, two_level_ms)):
-        given(exercise, name, got, "store your prediction in milliseconds")
-        value = number(got)
-        if value is None or not np.isfinite(value):
-            fail(exercise, f"{name} must be a finite number of milliseconds, got {got!r}")
-        values.append(value)
     if _near(values[::-1], wants) and not _near(values, wants):
-        fail(exercise, "the two answers are swapped: my_flat_ms is the flat all-reduce, "
-                        "my_two_level_ms the two-level one")
+        fail(exercise, "the two times are swapped: return (flat_ms, two_level_ms), the flat "
+                        "all-reduce first")
     measured = [float(m) for m in measured_ms] if measured_ms is not None else []
     for name, kind, value, want in zip(names, kinds, values, wants):
         if _near(value, want):
@@ -75,4 +109,3 @@ def check_link_prediction(flat_ms, two_level_ms, *, nbytes: float, hosts: int, d
                    "only the middle phase crosses: an all-reduce of N/devices across the hosts, "
                    "for each device of the host, on the host's one link")
         fail(exercise, f"{name}: {off_by(value, want)}; {why}")
-    passed(exercise, f"flat {float(flat_ms):.0f} ms, two-level {float(two_level_ms):.0f} ms")

@@ -34,17 +34,22 @@ def check_memory_prediction(fn, measured: Mapping[str, Memory], n: int, p: int) 
     function_given(exercise, "predicted_memory", fn)
     predicted = _predicted(exercise, fn, n, p)
     for stage in STAGES:
-        got, want = number(predicted[stage]), measured[stage].total
-        if got is None:
+        if number(predicted[stage]) is None:
             fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
+    # a unit slip shows in every stage at once; a slicing slip (which at p = 4 can give the same
+    # number as a unit slip in one stage) only in some
+    unit = [set(unit_causes(number(predicted[s]), measured[s].total)) for s in STAGES]
+    everywhere = [c for c in unit_causes(number(predicted[STAGES[0]]), measured[STAGES[0]].total)
+                  if all(c in u for u in unit)]
+    for stage in STAGES:
+        got, want = number(predicted[stage]), measured[stage].total
         if np.isclose(got, want):
             continue
-        causes = unit_causes(got, want)  # every likely cause that fits (at p = 4, two can)
-        slicing = _slicing_hint(stage, got, measured)
-        if slicing or not causes:
-            causes.append(slicing or "add what one device holds, in bytes, of the parameters, "
-                          "the gradient and the momentum (n: the padded vector's length, not "
-                          "N_PARAMS)")
+        causes = everywhere or [_slicing_hint(stage, got, measured)
+                                or " — or ".join(unit_causes(got, want))
+                                or "add what one device holds, in bytes, of the parameters, "
+                                   "the gradient and the momentum (n: the padded vector's "
+                                   "length, not N_PARAMS)"]
         fail(exercise, f"{stage}: {off_by(got, want)}; {' — or '.join(causes)}")
     for other_n, other_p in _UNSEEN:
         got = _predicted(exercise, fn, other_n, other_p)
