@@ -201,6 +201,8 @@ def test_link_prediction_right_and_wrong(capsys):
 
     check_link_prediction(_link_times(), **STEP_17)
     assert "PASSED" in capsys.readouterr().out
+    check_link_prediction(lambda *args: np.array(_link_times()(*args)), **STEP_17)  # an array
+    assert "PASSED" in capsys.readouterr().out
     measured = (260.6, 370.9)  # the saved 2 × 4 run at 1 Gbit/s
     for fn, message in [
         (None, "my_link_times_ms is not defined"),

@@ -222,7 +222,6 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
         (variant(start="ready"), "a bucket also waits for the previous bucket's all-reduce: "
          "one all-reduce at a time"),
         (variant(start="finished"), "a bucket also waits for its last gradient to be ready"),
-        (variant(wait_backward=False), "the step cannot end before the backward pass does"),
         (backward_s + variant(start="finished", wait_backward=False), "no all-reduce overlaps "
          "the backward pass in yours: a bucket can start as soon as its last gradient is "
          "ready, while the backward pass goes on"),

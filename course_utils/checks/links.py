@@ -36,9 +36,12 @@ def check_link_prediction(fn, *, hosts: int, devices: int, nbytes: float, rate_b
                            refusal="my_link_times_ms uses the package's {}, which computes "
                                    "the answer: write the bytes over a host's link and divide "
                                    "by the rate yourself", call=call)
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
+        try:
+            values = [number(v) for v in got]  # a tuple, a list or an array of two
+        except TypeError:
+            values = []
+        if len(values) != 2:
             fail(exercise, f"{call} must return two numbers, (flat_ms, two_level_ms)")
-        values = [number(v) for v in got]
         if any(v is None or not np.isfinite(v) for v in values):
             fail(exercise, f"{call} must return two finite numbers of milliseconds, got {got!r}")
         return values
