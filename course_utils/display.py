@@ -22,15 +22,17 @@ def format_values(values, digits: int = DIGITS) -> str:
 
 
 def format_bytes(n: float | None) -> str:
-    """A byte count for tables: ``—`` for none, else B, KiB or MiB.
+    """A byte count for tables: ``—`` for none, else B, KiB, MiB or GiB.
 
     Examples:
         >>> format_bytes(None), format_bytes(512), format_bytes(2**20), format_bytes(3 * 2**10)
         ('—', '512 B', '1 MiB', '3 KiB')
+        >>> format_bytes(2**30)
+        '1 GiB'
     """
     if n is None:
         return "—"
-    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:g} {unit}"
     return f"{n:g} B"

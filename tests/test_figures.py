@@ -63,9 +63,11 @@ def test_renderer_applies_the_house_style():
         ],
     }
     fig = plot_figure({"panels": [panel] * 5})
-    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 3)] * 5
+    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(3, 2)] * 5
     ax = fig.axes[0]
     measured, model, reference, marked = ax.lines
+    assert measured.get_color() != model.get_color()  # two names, two colours
+    assert fig.axes[1].lines[0].get_color() == measured.get_color()  # in every panel alike
     assert list(marked.get_xdata()) == [2**10, 2**10]
     assert measured.get_marker() == "o" and measured.get_linestyle() == "-"
     assert model.get_marker() == "None" and model.get_linestyle() == "--"
@@ -73,7 +75,27 @@ def test_renderer_applies_the_house_style():
     assert len(ax.collections) == 1  # the band
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert len(labels) <= 8 and labels[-1] == "8 MiB" and "1 MiB" in labels
-    assert ax.get_title() == "t" and ax.get_legend() is not None
+    assert ax.get_title() == "t" and ax.get_legend() is None
+    (legend,) = fig.legends  # one legend for the figure, beside the panels, each name once
+    assert [t.get_text() for t in legend.get_texts()] == ["measured", "model"]
+    right = max(a.get_window_extent().x1 for a in fig.axes)
+    assert legend.get_window_extent().x0 > right
+
+
+def test_series_and_bars_carry_human_names_and_value_labels_never_overlap():
+    bars = {"kind": "bar", "title": "t", "ylabel": "KiB",
+            "labels": ["data_parallel", "zero1", "topk_ef"],
+            "series": [{"label": "local_sgd", "y": [168.0, 169.0, 1.0]}]}
+    fig = plot_figure({"panels": [bars]})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "data\nparallelism", "ZeRO-1", "top-k +\nerror\nfeedback"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["local SGD"]
+    crowded = {**bars, "labels": [str(i) for i in range(40)],
+               "series": [{"label": "s", "y": [1234.5 + i for i in range(40)]}]}
+    values = plot_figure({"panels": [crowded]}).axes[0].texts
+    assert 0 < len(values) < 40  # 40 labels of 4 digits do not fit side by side: some left out
+    assert {t.get_text() for t in values} <= {f"{1234.5 + i:.4g}" for i in range(40)}
 
 
 def test_renderer_draws_one_axes_per_panel_with_the_values():
@@ -159,12 +181,16 @@ def test_grid_panel_shows_who_holds_which_values():
     cells = holdings([[1.0, 2.0], [3.0, 4.0]], 4, offsets=[0, 2])
     assert cells == [[1.0, 2.0, None, None], [None, None, 3.0, 4.0]]
     fig = plot_figure({"panels": [grid_panel("after", cells)] * 4})
-    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 2)] * 4
+    panels = [ax for ax in fig.axes if ax.images]  # each with its colour bar beside it
+    assert len(fig.axes) == 8 and len(panels) == 4
+    assert len({round(ax.get_position().x0, 3) for ax in panels}) == 2  # two in a row
     image = fig.axes[0].images[0].get_array()
     assert image.mask.tolist() == [[False, False, True, True], [True, True, False, False]]
     assert [t.get_text() for t in fig.axes[0].texts] == ["1", "2", "3", "4"]
     fixed = plot_figure({"panels": [grid_panel("k", cells, value_range=(0, 8))]})
     assert fixed.axes[0].images[0].get_clim() == (0.0, 8.0)
+    wide = [[float(v) for v in range(200)]] * 8  # cells too narrow for "2.8e+02": no values
+    assert len(plot_figure({"panels": [grid_panel("w", wide)]}).axes[0].texts) == 0
 
 
 @pytest.mark.parametrize(
@@ -238,8 +264,9 @@ def test_a_figure_shows_as_png_without_pyplot_or_mathtext():
         " 'yscale': 'log', 'xlabel': 'p', 'ylabel': 'µs',"
         " 'series': [{'label': 'a', 'y': [3.0, 30.0, 3000.0]}]}\n"
         "fig = plot_figure({'panels': [panel, panel]})\n"
-        "png = fig._repr_png_()\n"
+        "png, shown = fig._repr_png_()\n"
         "assert png[:4] == b'\\x89PNG', png[:8]\n"
+        "assert 600 < shown['width'] <= 720, shown  # 7.5 inches at most, 96 CSS px each\n"
         "labels = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]\n"
         "assert {'10', '100', '1000'} <= set(labels), labels\n"
         "assert not any('$' in t or 'e' in t for t in labels), labels\n"
@@ -250,17 +277,7 @@ def test_a_figure_shows_as_png_without_pyplot_or_mathtext():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "<Figure size 1000x620 with 2 Axes>"
-
-
-def test_rows_get_room_for_the_legends_of_every_panel_above_the_last_row():
-    line = {"kind": "line", "title": "t", "x": [1, 2], "xlabel": "x", "ylabel": "y",
-            "series": [{"y": [1, 2]}]}
-    labelled = {**line, "series": [{"label": "a", "y": [1, 2]}]}
-    # five panels, three in a row: the third panel is in the first row, its legend below it
-    spaced = plot_figure({"panels": [line, line, labelled, line, line]}).subplotpars.hspace
-    plain = plot_figure({"panels": [line, line, line, line, labelled]}).subplotpars.hspace
-    assert spaced > plain
+    assert done.stdout.strip().startswith("<Figure size 1500x")
 
 
 def _assert_all_on_canvas(fig):
@@ -307,7 +324,7 @@ def test_a_legend_wider_than_the_room_is_not_cut():
              "series": [{"label": long, "y": [1, 2]}]}
     fig = plot_figure({"panels": [panel]})
     width = Image.open(io.BytesIO(fig.png())).size[0]
-    legend = fig.axes[0].get_legend().get_window_extent()
+    legend = fig.legends[0].get_window_extent()
     assert width >= legend.width  # the whole legend is in the image
 
 

@@ -19,12 +19,14 @@ and a ``ylabel``; a line panel an ``xlabel`` too (units belong in the labels). O
 - panel ``vline``: an x value drawn as a thin line (to mark a best size);
 - series ``style``: ``'measured'`` (markers, the default) or ``'model'`` (dashed, no markers);
 - series ``low`` / ``high``: a band around the line (the interquartile range of a measurement);
-- series ``color``: a matplotlib colour (``'C0'``…), to pair a model with its measurement;
+- series ``color``: ``'C0'``…, to pair a model with its measurement (the model is drawn
+  dashed in its measurement's colour), or a grey such as ``'0.4'`` for a line of its own;
 - series ``point_labels`` (line panels): a short name beside each point (above, below, in turn);
 - series ``x`` (line panels): the series' own x values, when series are measured at different
   x (a loss against the bytes each scheme has sent); the panel's ``x`` then sets the ticks.
 
-The house style: at most three panels in a row, legends below the axes (never over the data).
+The house style (``plot``): at most two panels in a row, one legend beside them, a series' colour
+and marker the same in every panel.
 """
 
 from __future__ import annotations

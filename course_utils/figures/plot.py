@@ -1,7 +1,11 @@
 """One renderer for any valid figure data (``figures``): matplotlib without pyplot.
 
-The house style: at most three panels in a row, legends below the axes (never over the data),
-log axes labelled in plain numbers, bytes in B, KiB and MiB.
+The house style: at most two panels in a row and one legend beside them for the whole figure;
+each series keeps its colour and marker in every panel (a palette that colour-blind readers and
+greyscale print tell apart); series and bars carry human names (``NAMES``); axes carry plain
+numbers (bytes in B … GiB, no offset or exponent), log axes a tick at every decade; value labels
+that would overlap are left out; grids have a colour bar. PNG at ``DPI``, at most
+``MAX_WIDTH`` inches wide.
 """
 
 from __future__ import annotations
@@ -14,116 +18,256 @@ from typing import Sequence
 from course_utils.display import format_bytes
 from course_utils.figures.data import validate_figure_data
 
-PER_ROW = 3
-# inches of room around the panels (left, right, below for legends, above) that labels and
-# legends may reach into; ``png`` crops what stays background
-ROOM = {"left": 0.8, "right": 0.4, "bottom": 2.0, "top": 0.3}
+DPI = 200
+MAX_WIDTH = 7.5  # inches, labels and legend included
+PER_ROW = 2
+# Okabe & Ito's colour-blind-safe palette (Wong, Nature Methods 8:441, 2011), with a marker and a
+# line style each so that greyscale tells them apart too
+# (its yellow left out: too faint on white)
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 MAX_TICKS = 8
+VALUE_FONT = 7
+# the names code uses (strategies, algorithms, collectives) as a reader says them
+NAMES = {
+    "data_parallel": "data parallelism", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
+    "zero3": "ZeRO-3", "zero3_regather": "ZeRO-3, re-gathered", "topk": "top-k",
+    "topk_ef": "top-k + error feedback", "powersgd": "PowerSGD", "local_sgd": "local SGD",
+    "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
+    "two_level": "two-level", "parallel_rings": "parallel rings", "hierarchical": "two-level",
+    "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+}
+
+
+def human(label: str) -> str:
+    """``label`` as a reader says it: the names in ``NAMES`` replaced wherever they stand as
+    words (``"local_sgd H=8"`` → ``"local SGD H=8"``).
+
+    Examples:
+        >>> human("topk_ef"), human("link model: reduce_scatter = all_gather"), human("DP")
+        ('top-k + error feedback', 'link model: reduce-scatter = all-gather', 'DP')
+    """
+    return _names_pattern().sub(lambda m: NAMES[m[0]], label)
+
+
+@functools.cache
+def _names_pattern():
+    import re
+
+    return re.compile(r"\b(" + "|".join(sorted(NAMES, key=len, reverse=True)) + r")\b")
+
+
+def number_label(value: float) -> str:
+    """A tick or value label in plain digits, 2–3 significant figures, no exponent for the sizes
+    this course draws: 0.0151, 3.5, 512, 65.5k, 4.19M; a value below 10⁻³ in the short e-form.
+
+    Examples:
+        >>> [number_label(v) for v in (0, 0.00073, -4.7e-09, 3.5, 512, 1000, 65536, 4194304)]
+        ['0', '0.00073', '-4.7e-09', '3.5', '512', '1000', '65.5k', '4.19M']
+    """
+    size = abs(value)
+    if size == 0:
+        return "0"
+    if size < 1e-3:
+        return f"{value:.2g}"
+    if size < 1e3:
+        return f"{value:.3g}"
+    if size < 1e4:
+        return f"{value:.4g}"
+    if size < 1e6:
+        return f"{value / 1e3:.3g}k"
+    if size < 1e9:
+        return f"{value / 1e6:.3g}M"
+    return f"{value / 1e9:.3g}G"
+
+
+class _Identities:
+    """One colour and marker per series name across the whole figure, in order of appearance;
+    a model series drawn in the colour of its measurement (``color`` given alike) shares it."""
+
+    def __init__(self):
+        self.order: list[str] = []
+
+    def style(self, name: str) -> dict:
+        if name not in self.order:
+            self.order.append(name)
+        k = self.order.index(name)
+        return {"color": PALETTE[k % len(PALETTE)], "marker": MARKERS[k % len(MARKERS)]}
+
+
+def _series_names(panel: dict) -> list[str | None]:
+    """Each series' identity: its human label, or for a model series paired by ``color`` with
+    a measured one, that one's."""
+    by_color = {s["color"]: human(s.get("label") or "") for s in panel["series"]
+                if "color" in s and s.get("style", "measured") == "measured"}
+    names = []
+    for s in panel["series"]:
+        paired = s.get("style") == "model" and s.get("color") in by_color
+        names.append(by_color[s["color"]] if paired else human(s.get("label") or "") or None)
+    return names
+
+
+def _grey(series: dict) -> str | None:
+    """A literal non-cycle colour (``'0.4'``, ``'black'``) a series asks for, else ``None``."""
+    color = series.get("color")
+    return None if color is None or color.startswith("C") else color
 
 
 def _log2_ticks(ax, x: Sequence[float], unit: str | None) -> None:
     """Ticks at the data's own x values (at most ``MAX_TICKS`` of them), labelled in bytes or
     plainly, with no minor ticks: log₂ sizes that do not overlap."""
-    step = -(-len(x) // MAX_TICKS)
-    ticks = list(x)[::-1][::step][::-1]  # always label the largest value
-    labels = [format_bytes(t) if unit == "bytes" else _compact(t) for t in ticks]
     from matplotlib.ticker import NullLocator
 
-    ax.set_xticks(ticks, labels, rotation=30 if unit == "bytes" else 0)
+    step = -(-len(x) // MAX_TICKS)
+    ticks = sorted(set(x))[::-1][::step][::-1]  # always label the largest value
+    labels = [format_bytes(t) if unit == "bytes" else number_label(t) for t in ticks]
+    ax.set_xticks(ticks, labels, rotation=40 if unit == "bytes" else 0,
+                  ha="right" if unit == "bytes" else "center", rotation_mode="anchor")
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _compact(value: float) -> str:
-    """A short tick label: 0.0151, 512, 65.5k, 4.19M."""
-    if value < 1:
-        return f"{value:.3g}"
-    if value < 1e4:
-        return f"{value:g}"
-    if value < 1e6:
-        return f"{value / 1e3:.3g}k"
-    return f"{value / 1e6:.3g}M"
+def _decades(axis) -> None:
+    """A log₁₀ axis: a labelled tick at every decade; within one decade, at 2 and 5 too."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    low, high = sorted(axis.get_view_interval())
+    few = high / max(low, 1e-300) < 10
+    axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5) if few else (1,), numticks=30))
+    axis.set_minor_locator(LogLocator(base=10, subs=range(2, 10), numticks=30))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: number_label(v)))
+    axis.set_minor_formatter(NullFormatter())
 
 
-def _draw_bar(ax, panel: dict) -> None:
+def _plain(axis) -> None:
+    """A linear axis in ``number_label``'s plain numbers: no offset, no ×10ⁿ."""
+    axis.set_major_formatter(_plain_formatter())
+
+
+def _draw_bar(ax, panel: dict, ids: _Identities) -> None:
+    names = _series_names(panel)
     n = len(panel["series"])
     width = 0.8 / n
-    for k, s in enumerate(panel["series"]):
+    for k, (s, name) in enumerate(zip(panel["series"], names)):
         positions = [i + (k - (n - 1) / 2) * width for i in range(len(panel["labels"]))]
-        bars = ax.bar(positions, s["y"], width=width, label=s.get("label"))
-        ax.bar_label(bars, fmt="%g", fontsize=8)
-    crowded = len(panel["labels"]) > 4  # long labels side by side would overlap
-    labels = panel["labels"]
-    if not crowded and sum(len(label) for label in labels) > 32:  # wrap at spaces instead
-        labels = [textwrap.fill(label, 10, break_long_words=False) for label in labels]
-    ax.set_xticks(range(len(labels)), labels, rotation=35 if crowded else 0,
-                  ha="right" if crowded else "center")
+        look = ids.style(name or f"series {k}")
+        bars = ax.bar(positions, s["y"], width=width, label=name, color=_grey(s) or look["color"],
+                      edgecolor="white", linewidth=0.5, hatch=("", "//", "..", "xx")[k % 4])
+        for text in ax.bar_label(bars, labels=[number_label(v) for v in s["y"]],
+                                 fontsize=VALUE_FONT, padding=1):
+            text.set_gid("value")
+    labels = [textwrap.fill(human(label), 12, break_long_words=False)
+              for label in panel["labels"]]
+    crowded = len(labels) > 4
+    ax.set_xticks(range(len(labels)), labels, rotation=45 if crowded else 0,
+                  ha="right" if crowded else "center", rotation_mode="anchor")
+    ax.margins(y=0.12)  # room above the tallest bar for its value
 
 
-def _draw_line(ax, panel: dict) -> None:
-    for s in panel["series"]:
+def _draw_line(ax, panel: dict, ids: _Identities) -> None:
+    for k, (s, name) in enumerate(zip(panel["series"], _series_names(panel))):
         x = s.get("x", panel["x"])
-        color = {"color": s["color"]} if "color" in s else {}
+        look = ids.style(name or f"series {k}")
+        color = _grey(s) or look["color"]
         if s.get("style") == "model":
-            ax.plot(x, s["y"], linestyle="--", label=s.get("label"), **color)
-        else:
-            (line,) = ax.plot(x, s["y"], marker="o", markersize=4, label=s.get("label"), **color)
-            for k, (xi, yi, text) in enumerate(zip(x, s["y"], s.get("point_labels", ()))):
-                ax.annotate(text, (xi, yi), textcoords="offset points",  # above, below, above…
-                            xytext=(4, 4 if k % 2 == 0 else -10), fontsize=7,
-                            color=line.get_color())
-            if "low" in s and "high" in s:
-                ax.fill_between(x, s["low"], s["high"], color=line.get_color(), alpha=0.2,
-                                linewidth=0)
+            ax.plot(x, s["y"], linestyle="--", linewidth=1.2, color=color, label=name)
+            continue
+        ax.plot(x, s["y"], marker=look["marker"], markersize=4, linewidth=1.4, color=color,
+                label=name)
+        for j, (xi, yi, text) in enumerate(zip(x, s["y"], s.get("point_labels", ()))):
+            note = ax.annotate(text, (xi, yi), textcoords="offset points",  # above, below, …
+                               xytext=(4, 4 if j % 2 == 0 else -10), fontsize=VALUE_FONT,
+                               color=color)
+            note.set_gid("value")
+        if "low" in s and "high" in s:
+            ax.fill_between(x, s["low"], s["high"], color=color, alpha=0.2, linewidth=0)
     if "hline" in panel:
         ax.axhline(panel["hline"], color="0.4", linewidth=0.8, linestyle=":")
     if "vline" in panel:
         ax.axvline(panel["vline"], color="0.4", linewidth=0.8, linestyle=":")
     ax.set_xlabel(panel["xlabel"])
-    ax.set_yscale(panel.get("yscale", "linear"))
     if panel.get("yscale") == "log":
-        _plain_log_labels(ax.yaxis)
+        ax.set_yscale("log")
+        _decades(ax.yaxis)
+    else:
+        _plain(ax.yaxis)
     if panel.get("xscale") == "log":
         ax.set_xscale("log", base=2)
         _log2_ticks(ax, panel["x"], panel.get("xunit"))
     elif panel.get("xunit") == "bytes":
         _log2_ticks(ax, panel["x"], "bytes")
+    else:
+        _plain(ax.xaxis)
 
 
-def _plain_log_labels(axis) -> None:
-    """Label a log axis in the short plain numbers of ``_compact`` (100, 2k, 10k, 1M) instead of
-    matplotlib's default 10^k in mathtext, whose parser costs a noticeable part of a second to
-    build in each kernel. Which ticks get a label stays matplotlib's choice (minor ticks only
-    when the axis spans few decades)."""
-    from matplotlib.ticker import LogFormatter
-
-    class Plain(LogFormatter):
-        def __call__(self, x, pos=None):
-            return _compact(x) if super().__call__(x, pos) else ""
-
-    axis.set_major_formatter(Plain(10))
-    axis.set_minor_formatter(Plain(10, labelOnlyBase=False))
-
-
-def _draw_grid(ax, panel: dict) -> None:
+def _draw_grid(ax, panel: dict, fig) -> None:
     import numpy as np
 
     cells = panel["cells"]
     values = np.ma.masked_invalid(np.array([[np.nan if v is None else v for v in r] for r in cells],
                                            dtype=float))
     lo, hi = panel.get("value_range") or (float(values.min()), float(values.max()))
-    ax.imshow(values, cmap="viridis", aspect="auto", vmin=lo, vmax=hi)
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    image = ax.imshow(values, cmap="viridis", aspect="auto", vmin=lo, vmax=hi)
     ax.set_facecolor("0.92")  # positions a device does not hold
-    if len(cells[0]) <= 16:
+    bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
+    bar.ax.yaxis.set_major_formatter(_plain_formatter())
+    bar.ax.tick_params(labelsize=7)
+    texts = [[None if v is None else number_label(v) for v in row] for row in cells]
+    box = ax.get_position()  # in figure fractions; the cell's room in points decides
+    across = box.width * fig.get_figwidth() * 72 / len(cells[0])
+    tall = box.height * fig.get_figheight() * 72 / len(cells)
+    longest = max((len(t) for row in texts for t in row if t), default=0)
+    if longest and 0.62 * VALUE_FONT * longest + 2 <= across and VALUE_FONT + 2 <= tall:
         for i, row in enumerate(cells):
             for j, v in enumerate(row):
                 if v is not None:
-                    dark = hi > lo and (v - lo) / (hi - lo) < 0.5
-                    ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=7,
+                    dark = (v - lo) / (hi - lo) < 0.5
+                    ax.text(j, i, texts[i][j], ha="center", va="center", fontsize=VALUE_FONT,
                             color="white" if dark else "black")
     ax.set_yticks(range(len(cells)), [str(i) for i in range(len(cells))])
     step = -(-len(cells[0]) // 16)
     ax.set_xticks(range(0, len(cells[0]), step))
     ax.set_xlabel(panel["xlabel"])
+
+
+def _plain_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: number_label(v))
+
+
+def _declutter(fig) -> None:
+    """Hide x tick labels that would touch the one to their right (the largest value is always
+    kept), then remove value labels that touch a tick label, a title or a value label kept
+    before them, or that leave their axes (the first kept wins; nothing else moves)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+
+    def box(text):
+        return text.get_window_extent(renderer).padded(1.5)
+
+    for ax in fig.axes:
+        kept = []
+        categories = ax.containers  # a bar panel names every bar: its labels stay
+        for label in reversed([t for t in ax.get_xticklabels() if t.get_text()]):
+            if categories:
+                break
+            if any(box(label).overlaps(other) for other in kept):
+                label.set_visible(False)
+            else:
+                kept.append(box(label))
+        fixed = kept + [box(t) for t in [*ax.get_yticklabels(), ax.title]
+                        if t.get_visible() and t.get_text()]
+        frame = ax.get_window_extent(renderer).expanded(1.0, 1.12)  # room above the axes
+        for text in [t for t in ax.texts if t.get_gid() == "value"]:
+            extent = box(text)
+            inside = frame.contains(extent.x0, extent.y0) and frame.contains(extent.x1, extent.y1)
+            if not inside or any(extent.overlaps(other) for other in fixed):
+                text.remove()
+            else:
+                fixed.append(extent)
 
 
 @functools.cache
@@ -134,14 +278,14 @@ def _figure_class():
 
     class Figure(figure.Figure):  # the same name, so a cell's text output reads as usual
         def png(self) -> bytes:
-            """The figure as PNG bytes, cropped to what is drawn plus a margin of 0.1 inch.
+            """The figure as PNG bytes at ``DPI`` (recorded in the file), cropped to what is
+            drawn plus a margin of 0.1 inch.
 
             ``savefig(bbox_inches="tight")`` crops the same way, but it lays the figure out
             once more to find the box, which doubles the cost of drawing; here the figure is
-            drawn once on its canvas, which has room (``ROOM``) around the panels for labels
-            and legends, and the border of background is cut from the pixels. Should anything
-            reach the canvas's edge (a legend wider than the room), it falls back to
-            ``savefig(bbox_inches="tight")``, which cuts nothing."""
+            drawn once on its canvas, which has room around the panels for labels and the
+            legend, and the border of background is cut from the pixels. Should anything
+            reach the canvas's edge, it falls back to ``savefig(bbox_inches="tight")``."""
             import numpy as np
             from matplotlib.backends.backend_agg import FigureCanvasAgg
             from PIL import Image
@@ -152,56 +296,101 @@ def _figure_class():
             ink = (pixels != pixels[0, 0]).any(axis=-1)  # anything unlike the background
             buffer = io.BytesIO()
             if ink[[0, -1]].any() or ink[:, [0, -1]].any():  # something reached the edge
-                self.savefig(buffer, format="png", bbox_inches="tight")
+                self.savefig(buffer, format="png", bbox_inches="tight", dpi=DPI)
             else:
                 rows, columns = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
-                pad = round(0.1 * self.dpi)
+                pad = round(0.1 * DPI)
                 top, left = max(rows[0] - pad, 0), max(columns[0] - pad, 0)
                 cropped = pixels[top:rows[-1] + pad + 1, left:columns[-1] + pad + 1]
-                Image.fromarray(cropped).save(buffer, format="png")
+                Image.fromarray(cropped).save(buffer, format="png", dpi=(DPI, DPI))
             return buffer.getvalue()
 
-        def _repr_png_(self) -> bytes:
-            return self.png()
+        def _repr_png_(self):
+            """The PNG, shown at its size in inches (96 CSS pixels each), not one screen pixel
+            per pixel of a 200 dpi image."""
+            data = self.png()
+            width = int.from_bytes(data[16:20], "big")  # the IHDR chunk's width
+            return data, {"width": round(width * 96 / DPI)}
 
     return Figure
 
 
+def _legend_width(labels: list[str]) -> float:
+    """Inches for the legend column: the longest wrapped line at 8 pt, plus the handle."""
+    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
+    return 0.55 + 0.062 * longest if labels else 0.0
+
+
 def plot_figure(data: dict):
-    """Render valid figure data as a matplotlib ``Figure``: one axes per panel, at most three in
-    a row.
+    """Render valid figure data as a matplotlib ``Figure``: one axes per panel, at most two in a
+    row, one legend beside them.
 
     The figure is built without pyplot, so nothing global changes; in Jupyter it displays as the
     cell's value (a PNG, cropped to what is drawn), and ``fig.png()`` gives those bytes to write
-    to a file.
-    The spacing between panels is fixed rather than computed by a layout engine, which would draw
-    the figure once more.
+    to a file. The spacing between panels is fixed rather than computed by a layout engine,
+    which would draw the figure once more.
     """
     validate_figure_data(data)
     panels = data["panels"]
-    columns = 2 if len(panels) == 4 else min(len(panels), PER_ROW)
+    columns = min(len(panels), PER_ROW)
     rows = -(-len(panels) // columns)
-    above_last_row = panels[: (rows - 1) * columns]
-    legends = any(s.get("label") for panel in above_last_row for s in panel.get("series", []))
-    width, height = 4.4 * columns, 3.9 * rows  # inches for the panels
-    fig = _figure_class()(figsize=(width + ROOM["left"] + ROOM["right"],
-                                   height + ROOM["bottom"] + ROOM["top"]))
+    names = list(dict.fromkeys(n for panel in panels if panel["kind"] != "grid"
+                               for n in _series_names(panel) if n))
+    wrapped = [textwrap.fill(n, 20, break_long_words=False) for n in names]
+    legend = _legend_width(wrapped)
+    left, gap, below = 0.75, 0.75, 0.9  # inches: y labels, between panels, x labels
+    grids = any(panel["kind"] == "grid" for panel in panels)
+    width = (MAX_WIDTH - 0.1 - left - (legend or 0.45 * grids) - gap * (columns - 1)) / columns
+    height = min(0.72 * width, 3.2)
+    fig = _figure_class()(figsize=(MAX_WIDTH, rows * (height + below + 0.45) + 0.1), dpi=DPI)
     across, up = fig.get_size_inches()
-    fig.subplots_adjust(left=(0.1 * width + ROOM["left"]) / across,
-                        right=(0.97 * width + ROOM["left"]) / across,
-                        bottom=(0.11 * height + ROOM["bottom"]) / up,
-                        top=(0.88 * height + ROOM["bottom"]) / up,
-                        wspace=0.32, hspace=0.9 if legends else 0.45)
+    room = legend or (0.45 if grids else 0.1)  # the legend, or a colour bar's labels
+    fig.subplots_adjust(left=left / across, right=(across - 0.1 - room) / across,
+                        bottom=below / up, top=1 - 0.4 / up,
+                        wspace=gap / width + (0.15 if grids else 0),
+                        hspace=(below + 0.45) / height)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax in axes[len(panels):]:
         ax.remove()
+    ids = _Identities()
+    for name in names:
+        ids.style(name)  # the legend's order fixes the colours
     for ax, panel in zip(axes, panels):
-        {"bar": _draw_bar, "line": _draw_line, "grid": _draw_grid}[panel["kind"]](ax, panel)
-        ax.set_ylabel(panel["ylabel"])
-        ax.set_title(panel["title"], fontsize=10, y=1.0)  # y given: no search for room above
-        labelled = sum(bool(s.get("label")) for s in panel.get("series", []))
-        if labelled:  # below the axes and their tick labels, clear of the data
-            below = -0.36 if panel.get("xunit") == "bytes" else -0.24
-            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, below),
-                      ncols=2 if labelled > 3 else 1, frameon=False)
+        ax.tick_params(labelsize=8)
+        if panel["kind"] == "grid":
+            _draw_grid(ax, panel, fig)
+        else:
+            {"bar": _draw_bar, "line": _draw_line}[panel["kind"]](ax, panel, ids)
+        ax.set_ylabel(panel["ylabel"], fontsize=9)
+        ax.xaxis.label.set_fontsize(9)
+        ax.set_title(textwrap.fill(panel["title"], int(width * 15)), fontsize=9, y=1.0)
+    if names:
+        handles = _legend_handles(fig, names)
+        if any(s.get("style") == "model" and n in names and not _grey(s)
+               for panel in panels if panel["kind"] != "grid"
+               for s, n in zip(panel["series"], _series_names(panel))
+               if s.get("label") and human(s["label"]) != n):
+            from matplotlib.lines import Line2D
+
+            handles.append(Line2D([], [], color="0.3", linestyle="--"))
+            wrapped.append("dashed: its model")
+        box = fig.legend(handles, wrapped, fontsize=8, loc="center right", frameon=False,
+                         bbox_to_anchor=(1 - 0.1 / across, 0.5))
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        drawn = box.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+        fig.subplots_adjust(right=(drawn.x0 / fig.dpi - 0.15) / across)  # its real width
+    _declutter(fig)
     return fig
+
+
+def _legend_handles(fig, names: list[str]) -> list:
+    """One handle per series name, the first artist drawn under it (a line keeps its marker or
+    its dash, a bar its colour and hatch)."""
+    found = {}
+    for ax in fig.axes:
+        for artist in [*ax.lines, *ax.containers]:
+            label = artist.get_label()
+            if label in names and label not in found:
+                found[label] = artist
+    return [found[n] for n in names]

@@ -1,0 +1,123 @@
+"""Every figure-data builder's figure as drawn: at 2, 4 and 8 devices where the figure depends on
+p, once where it reads a saved run. No text touches other text, nothing leaves the canvas, and
+the PNG is 200 dpi (recorded in the file) and at most 7.5 inches wide."""
+
+from __future__ import annotations
+
+import io
+import itertools
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
+from PIL import Image
+
+from course_utils.figures.data import (
+    grid_panel,
+    holdings,
+    placement_figure_data,
+    ring_reduce_scatter_figure_data,
+)
+from course_utils.figures.plot import DPI, MAX_WIDTH, plot_figure
+from course_utils.results.bench import figure_data as bench_figure_data
+from course_utils.results.bench import saved_results, steps_figure_data
+from course_utils.results.cluster import figure_data as cluster_figure_data
+from course_utils.results.cluster import saved_cluster_results
+from course_utils.results.strategies import saved_strategy_results, tradeoff_figure_data
+
+
+def _collectives_grids(p: int) -> dict:
+    """Step 03's four grids: blocks of 8 values per device, before and after each collective."""
+    m = 8 * p
+    blocks = np.random.default_rng(3).standard_normal((p, m)) * 100  # values like 2.8e+02
+    total = blocks.sum(axis=0)
+    piece = m // p
+    return {"panels": [
+        grid_panel("before: each device its own block", holdings(blocks, m)),
+        grid_panel("after all-reduce", holdings(np.tile(total, (p, 1)), m)),
+        grid_panel("after reduce-scatter", holdings(
+            [total[i * piece:(i + 1) * piece] for i in range(p)], m,
+            offsets=[i * piece for i in range(p)])),
+        grid_panel("after all-gather", holdings(np.tile(total, (p, 1)), m)),
+    ]}
+
+
+BY_DEVICES = {
+    "placement": lambda p: placement_figure_data([1024, 1024 // p, 1024], 4096, p),
+    "ring reduce-scatter": ring_reduce_scatter_figure_data,
+    "collectives grids": _collectives_grids,
+}
+SAVED = {
+    "bench": lambda: bench_figure_data(saved_results()),
+    "bench steps": lambda: steps_figure_data(saved_results()),
+    "cluster 2x2": lambda: cluster_figure_data(saved_cluster_results("2x2")),
+    "cluster 2x4": lambda: cluster_figure_data(saved_cluster_results("2x4")),
+    "trade-off": lambda: tradeoff_figure_data(saved_strategy_results()),
+}
+CASES = [pytest.param(build, p, id=f"{name}, p={p}")
+         for name, build in BY_DEVICES.items() for p in (2, 4, 8)]
+CASES += [pytest.param(lambda p, build=build: build(), None, id=name)
+          for name, build in SAVED.items()]
+
+
+class _Drawn(NamedTuple):
+    text: str
+    box: object  # its window extent, axis-aligned
+    rotation: float  # degrees
+    anchor: tuple  # display coordinates
+    height: float  # the font's size in pixels
+
+
+def _touch(one: _Drawn, other: _Drawn) -> bool:
+    """Whether two drawn texts overlap. Two texts turned by the same angle (tick labels at 45°)
+    overlap only if their lines are closer than a line's height; their axis-aligned boxes
+    overlap long before that."""
+    if not one.box.overlaps(other.box):
+        return False
+    if one.rotation == other.rotation != 0:
+        angle = np.radians(one.rotation)
+        dx, dy = np.subtract(other.anchor, one.anchor)
+        return abs(dx * np.sin(angle) - dy * np.cos(angle)) < 0.9 * min(one.height, other.height)
+    return True
+
+
+def _drawn_texts(fig, monkeypatch) -> list[_Drawn]:
+    """(text, window extent) of every text the figure's drawing puts on the canvas (tick labels
+    outside the view are never drawn, so they are not counted)."""
+    drawn, draw = [], Text.draw
+
+    def recording(self, renderer):
+        draw(self, renderer)
+        if self.get_visible() and self.get_text().strip():
+            drawn.append(_Drawn(self.get_text(), self.get_window_extent(renderer),
+                                self.get_rotation(), self.get_transform().transform(
+                                    self.get_unitless_position()),
+                                self.get_fontsize() * fig.dpi / 72))
+
+    monkeypatch.setattr(Text, "draw", recording)
+    FigureCanvasAgg(fig).draw()
+    monkeypatch.undo()
+    return drawn
+
+
+@pytest.mark.parametrize("build, p", CASES)
+def test_the_drawn_figure_has_no_overlapping_text_and_stays_on_its_canvas(build, p, monkeypatch):
+    fig = plot_figure(build(p))
+    drawn = _drawn_texts(fig, monkeypatch)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    touching = [f"{a.text!r} and {b.text!r}" for a, b in itertools.combinations(drawn, 2)
+                if _touch(a, b)]
+    assert touching == []
+    page = fig.bbox
+    outside = [t.text for t in drawn for box in [t.box]
+               if not (page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0
+                       and box.y1 <= page.y1)]
+    outside += [f"panel {i}" for i, ax in enumerate(fig.axes)
+                if not page.contains(*ax.get_window_extent(renderer).p0)
+                or not page.contains(*ax.get_window_extent(renderer).p1)]
+    assert outside == []
+    image = Image.open(io.BytesIO(fig.png()))
+    assert round(image.info["dpi"][0]) == DPI
+    assert image.width <= MAX_WIDTH * DPI
