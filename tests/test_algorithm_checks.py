@@ -44,6 +44,12 @@ def _model_axis(partial, chunks, s, axis_name):
     return jax.lax.ppermute(partial, "model", ring_permutation(p)) + chunks[(i - s - 2) % p]
 
 
+def _data_axis(partial, chunks, s, axis_name):
+    """The right step with the notebook's axis name typed in instead of the argument."""
+    p, i = chunks.shape[0], jax.lax.axis_index("data")
+    return jax.lax.ppermute(partial, "data", ring_permutation(p)) + chunks[(i - s - 2) % p]
+
+
 def _wrapper(partial, chunks, s, axis_name):
     """A wrapper around the package's step, which the exercise forbids."""
     return reduce_scatter_step(partial, chunks, s, axis_name)
@@ -79,6 +85,11 @@ WRONG = [
     (_around_prebuilt, "uses the package's encoded_step"),
     (None, "my_step is not defined"),
     (3, "object of type int, not a function"),
+    (lambda partial, chunks, s, axis_name: jax.lax.ppermute(  # passed on, nothing added
+        partial, axis_name, ring_permutation(chunks.shape[0])), "nothing is added"),
+    (lambda partial, chunks, s, axis_name: (partial, chunks), "must return one array"),
+    (_data_axis, "names the axis 'data' itself: the check runs it on a mesh whose axis is "
+                 "called 'ring_data'"),
 ]
 
 
@@ -99,7 +110,8 @@ MODEL = dict(ranks=8, alpha_s=5e-5, bandwidth_bytes_per_s=1e9, backward_s=0.01)
 CANDIDATES = [2**14, 2**16, 2**18, 2**20, 2**22]
 
 
-def _recurrence(overlap=True, wait=True, scale=1.0, by_count=False, algorithm="ring"):
+def _recurrence(overlap=True, wait=True, scale=1.0, by_count=False, algorithm="ring",
+                sent=lambda nbytes, bucket_bytes: nbytes):
     """The bucketed step time written by hand, and with a typical slip."""
 
     def model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, backward_s):
@@ -110,7 +122,8 @@ def _recurrence(overlap=True, wait=True, scale=1.0, by_count=False, algorithm="r
             share = produced / (len(sizes) if by_count else total)
             ready = backward_s * share if overlap else backward_s
             start = max(ready, finished) if wait else ready
-            finished = start + collective_time(nbytes, ranks, alpha_s=alpha_s,
+            finished = start + collective_time(sent(nbytes, bucket_bytes), ranks,
+                                               alpha_s=alpha_s,
                                                bandwidth_bytes_per_s=bandwidth_bytes_per_s,
                                                algorithm=algorithm)
         return scale * max(finished, backward_s)
@@ -128,6 +141,9 @@ def _package_model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, b
     (_recurrence(wait=False), "also waits for the previous bucket's all-reduce"),
     (_recurrence(by_count=True), "bytes produced so far .* not to the number of gradients"),
     (_recurrence(algorithm="tree"), "timed as the ring .* not as tree"),
+    (_recurrence(scale=1e6), "in microseconds"),
+    (_recurrence(sent=lambda nbytes, cap: 8 * nbytes), "in bytes, not bits"),
+    (_recurrence(sent=lambda nbytes, cap: cap), "not bucket_bytes, the most a bucket may hold"),
     (_recurrence(scale=1e3), "in milliseconds"),
     (_package_model, "uses the package's bucketed_step_time"),
     (lambda *args: 0.0157, "too (short|long)"),  # the worked example's answer, typed in

@@ -84,6 +84,15 @@ def test_uses_forbidden_follows_wrappers_copies_and_helpers():
     copy = types.FunctionType(reference_gradient.__code__, reference_gradient.__globals__)
     assert uses_forbidden(copy, (reference_gradient,)) == "reference_gradient"
     assert uses_forbidden(jax.jit(functools.partial(reference_gradient)), (reference_gradient,))
+    import inspect
+    import textwrap
+
+    home = dict(reference_gradient.__globals__)  # recompiled from the package's source
+    exec(textwrap.dedent(inspect.getsource(reference_gradient)), home)
+    assert uses_forbidden(home["reference_gradient"], (reference_gradient,)) == "reference_gradient"
+    renamed = types.FunctionType(reference_gradient.__code__.replace(co_name="mine",
+                                                                     co_firstlineno=1), {})
+    assert uses_forbidden(renamed, (reference_gradient,)) == "mine"
 
     def helper(x, y, w):
         return reference_gradient(x, y, w)
@@ -900,8 +909,8 @@ def test_memory_prediction_of_zero1_counted_like_data_parallel():
         return {**right_memory(n, p), "zero1": 12 * n}
 
     with pytest.raises(
-        ExerciseFailed, match="counts 0 of the three parts as 1/p slices; zero1 keeps optimizer in "
-        "slices of n/p$"
+        ExerciseFailed, match=r"counts 0 of the three parts as 1/p slices; zero1 keeps the "
+        r"momentum \(optimizer state\) in slices of n/p$"
     ):
         check_memory_prediction(zero1_like_dp, MEASURED, N, P)
 

@@ -40,15 +40,16 @@ def test_memory_right_and_wrong(capsys):
         ({**RIGHT, "zero2": "a lot"}, "zero2: give a number of bytes"),
         ({**RIGHT, "zero3": RIGHT["zero3"] / 4}, r"4× too small; count bytes \(4 per float32"),
         ({**RIGHT, "zero3": RIGHT["zero3"] / 2**10}, "1024× too small; give bytes, not KiB"),
-        ({**RIGHT, "zero2": 3 * WHOLE},
-         "counts 0 of the three parts as 1/p slices; zero2 keeps gradients and optimizer in"),
-        ({**RIGHT, "zero1": RIGHT["zero2"]},
-         "counts 2 of the three parts as 1/p slices; zero1 keeps optimizer in slices of n/p$"),
+        ({**RIGHT, "zero2": 3 * WHOLE}, r"counts 0 of the three parts as 1/p slices; zero2 "
+         r"keeps gradients and the momentum \(optimizer state\) in"),
+        ({**RIGHT, "zero1": RIGHT["zero2"]}, r"counts 2 of the three parts as 1/p slices; zero1 "
+         r"keeps the momentum \(optimizer state\) in slices of n/p$"),
         ({**RIGHT, "data_parallel": RIGHT["zero1"]},
          "data_parallel keeps nothing in slices of n/p, every part whole$"),
         ({**RIGHT, "zero3": 2 * WHOLE},  # no count of slices gives it: no part named
          r"zero3: .*; add what one device holds, in bytes, of the parameters, the gradient and "
-         r"the momentum \(n: the padded vector's length, not N_PARAMS\)$"),
+         r"the momentum, each whole \(4n\) or in a slice \(4n/p\)$"),
+        ({**RIGHT, "zero1": RIGHT["zero1"] * P}, "all p devices together: give what ONE"),
         ({**RIGHT, "zero3": RIGHT["zero3"] + 1}, "zero3: .*; add what one device holds"),
         ({**RIGHT, "zero3": 8 * RIGHT["zero3"]}, "8× too large; count bytes, not bits$"),
         # at p = 4, slicing everything in one stage gives what counting values gives there:
@@ -166,6 +167,10 @@ def test_local_sgd_bytes_names_the_slip_and_refuses_the_package():
         (lambda nbytes, p, steps, h: steps // h * 2 * nbytes, r"\(p−1\)/p is missing"),
         (lambda nbytes, p, steps, h: steps // h * (p - 1) / p * nbytes, "both passes"),
         (lambda nbytes, p, steps, h: steps // h * ring(4 * nbytes, p), "already in bytes"),
+        (lambda nbytes, p, steps, h: steps // h * ring(nbytes / 4, p), "do not divide by 4"),
+        (lambda nbytes, p, steps, h: steps // h * ring(8 * nbytes, p), "not bits"),
+        (lambda nbytes, p, steps, h: (steps // h + 1) * ring(nbytes, p), "one averaging too"),
+        (lambda nbytes, p, steps, h: steps // h * 2 * p / (p - 1) * nbytes, r"not p/\(p−1\)"),
         (lambda nbytes, p, steps, h: steps // h * ring(nbytes, jax.device_count()),
          "use the argument p, not N_DEVICES"),
         (lambda nbytes, p, steps, h: "many", "finite number of bytes"),
@@ -225,11 +230,11 @@ def test_link_prediction_right_and_wrong(capsys):
         (_link_times(flat=1.1), "flat: it is 10 % too large; count the bytes"),
         (lambda h, d, n, bits: measured, "that is a measured time, not a prediction"),
         (lambda h, d, n, bits: (234.9, 371), "two-level: .*measured time"),
+        (lambda h, d, n, bits: (234.9, 2 * n / (bits / 8) * 1e3), r"two-level: .*\(H-1\)/H of it"),
         (lambda h, d, n, bits: (234.9, 134.2), r"not at 2 hosts × 2 devices, 4 MiB"),
         (lambda h, d, n, bits: (link_time_s("all_reduce", n, h, d, bits / 8) * 1e3, 134.2),
          "uses the package's link_time_s, which computes the answer"),
     ]:
-        run = measured if "measured" in message else None  # 8/7 of the flat time is near it
-        with pytest.raises(ExerciseFailed, match=message):
-            check_link_prediction(fn, **STEP_17, measured_ms=run)
+        with pytest.raises(ExerciseFailed, match=message):  # slips named before measurements
+            check_link_prediction(fn, **STEP_17, measured_ms=measured)
 

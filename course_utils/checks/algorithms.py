@@ -40,10 +40,18 @@ def _run(exercise: str, ring, blocks: np.ndarray, step=None, axis: str = "") -> 
         if "Abstract tracer" in text or "TracerIntegerConversion" in text:
             hint = ("; the device index is a traced value inside the kernel: index arrays with "
                     "it (chunks[...]) instead of converting it with int()")
+        if isinstance(error, TypeError) and ("tuple" in text or "list" in text):
+            hint = "; my_step must return one array, the new partial sum f32[m/p], not a tuple"
         failure = f"running the ring with your step raised {error_line(error)}{hint}"
-        if other := _other_axis_names(step, axis):
+        home = axis.removeprefix("ring_")
+        if home in _other_axis_names(step, axis):
+            failure = (f"your step names the axis {home!r} itself: the check runs it on a mesh "
+                       f"whose axis is called {axis!r}, as a step inside another program could "
+                       f"be (JAX stopped with {type(error).__name__}); use the axis_name "
+                       "argument")
+        elif other := _other_axis_names(step, axis):
             failure = (f"your step names the axis {', '.join(map(repr, other))}, but the mesh's "
-                       f"only axis is {axis!r} (JAX stopped with {type(error).__name__}): use "
+                       f"only axis is {home!r} (JAX stopped with {type(error).__name__}): use "
                        "the axis_name argument")
         elif "axis" in text.lower() and "name" in text.lower():
             failure += f"; the mesh's only axis is {axis!r}: use the axis_name argument"
@@ -111,10 +119,12 @@ def check_ring_step(step, mesh: Mesh) -> None:
         fail(exercise, _REFUSAL.format(name))
     if _made_by_encoded_step(step):
         fail(exercise, _REFUSAL.format("encoded_step"))
-    p, axis = mesh.size, mesh.axis_names[0]
+    p, home = mesh.size, mesh.axis_names[0]
     if p == 1:
         passed(exercise, "with one device the ring has no step to check; run with 2 or more")
         return
+    axis = "ring_" + home  # the step must use the axis it is given, whatever its name
+    mesh = Mesh(mesh.devices, (axis,))
     blocks = np.random.default_rng(11).standard_normal((p, 4 * p)).astype(np.float32)
     ring = ring_reduce_scatter(mesh, step=step)  # compiled once: every run below has this shape
     got = _run(exercise, ring, blocks, step, axis)
@@ -150,6 +160,10 @@ def check_ring_step(step, mesh: Mesh) -> None:
         elif np.all(sums == everyone):
             why = ("every device's contribution arrives once, but added to the wrong chunk: the "
                    "chunk you add must have the index of the partial sum you receive")
+        elif all(v > 0 and int(v) & (int(v) - 1) == 0 for v in sums):  # one device's each
+            why = ("each partial sum holds one device's contribution only: it is passed on "
+                   "but nothing is added; after receiving, add your own chunk of the received "
+                   "partial sum's index")
         elif np.any(sums > everyone) or np.any(sums != np.round(sums)):
             why = "some contributions are counted more than once"
         else:
@@ -196,17 +210,22 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
     variant of the recurrence a slip gives is run, and the first that matches names the slip."""
     from course_utils.models.cost_model import ALGORITHMS
 
-    def variant(*, ready_by="bytes", start="later", algorithm="ring", wait_backward=True):
+    def variant(*, ready_by="bytes", start="later", algorithm="ring", wait_backward=True,
+                size="bytes", ranks_given=ranks):
         ready = finished = 0.0
         produced = count = 0
         for b in plan_buckets(sizes, bucket):
             nbytes = sum(sizes[i] for i in b)
+            before = produced  # the bytes produced before this bucket's gradients
             produced, count = produced + nbytes, count + len(b)
-            share = produced / sum(sizes) if ready_by == "bytes" else count / len(sizes)
+            share = {"bytes": produced / sum(sizes), "count": count / len(sizes),
+                     "first": (before + sizes[b[0]]) / sum(sizes),
+                     "start": (produced - sizes[b[-1]]) / sum(sizes)}[ready_by]
             ready = backward_s * share
             begin = {"later": max(ready, finished), "sum": ready + finished,
                      "ready": ready, "finished": finished}[start]
-            finished = begin + collective_time(nbytes, ranks, alpha_s=alpha_s,
+            sent = {"bytes": nbytes, "bits": 8 * nbytes, "cap": bucket}[size]
+            finished = begin + collective_time(sent, ranks_given, alpha_s=alpha_s,
                                                bandwidth_bytes_per_s=bandwidth,
                                                algorithm=algorithm)
         return max(finished, backward_s) if wait_backward else finished
@@ -214,6 +233,16 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
     others = [a for a in ALGORITHMS if a != "ring"]
     slips = [
         (1e3 * expected, "your time is in milliseconds: return seconds"),
+        (1e6 * expected, "your time is in microseconds: return seconds"),
+        (variant(size="bits"), "collective_time takes the bucket's size in bytes, not bits"),
+        (variant(size="cap"), "a bucket's all-reduce sends the bytes of the gradients in it "
+         "(the sum of their sizes), not bucket_bytes, the most a bucket may hold"),
+        (variant(ready_by="first"), "a bucket can start only when its LAST gradient is ready, "
+         "not its first"),
+        (variant(ready_by="start"), "a gradient is ready once it has been produced: count its "
+         "own bytes in the bytes produced so far"),
+        (variant(ranks_given=ranks - 1), "pass collective_time the number of ranks, ranks, not "
+         "ranks - 1 (the model counts the ring's p - 1 steps itself)"),
         (variant(ready_by="count"), "a bucket's last gradient is ready in proportion to the "
          "bytes produced so far (backward_s × bytes so far / all bytes), not to the number of "
          "gradients"),

@@ -117,14 +117,15 @@ def _tripwire(name: str):
 def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
     """The name of a forbidden function that ``fn`` is or calls, else ``None``.
 
-    ``forbidden`` holds functions, each caught as itself or as any function with its ``__code__``
-    (a copy, a ``functools.wraps``/``partial``/``jax.jit`` wrapper), and names of the notebook's own
+    ``forbidden`` holds functions, each caught as itself or as any function whose code has the
+    same shape (``_shape``: a copy, one recompiled from its source, a ``functools.wraps``/
+    ``partial``/``jax.jit`` wrapper), and names of the notebook's own
     functions, caught when the function of that name was defined in another cell than ``fn`` (a
     student's own helper of the same name, in the same cell, is theirs). The names ``fn``'s code
     uses are resolved through its globals and closure, and the functions it reaches that were
     defined beside it (same globals: the notebook) are followed, ``depth`` calls deep."""
     banned = [f for f in forbidden if not isinstance(f, str)]
-    codes = {getattr(f, "__code__", None) for f in banned} - {None}
+    codes = {_shape(f.__code__) for f in banned if hasattr(f, "__code__")}
     names = {f for f in forbidden if isinstance(f, str)}
     home = getattr(getattr(fn, "__code__", None), "co_filename", None)
     student = getattr(_unwrapped(fn), "__globals__", None)  # the namespace of the student's code
@@ -136,7 +137,7 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
                 return None
             seen.add(id(obj))
             code = getattr(obj, "__code__", None)
-            if any(obj is f for f in banned) or (code is not None and code in codes):
+            if any(obj is f for f in banned) or (code is not None and _shape(code) in codes):
                 return getattr(obj, "__name__", repr(obj))
             if (code is not None and code.co_name in names and code.co_filename != home
                     and getattr(obj, "__globals__", None) is student):
@@ -155,6 +156,23 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
         return None
 
     return search(fn, 0)
+
+
+def _shape(code: types.CodeType) -> tuple:
+    """What a code object computes, without where it came from: its instructions (method loads
+    and attribute loads alike, jump targets left out), names and constants, nested code the
+    same way; not its name, file or line. A copy recompiled from the package's source
+    (``exec(inspect.getsource(...))``) or a code object renamed has the shape of the original."""
+    import dis
+
+    skip = {"CACHE", "NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES"}
+    same = {"LOAD_METHOD": "LOAD_ATTR", "CALL_METHOD": "CALL"}
+    jumps = set(dis.hasjrel) | set(dis.hasjabs)
+    steps = tuple((same.get(i.opname, i.opname), None if i.opcode in jumps else repr(i.argval))
+                  for i in dis.get_instructions(code) if i.opname not in skip
+                  and not isinstance(i.argval, types.CodeType))
+    consts = tuple(_shape(c) for c in code.co_consts if isinstance(c, types.CodeType))
+    return steps, code.co_varnames, consts
 
 
 def _unwrapped(fn):

@@ -47,9 +47,7 @@ def check_memory_prediction(fn, measured: Mapping[str, Memory], n: int, p: int) 
             continue
         causes = everywhere or [_slicing_hint(stage, got, measured)
                                 or " — or ".join(unit_causes(got, want))
-                                or "add what one device holds, in bytes, of the parameters, "
-                                   "the gradient and the momentum (n: the padded vector's "
-                                   "length, not N_PARAMS)"]
+                                or _memory_slip(stage, got, want, p)]
         fail(exercise, f"{stage}: {off_by(got, want)}; {' — or '.join(causes)}")
     for other_n, other_p in _UNSEEN:
         got = _predicted(exercise, fn, other_n, other_p)
@@ -85,6 +83,18 @@ def _predicted(exercise: str, fn, n: int, p: int) -> Mapping:
     return predicted
 
 
+def _memory_slip(stage: str, got: float, want: float, p: int) -> str:
+    """The likely mistake behind a wrong byte count that is no unit or slicing slip."""
+    from course_utils.problems.classification import N_PARAMS
+
+    if np.isclose(got, want * p):
+        return "that is all p devices together: give what ONE device holds"
+    if np.isclose(got, _stage_bytes(stage, N_PARAMS, p)):
+        return "n is the padded vector's length (N_PARAMS plus padding), not N_PARAMS"
+    return ("add what one device holds, in bytes, of the parameters, the gradient and the "
+            "momentum, each whole (4n) or in a slice (4n/p)")
+
+
 def _slicing_hint(stage: str, got: float, measured: Mapping[str, Memory]) -> str | None:
     """If ``got`` is what the three parts add up to with another number of them sliced, which
     parts ``stage`` slices; else ``None``."""
@@ -93,7 +103,8 @@ def _slicing_hint(stage: str, got: float, measured: Mapping[str, Memory]) -> str
     sliced = _SLICED[stage]
     for count in range(4):
         if count != len(sliced) and np.isclose(got, count * piece + (3 - count) * whole):
-            kept = " and ".join(sliced) if sliced else "nothing"
+            kept = " and ".join(sliced).replace("optimizer", "the momentum (optimizer state)")
+            kept = kept or "nothing"
             return (f"that counts {count} of the three parts as 1/p slices; {stage} keeps "
                     f"{kept} in slices of n/p" + ("" if sliced else ", every part whole"))
     return None
@@ -214,6 +225,12 @@ def _local_sgd_slip(got: float, nbytes: int, p: int, steps: int, h: int, p_run: 
         (rounds * ring / 2, "count both passes of the ring all-reduce (reduce-scatter and "
          "all-gather)"),
         (rounds * 4 * ring, "nbytes is already in bytes: do not multiply by 4"),
+        (rounds * ring / 4, "nbytes is already in bytes: do not divide by 4"),
+        (rounds * 8 * ring, "count bytes, not bits"),
+        ((rounds + 1) * ring, "one averaging too many: a run of steps averages steps // h "
+         "times"),
+        (rounds * 2 * p / (p - 1) * nbytes if p > 1 else -1.0, "the ring's factor is (p−1)/p, "
+         "not p/(p−1)"),
         (rounds * 2 * (p_run - 1) / p_run * nbytes, "use the argument p, not N_DEVICES"),
     )
     for value, why in slips:
