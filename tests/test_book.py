@@ -199,7 +199,7 @@ def test_the_site_has_a_page_per_step_and_fetches_nothing_remote(site):
     out, _ = site
     steps = sorted(p.name for p in out.glob("[0-9][0-9]_*.html"))
     assert steps == [f"{p.stem}.html" for p in NOTEBOOKS]
-    assert (out / "index.html").is_file() and (out / "_static/mathjax/MathJax.js").is_file()
+    assert (out / "index.html").is_file() and (out / "_static/mathjax/tex-chtml.js").is_file()
     # scripts, stylesheets, icons and fonts all come from the site itself
     remote = [
         f"{path.relative_to(out)}: {match.group(0)}"
@@ -209,7 +209,9 @@ def test_the_site_has_a_page_per_step_and_fetches_nothing_remote(site):
     assert remote == []
 
 
-def test_the_landing_page_lists_every_step(open_page):
+def test_the_landing_page_lists_every_step_by_part(open_page):
+    from course_utils.tools.notebooks.outline import LINES, PARTS
+
     visit = open_page("index.html")
     page = visit.page
     rows = page.locator("article table tbody tr")
@@ -221,12 +223,43 @@ def test_the_landing_page_lists_every_step(open_page):
         link = cells.nth(1).locator("a")
         assert link.inner_text().strip() == title
         assert link.get_attribute("href") == f"{path.stem}.html"
+        assert cells.nth(2).inner_text().strip() == LINES[int(number)].replace("`", "")
+    headings = page.locator("article h2").all_inner_texts()
+    shown = {int(p.name[:2]) for p in NOTEBOOKS}
+    assert [h.strip() for h in headings] == [
+        name for name, first, last in PARTS if shown & set(range(first, last + 1))]
     text = page.locator("article").inner_text()
-    for command in ('pip install -e ".[dev]"', "course run", "jupyter lab notebooks/"):
-        assert command in text
-    for topic in ("all-reduce", "reduce-scatter", "all-gather", "ring payload", "multi-process"):
-        assert topic in text
+    for words in ("Who it is for.", "How to start.", "pip install -e .", "jupyter lab notebooks/"):
+        assert words in text
+    assert '.[dev]' not in text  # a student installs the course, not the test tools
+    assert page.locator("article a[href='instructors.html']").count() == 1
     visit.assert_clean()
+
+
+def test_the_instructor_page_lists_each_exercise_and_no_solution(site, open_page):
+    visit = open_page("instructors.html")
+    text = visit.page.locator("article").inner_text()
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if "check" in cell.metadata.get("tags", []):
+                assert re.search(r"check_\w+", cell.source)[0] in text
+    assert not any(line in text for line in _solution_lines())
+    visit.assert_clean()
+
+
+def _solution_lines() -> set[str]:
+    """The lines of every reference solution in the site's notebooks that are long enough to be
+    the answer's own (not a blank, a bracket or a comment alone)."""
+    lines = set()
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if "solution" not in cell.metadata.get("tags", []):
+                continue
+            region = cell.source.split("### BEGIN SOLUTION")[-1].split("### END SOLUTION")[0]
+            lines |= {line.strip() for line in region.splitlines()
+                      if len(line.strip()) >= 12 and not line.strip().startswith("#")}
+    return lines
 
 
 @pytest.mark.parametrize(
@@ -269,13 +302,28 @@ def test_page(site, server, open_page, name, title, figures, has_math):
     except PlaywrightTimeout:
         rendered = page.evaluate(f"() => {RENDERED}.length")
         pytest.fail(f"timed out: MathJax rendered {rendered} of {math} formulas in 120 s")
-    assert page.locator(".MathJax_Error, merror").count() == 0
+    assert page.locator("mjx-merror, .MathJax_Error, merror").count() == 0
 
-    # code cells fit the column: no sideways scrolling
-    wide = page.locator("div.cell_input pre").evaluate_all(
+    # code cells fit the column and outputs wrap: no sideways scrolling; code at 13 px or more
+    wide = page.locator("div.cell_input pre, div.cell_output pre").evaluate_all(
         "pres => pres.filter(p => p.scrollWidth > p.clientWidth).map(p => p.textContent)"
     )
     assert wide == []
+    sizes = page.locator("div.cell_input pre").evaluate_all(
+        "pres => pres.map(p => parseFloat(getComputedStyle(p).fontSize))")
+    assert all(size >= 13 for size in sizes)
+    # figures at the text column's width (60 % at least), each with its alt text
+    column = page.locator("article section").first.evaluate("s => s.clientWidth")
+    shown = images.evaluate_all("imgs => imgs.map(i => [i.clientWidth, i.alt])")
+    assert all(width >= 0.6 * column and alt for width, alt in shown), (column, shown)
+    # the student site: no line of a reference solution, no check's output, no harness cell
+    text = page.locator("article").inner_text()
+    assert [line for line in _solution_lines() if line in text] == []
+    assert "PASSED: " not in text and "PASS: " not in text and "N_DEVICES = 4" not in text
+    # one search box
+    boxes = page.locator(".search-button-field").evaluate_all(
+        "bs => bs.filter(b => b.offsetParent !== null).length")
+    assert boxes == 1
 
     # internal links lead to pages of the site; its scripts, styles, images and icon are files
     links = page.locator("a[href]").evaluate_all("links => links.map(a => a.href)")
@@ -292,6 +340,21 @@ def test_page(site, server, open_page, name, title, figures, has_math):
     assert missing == []
 
     visit.assert_clean()
+
+
+@pytest.mark.parametrize("name", [p[0] for p in PAGES], ids=[p[0].removesuffix(".html")
+                                                               for p in PAGES])
+def test_on_a_phone_no_page_is_wider_than_the_screen(browser, server, name):
+    page = browser.new_page(viewport={"width": 420, "height": 800})
+    try:
+        page.goto(f"{server}/{name}", wait_until="load")
+        wider = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert wider <= 0
+        outputs = page.locator("div.cell_output pre").evaluate_all(
+            "pres => pres.filter(p => p.scrollWidth > p.clientWidth).length")
+        assert outputs == 0  # only code blocks may scroll sideways on a phone
+    finally:
+        page.close()
 
 
 def test_code_lines_fit_the_page():
@@ -351,3 +414,21 @@ def test_a_failed_build_says_why_in_one_line(course, monkeypatch, tmp_path):
     assert "no_such_extension" in log.read_text()
     log.unlink()
     assert not (tmp_path / "site").exists()
+
+
+def test_the_instructor_site_is_laid_out_from_the_solutions(course, monkeypatch, tmp_path):
+    laid_out = {}
+
+    def stop_before_sphinx(source, output, log):
+        for name in ("03_collectives.ipynb", "instructors.md", "index.md"):
+            laid_out[name] = (source / name).read_text(encoding="utf-8")
+        raise book.CourseError("stopped before Sphinx", 1)
+
+    monkeypatch.setattr(book, "run_jupyter_book", stop_before_sphinx)
+    for flag, solution_shown in (["--instructor"], True), ([], False):
+        status, output = course("book", "--out", str(tmp_path / "site"), *flag, cwd=ROOT)
+        assert status == 1 and "stopped before Sphinx" in output
+        assert ("### BEGIN SOLUTION" in laid_out["03_collectives.ipynb"]) == solution_shown
+        assert ("instructor site" in output) == solution_shown
+        assert "check_reduce_scatter" in laid_out["instructors.md"]
+        assert "instructors.md" in laid_out["index.md"]

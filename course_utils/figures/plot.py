@@ -17,6 +17,7 @@ from typing import Sequence
 
 from course_utils.display import format_bytes
 from course_utils.figures.data import validate_figure_data
+from course_utils.figures.describe import describe
 
 DPI = 200
 MAX_WIDTH = 7.5  # inches, labels and legend included
@@ -285,11 +286,9 @@ def _figure_class():
             """The figure as PNG bytes at ``DPI`` (recorded in the file), cropped to what is
             drawn plus a margin of 0.1 inch.
 
-            ``savefig(bbox_inches="tight")`` crops the same way, but it lays the figure out
-            once more to find the box, which doubles the cost of drawing; here the figure is
-            drawn once on its canvas, which has room around the panels for labels and the
-            legend, and the border of background is cut from the pixels. Should anything
-            reach the canvas's edge, it falls back to ``savefig(bbox_inches="tight")``."""
+            ``savefig(bbox_inches="tight")`` would lay the figure out once more to find the
+            box; here it is drawn once and the border of background is cut from the pixels
+            (or, should anything reach the canvas's edge, ``savefig`` crops)."""
             import numpy as np
             from matplotlib.backends.backend_agg import FigureCanvasAgg
             from PIL import Image
@@ -310,11 +309,10 @@ def _figure_class():
             return buffer.getvalue()
 
         def _repr_png_(self):
-            """The PNG, shown at its size in inches (96 CSS pixels each), not one screen pixel
-            per pixel of a 200 dpi image."""
+            """The PNG, shown at its size in inches (96 CSS pixels each), with its alt text."""
             data = self.png()
             width = int.from_bytes(data[16:20], "big")  # the IHDR chunk's width
-            return data, {"width": round(width * 96 / DPI)}
+            return data, {"width": round(width * 96 / DPI), "alt": getattr(self, "alt", "")}
 
     return Figure
 
@@ -385,6 +383,7 @@ def plot_figure(data: dict):
         drawn = box.get_window_extent(FigureCanvasAgg(fig).get_renderer())
         fig.subplots_adjust(right=(drawn.x0 / fig.dpi - 0.15) / across)  # its real width
     _declutter(fig)
+    fig.alt = describe(data)  # the site's alt text (figures.describe)
     return fig
 
 

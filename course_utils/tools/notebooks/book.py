@@ -3,8 +3,8 @@
 Nothing is executed: each page shows the outputs committed in its notebook. The build runs in a
 temporary folder (the notebooks are copied there with a generated ``_config.yml``, ``_toc.yml``
 and landing page ``index.md``); only the finished HTML is copied to ``--out``. The site needs no
-network, at build time or when read: MathJax is served from the site itself (a copy of the files
-shipped by the ``jupyter-server-mathjax`` package) and every button or script that would fetch
+network, at build time or when read: MathJax 3 is served from the site itself (a copy of the
+files shipped by the ``sphinx-mathjax-offline`` package) and every button or script that would fetch
 something remote (launch buttons, repository links, analytics, thebe, widget JavaScript) is off.
 """
 
@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+
 from course_utils.constants import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from course_utils.tools.errors import CourseError, usage
 from course_utils.tools.notebooks.chapters import (
@@ -33,24 +35,38 @@ from course_utils.tools.notebooks.chapters import (
     read_appendix,
     read_step,
 )
+from course_utils.tools.notebooks.outline import instructor_page, landing_page
+from course_utils.tools.notebooks.site import site_notebook
 
 UNIT_TITLE = "Communication-efficient algorithms"
 # the first line of each notebook's first markdown cell: "# Step N — title"
 INSTALL_HINT = 'install the book tools with: pip install -e ".[book]"'
 MATHJAX_DIR = "mathjax"  # under the site's _static/
-MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full"  # the combined configuration the package ships
+MATHJAX_PACKAGE = "sphinx-mathjax-offline"  # MathJax 3, its fonts included
+MATHJAX_SCRIPT = "tex-chtml.js"  # TeX in, HTML with CSS out (math on the text's baseline)
 ASSETS = "_book_assets"  # source folder whose contents Sphinx copies to _static/
 BUILD_TIMEOUT = 600  # seconds
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours in Sphinx's output
 # the first line of a failed build's output that says why, e.g. "KeyError: 'x'"
 REASON = re.compile(r"[\w.]*(Error|Exception): \S|Could ?n[o']t |Cannot ")
 CSS_NAME, FAVICON_NAME = "course-book.css", "favicon.svg"
-# code cells are at most 88 columns (ruff checks the notebooks): the code font shrinks with the
-# column so that 88 monospace characters (0.61 em each at most) fit without sideways scrolling
+# code at 13 px (88 columns fit the text column of a laptop screen; on a phone a code block
+# scrolls), outputs wrapped so that none scrolls sideways, one search box where the sidebar
+# shows its own, figures never wider than the column
 CSS = """\
-div.cell_input { container-type: inline-size; }
-div.cell_input pre { font-size: clamp(10px, calc((100cqi - 2rem - 4px) / 54), 0.875rem); }
+div.cell_input pre { font-size: 13px; padding: 0.6rem; }
+.bd-main .bd-content .bd-article-container .bd-article { padding-left: 1rem;
+  padding-right: 1rem; }
+div.cell_output pre, div.output pre { font-size: 13px; white-space: pre-wrap;
+  overflow-wrap: anywhere; }
+article img { max-width: 100%; height: auto; }
+@media (min-width: 960px) {
+  .bd-header .navbar-persistent--container, .bd-header .navbar-persistent--mobile {
+    display: none !important; }
+}
 """
+FOOTER = ("<p>Communication-efficient algorithms (unit distributed-03). Code: MIT licence "
+          "(LICENSE); notebooks and prose: CC BY 4.0 (notebooks/LICENSE.md).</p>")
 # four devices in the colours JAX uses to draw them; a favicon also stops /favicon.ico requests
 FAVICON = """\
 <svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
@@ -58,32 +74,6 @@ FAVICON = """\
 fill="#de9ed6"/><rect x="1" y="9" width="6" height="6" fill="#ad494a"/><rect x="9" y="9" \
 width="6" height="6" fill="#b5cf6b"/></svg>
 """
-
-INTRO = """\
-One gradient, communicated in different ways. On four logical CPU devices, the unit computes the
-same mean-squared-error gradient and moves it between the devices with each of JAX's collectives:
-an **all-reduce** leaves every device with the whole sum, a **reduce-scatter** leaves each device
-one summed slice, and an **all-gather** puts the slices back together. Along the way you check
-where each result is placed, predict how many bytes each collective sends with the idealized
-**ring payload model**, time the compiled calls honestly, update only a slice of the parameters
-before gathering them (ZeRO-style), and finally run the same kernels on JAX's **multi-process**
-runtime, one process per device.
-"""
-
-HOW_TO_RUN = """\
-From the course's root folder, install the package and its tools, run every step as a check, then
-open the notebooks in JupyterLab:
-
-```bash
-pip install -e ".[dev]"
-course run
-jupyter lab notebooks/
-```
-
-Each page here shows a notebook with the outputs it was committed with; nothing was re-run to
-build this site.
-"""
-
 
 @dataclass(frozen=True)
 class Site:
@@ -94,29 +84,16 @@ class Site:
     log: Path | None
 
 
-def landing_page(steps: list[Step]) -> str:
-    """The MyST source of the landing page: what the unit teaches, the steps, how to run it.
-
-    Args:
-        steps: the notebooks of the series, in order; each becomes a row of the step table.
-    """
-    rows = [
-        f"| {s.number} | [{s.title.replace('|', chr(92) + '|')}]({s.path.name}) |" for s in steps
-    ]
-    table = "\n".join(["| Step | Title |", "| ---: | :--- |", *rows])
-    return f"# {UNIT_TITLE}\n\n{INTRO}\n## The steps\n\n{table}\n\n## How to run it\n\n{HOW_TO_RUN}"
-
-
 def mathjax_root() -> Path:
-    """The folder of MathJax 2 files shipped by ``jupyter-server-mathjax``.
+    """The folder of MathJax 3 files shipped by ``sphinx-mathjax-offline``.
 
     Raises:
         CourseError: the package is not installed.
     """
-    spec = importlib.util.find_spec("jupyter_server_mathjax")
-    root = Path(spec.origin).parent / "static" if spec and spec.origin else None
-    if root is None or not (root / "MathJax.js").is_file():
-        raise usage(f"MathJax (jupyter-server-mathjax) is not installed; {INSTALL_HINT}")
+    spec = importlib.util.find_spec(MATHJAX_PACKAGE)
+    root = Path(spec.origin).parent / "static" / "mathjax" if spec and spec.origin else None
+    if root is None or not (root / MATHJAX_SCRIPT).is_file():
+        raise usage(f"MathJax ({MATHJAX_PACKAGE}) is not installed; {INSTALL_HINT}")
     return root
 
 
@@ -140,6 +117,7 @@ def book_config() -> dict:
             "use_issues_button": False,
             "analytics": {"google_analytics_id": "", "plausible_analytics_domain": ""},
             "comments": {"hypothesis": False, "utterances": False},
+            "extra_footer": FOOTER,
         },
         "launch_buttons": {
             **dict.fromkeys(["binderhub_url", "jupyterhub_url", "colab_url", "deepnote_url"], ""),
@@ -157,27 +135,12 @@ def book_config() -> dict:
                 "nb_ipywidgets_js": {},
                 "smartquotes": False,  # titles and prose read exactly as the notebooks write them
                 "html_static_path": [ASSETS],
-                "mathjax_path": f"{MATHJAX_DIR}/MathJax.js?config={MATHJAX_CONFIG}",
-                "mathjax2_config": {
-                    "tex2jax": {
-                        "inlineMath": [["\\(", "\\)"]],
-                        "displayMath": [["\\[", "\\]"]],
-                        "processClass": "tex2jax_process|mathjax_process|math|output_area",
-                    },
-                    # the package ships STIX-Web web fonts only
-                    "HTML-CSS": {
-                        "availableFonts": [],
-                        "preferredFont": None,
-                        "imageFont": None,
-                        "webFont": "STIX-Web",
-                        # MathJax's placeholder font, url('about:blank'), is a CORS error in
-                        # Chromium; a local() name that matches nothing is silently skipped
-                        "styles": {
-                            "@font-face": {
-                                "font-family": "MathJax_Blank",
-                                "src": "local('MathJax_Blank')",
-                            }
-                        },
+                "mathjax_path": f"{MATHJAX_DIR}/{MATHJAX_SCRIPT}",
+                "mathjax3_config": {
+                    "tex": {"inlineMath": [["\\(", "\\)"]],
+                            "displayMath": [["\\[", "\\]"]]},
+                    "options": {
+                        "processHtmlClass": "tex2jax_process|mathjax_process|math|output_area"
                     },
                 },
                 "extensions": extensions,
@@ -187,25 +150,29 @@ def book_config() -> dict:
 
 
 def write_source(steps: list[Step], source: Path, mathjax: Path,
-                 appendices: list[Step] = ()) -> None:
-    """Lay out the book's source folder: the notebooks, the landing page, config, TOC, MathJax.
+                 appendices: list[Step] = (), *, instructor: bool = False) -> None:
+    """Lay out the book's source folder: the notebooks as the site shows them
+    (:func:`site.site_notebook`), the landing page, config, TOC, MathJax.
 
     Args:
         steps: the notebooks to copy, in order.
         source: an empty folder to write into.
         mathjax: the MathJax folder to copy, see :func:`mathjax_root`.
         appendices: appendix notebooks (:func:`read_appendix`), copied to ``appendix/``.
+        instructor: the instructor site, with the solutions; else the student site.
     """
-    for step in steps:
-        shutil.copy2(step.path, source / step.path.name)
     if appendices:
         (source / APPENDIX).mkdir()
-    for appendix in appendices:
-        shutil.copy2(appendix.path, source / APPENDIX / appendix.path.name)
-    (source / "index.md").write_text(landing_page(steps), encoding="utf-8")
+    for step, folder in [(s, source) for s in steps] + [(a, source / APPENDIX)
+                                                         for a in appendices]:
+        nb = nbformat.read(step.path, as_version=4)
+        nbformat.write(site_notebook(nb, instructor=instructor), folder / step.path.name)
+    (source / "index.md").write_text(landing_page(UNIT_TITLE, steps), encoding="utf-8")
+    (source / "instructors.md").write_text(instructor_page(steps), encoding="utf-8")
     # YAML is a superset of JSON: no quoting rules to get wrong
     (source / "_config.yml").write_text(json.dumps(book_config(), indent=2), encoding="utf-8")
-    toc = {"format": "jb-book", "root": "index", "chapters": chapters(steps, list(appendices))}
+    toc = {"format": "jb-book", "root": "index",
+           "chapters": [*chapters(steps, list(appendices)), {"file": "instructors"}]}
     (source / "_toc.yml").write_text(json.dumps(toc, indent=2), encoding="utf-8")
     shutil.copytree(mathjax, source / ASSETS / MATHJAX_DIR)
     (source / ASSETS / CSS_NAME).write_text(CSS, encoding="utf-8")
@@ -265,13 +232,15 @@ def check_out(out: Path, folder: Path) -> None:
         raise usage(f"--out {out} exists and is not a site built before; choose another --out")
 
 
-def build(folder: Path, out: Path, on_start: Callable[[str], object] | None = None) -> Site:
+def build(folder: Path, out: Path, on_start: Callable[[str], object] | None = None, *,
+          instructor: bool = False) -> Site:
     """Build the site of the step notebooks in ``folder`` and put its HTML in ``out``.
 
     Args:
         folder: the step notebooks (``NN_name.ipynb``) with their committed outputs.
         out: the site's folder; a site built there before is replaced, other files are not.
         on_start: called with one line once the input is checked and the build starts.
+        instructor: the instructor site, with the solutions (default: the student site).
 
     Returns:
         What was built: the steps, in order, and the build's warnings (with its log if any).
@@ -292,14 +261,16 @@ def build(folder: Path, out: Path, on_start: Callable[[str], object] | None = No
     steps = [read_step(path) for path in notebooks]
     appendices = [read_appendix(path) for path in sorted(Path(folder).glob(f"{APPENDIX}/*.ipynb"))]
     if on_start:
-        on_start(f"building the site of {len(steps)} steps with Jupyter Book (committed outputs)")
+        edition = "instructor" if instructor else "student"
+        on_start(f"building the {edition} site of {len(steps)} steps with Jupyter Book "
+                 "(committed outputs)")
     handle, name = tempfile.mkstemp(prefix="course-book-", suffix=".log")
     os.close(handle)
     log = Path(name)
     with tempfile.TemporaryDirectory(prefix="course-book-") as tmp:
         source = Path(tmp) / "book"
         source.mkdir()
-        write_source(steps, source, mathjax, appendices)
+        write_source(steps, source, mathjax, appendices, instructor=instructor)
         html = run_jupyter_book(source, Path(tmp) / "output", log)
         if out.exists():
             shutil.rmtree(out)
@@ -316,7 +287,7 @@ def _run_book(args: argparse.Namespace) -> int:
     out = Path(args.out)
     start = time.perf_counter()
     try:
-        site = build(Path(args.folder), out, on_start=print)
+        site = build(Path(args.folder), out, on_start=print, instructor=args.instructor)
     except KeyboardInterrupt:
         raise CourseError(f"interrupted; {out} may be incomplete", EXIT_INTERRUPTED) from None
     seconds = time.perf_counter() - start
@@ -335,4 +306,7 @@ def add_book_parser(sub) -> None:
     book = sub.add_parser("book", help="build the series as a static HTML site")
     book.add_argument("--out", required=True, help="folder for the site (index.html is the start)")
     book.add_argument("--folder", default="notebooks", help="the steps (default: notebooks)")
+    book.add_argument("--instructor", action="store_true",
+                      help="the instructor site: the solutions and their outputs too (default: "
+                      "the student site, each exercise as the student edition has it)")
     book.set_defaults(handler=_run_book)

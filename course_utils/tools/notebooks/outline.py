@@ -1,0 +1,161 @@
+"""The course's outline for its site: who it is for, how to start, its parts, and one line per
+step (the README's series table says the same, a test keeps them equal); and the instructor
+page, built from the notebooks themselves (each exercise, its check and points, a reading time)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import nbformat
+
+from course_utils.tools.notebooks.chapters import Step
+
+# (title, first step, last step)
+PARTS = (
+    ("Part one: one gradient, three ways to communicate it", 1, 10),
+    ("Part two: the ring by hand, latency and buckets, hierarchy", 11, 13),
+    ("Part three: ZeRO and FSDP, compression, local SGD", 14, 16),
+    ("Capstone: a cluster on one machine", 17, 17),
+)
+
+WHO = """\
+**Who it is for.** Students who know NumPy and the basics of JAX (`jit`, arrays) and want to learn
+how data-parallel training communicates; instructors who teach it. On one laptop with four
+logical CPU devices, the same gradient is moved between the devices with each of JAX's
+collectives, placements and bytes are checked, and then the algorithms that make training
+communicate less are built and measured.
+"""
+
+START = """\
+**How to start.** Install the course and open the notebooks (Python 3.11 to 3.13):
+
+```bash
+pip install -e .
+jupyter lab notebooks/
+```
+
+Open step 01 and use *Run ▸ Run All Cells*; each exercise has a check cell that says what is
+wrong or prints `PASSED`. These pages show each notebook with the outputs it was committed with;
+the exercises are left for you.
+"""
+
+WORDS_PER_MINUTE = 200  # a reading pace for prose with code
+LINES = {  # step → one line on what the student sees (the README's series table says the same)
+    1: 'four logical CPU devices, the mesh, the three placements, who holds what',
+    2: "each device's partial gradient from its rows; their sum is the reference",
+    3: '`psum`, `psum_scatter`, `all_gather` next to a NumPy version of the same semantics',
+    4: 'shard shapes (8,), (2,), (8,); the collectives in StableHLO and compiled HLO',
+    5: 'timing completed calls; the idealized ring payload (48 and 24 bytes); the figure',
+    6: 'the ZeRO-style momentum update on slices, then gathered',
+    7: 'the exercise: joint row permutations leave the gradient unchanged',
+    8: 'bytes per rank for p = 2, 4, 8 at 2^20 bytes',
+    9: 'the same kernels on two processes with `jax.distributed` (gloo), against one process',
+    10: ('a live mini-sweep and the saved `course bench` run, read against the α-β and ring '
+         'models'),
+    11: ("reduce-scatter and all-gather built from `ppermute` in p − 1 steps; the ring's bytes "
+         'read from the compiled program; the latency term'),
+    12: ('four all-reduce algorithms in one α-β model and where they cross; 64 small gradients '
+         'as 64 calls, one program, one flat bucket (measured); the bucket-size trade-off'),
+    13: ('a `("node", "local")` mesh; reduce-scatter in the node, all-reduce across nodes, '
+         'all-gather in the node; who talks to whom in the compiled program; when the two levels'
+         ' pay (model)'),
+    14: ('one training run under data parallelism and ZeRO-1/2/3: the same loss, the memory per '
+         'device read from the shards, the bytes from the compiled program; `jax.grad` through '
+         "an all-gather gives a reduce-scatter; ZeRO-3's second gather, merged by XLA or kept"),
+    15: ('bf16 compiled to f32 on CPU, and sent as u16; int8, top-k with and without error '
+         'feedback, PowerSGD: bytes, gradient error, loss against steps and bytes'),
+    16: ('H local steps, then `pmean`: bytes divided by H; drift on skewed shards; every '
+         'strategy of the unit on one picture'),
+    17: ('hosts as network namespaces joined by rate-limited links (`course cluster`, root): the'
+         ' collectives, the two-level all-reduce across link rates, 16- against 32-bit rings and'
+         ' bucketing, timed against the link model'),
+}
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A step's exercise as the instructor page lists it."""
+
+    step: int
+    heading: str  # the exercise's own markdown heading
+    check: str  # the check its check cell calls
+    points: float  # nbgrader's points for that cell
+
+
+def exercises(step: Step) -> list[Exercise]:
+    """The exercises of a step notebook: the markdown heading before each check cell, the check
+    it calls and its points."""
+    nb = nbformat.read(step.path, as_version=4)
+    found, heading = [], ""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            heading = next((line.lstrip("#").strip() for line in cell.source.splitlines()
+                            if line.startswith("## ")), heading)
+        elif "check" in cell.metadata.get("tags", []):
+            check = re.search(r"(check_\w+)\(", cell.source)
+            points = cell.metadata.get("nbgrader", {}).get("points", 0)
+            found.append(Exercise(step.number, heading, check[1] if check else "", points))
+    return found
+
+
+def reading_minutes(step: Step) -> int:
+    """Minutes to read a step's prose and code at ``WORDS_PER_MINUTE`` (at least 1)."""
+    nb = nbformat.read(step.path, as_version=4)
+    words = sum(len(cell.source.split()) for cell in nb.cells)
+    return max(1, round(words / WORDS_PER_MINUTE))
+
+
+def landing_page(title: str, steps: list[Step]) -> str:
+    """The MyST source of the landing page: who it is for, how to start, the parts with one line
+    per step."""
+    parts = []
+    for name, first, last in PARTS:
+        inside = [s for s in steps if first <= s.number <= last]
+        if not inside:
+            continue
+        rows = [f"| {s.number} | [{s.title.replace('|', chr(92) + '|')}]({s.path.name}) | "
+                f"{LINES.get(s.number, '').replace('|', chr(92) + '|')} |" for s in inside]
+        parts.append("\n".join([f"## {name}", "", "| Step | Title | What you see |",
+                                "| ---: | :--- | :--- |", *rows]))
+    guide = "For instructors: [objectives, times, grading and common mistakes](instructors.md)."
+    return "\n\n".join([f"# {title}", WHO, START, *parts, guide]) + "\n"
+
+
+def instructor_page(steps: list[Step]) -> str:
+    """The MyST source of the instructor page: prerequisites, each step's reading time and
+    exercise with its check and points, how grading works. No solution is shown."""
+    rows = []
+    for step in steps:
+        found = exercises(step)
+        work = "; ".join(f"{e.heading} (`{e.check}`, {e.points:g} point"
+                         f"{'' if e.points == 1 else 's'})" for e in found) or "none"
+        rows.append(f"| {step.number} | {step.title} | {reading_minutes(step)} min | {work} |")
+    table = "\n".join(["| Step | Title | Reading | Exercise (check, points) |",
+                       "| ---: | :--- | ---: | :--- |", *rows])
+    return f"""# For instructors
+
+**Prerequisites.** NumPy and the basics of JAX (`jit`, arrays, `jax.numpy`); for part two on,
+`jax.shard_map`. No accelerator: every step runs on four logical CPU devices of one laptop.
+
+**Objectives.** A student who finishes the unit can place arrays on a mesh and say who holds
+what; write a collective inside `jax.shard_map` and check its values and placement; read the
+collectives and their bytes off the compiled program; derive the ring's payload and latency; and
+build, measure and compare the algorithms that communicate less: buckets, the two-level
+all-reduce, ZeRO and FSDP, compression with error feedback and local SGD.
+
+**Time.** The reading time below counts the words of each notebook's prose and code at
+{WORDS_PER_MINUTE} words a minute; the exercises and running the cells come on top.
+
+{table}
+
+**Grading.** `course student --out student/` makes the student edition (each solution replaced by
+a stub, outputs cleared); `course check-submission <notebook>` runs a returned notebook and reports
+each check; with nbgrader, the check cells are its autograded tests, worth the points above. A check
+names the likely mistake (a unit slip, a wrong axis, a missing wait, a call of the package function
+the exercise refuses) without giving the answer away; `tests/test_*checks.py` lists the wrong
+answers each check is tested with and the messages they get.
+
+This page and the student site show no solution; the instructor site (`course book --instructor`)
+adds them.
+"""

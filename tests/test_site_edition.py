@@ -1,0 +1,63 @@
+"""What each site shows of a notebook (``course book`` and ``course book --instructor``): the
+student site each exercise as the student edition has it, the instructor site the solutions,
+both without the harness cells."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils.tools.notebooks.site import REMOVE, site_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SERIES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _tagged(nb, tag):
+    return [c for c in nb.cells if tag in c.metadata.get("tags", [])]
+
+
+@pytest.mark.parametrize("path", SERIES, ids=lambda p: p.stem)
+def test_the_student_site_hides_solutions_checks_answers_and_harness(path):
+    nb = nbformat.read(path, as_version=4)
+    shown = site_notebook(nb)
+    assert len(nb.cells) - len(shown.cells) == len(
+        [c for c in _tagged(nb, "solution") if c.cell_type == "markdown"])
+    for cell in _tagged(shown, "solution"):
+        assert "BEGIN SOLUTION" not in cell.source and cell.outputs == []
+        assert "raise NotImplementedError()" in cell.source
+    assert all(c.outputs == [] for c in _tagged(shown, "check") + _tagged(shown, "answer"))
+    removed = _tagged(shown, REMOVE)
+    assert [c.source.strip() for c in removed] == [
+        c.source.strip() for c in nb.cells
+        if "parameters" in c.metadata.get("tags", []) or c.source.startswith('print("PASS: ')]
+    assert nbformat.read(path, as_version=4) == nb  # the notebook itself is unchanged
+
+
+def test_the_instructor_site_keeps_solutions_and_their_outputs():
+    path = ROOT / "notebooks" / "03_collectives.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    shown = site_notebook(nb, instructor=True)
+    assert [c.source for c in _tagged(shown, "solution")] == [
+        c.source for c in _tagged(nb, "solution")]
+    assert [c.outputs for c in _tagged(shown, "check")] == [c.outputs for c in _tagged(nb, "check")]
+    assert len(_tagged(shown, REMOVE)) == 2  # the parameters cell and print("PASS: …")
+
+
+def test_every_figure_carries_its_alt_text_to_the_site():
+    path = ROOT / "notebooks" / "03_collectives.ipynb"
+    shown = site_notebook(nbformat.read(path, as_version=4), instructor=True)
+    figures = [c for c in shown.cells if any("image/png" in o.get("data", {})
+                                             for o in c.get("outputs", []))]
+    assert figures and all(c.metadata["mystnb"]["image"]["alt"].startswith("Grid ")
+                           for c in figures)
+
+
+@pytest.mark.instructor
+@pytest.mark.parametrize("path", SERIES, ids=lambda p: p.stem)
+def test_the_student_site_shows_the_stub_the_student_edition_has(path):
+    from course_utils.tools.notebooks.student import student_edition
+
+    nb = nbformat.read(path, as_version=4)
+    edition = [c.source for c in _tagged(student_edition(nb, path.name), "solution")]
+    assert [c.source for c in _tagged(site_notebook(nb), "solution")] == edition
