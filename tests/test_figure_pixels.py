@@ -14,6 +14,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 from PIL import Image
 
+from course_utils.figures.builders import (
+    bars_figure_data,
+    model_figure_data,
+    timing_figure_data,
+)
 from course_utils.figures.data import (
     grid_panel,
     holdings,
@@ -25,7 +30,12 @@ from course_utils.results.bench import figure_data as bench_figure_data
 from course_utils.results.bench import saved_results, steps_figure_data
 from course_utils.results.cluster import figure_data as cluster_figure_data
 from course_utils.results.cluster import saved_cluster_results
-from course_utils.results.strategies import saved_strategy_results, tradeoff_figure_data
+from course_utils.results.strategies import (
+    heldout_figure_data,
+    local_sgd_figure_data,
+    saved_strategy_results,
+    tradeoff_figure_data,
+)
 
 
 def _collectives_grids(p: int) -> dict:
@@ -44,7 +54,39 @@ def _collectives_grids(p: int) -> dict:
     ]}
 
 
+def _sweep(p: int, unit: str = "µs") -> dict:
+    """A timing sweep like step 05's (three collectives, sizes 4 B to 16 MiB) on p devices."""
+    sizes = [4 * 4**k for k in range(12)]
+    timed = {name: [{"median_us": (50 + s / 2e3) * p * f, "q1_us": (45 + s / 2.2e3) * p * f,
+                     "q3_us": (60 + s / 1.8e3) * p * f} for s in sizes]
+             for name, f in (("psum", 1.0), ("psum_scatter", 0.6), ("all-gather", 0.55))}
+    return timing_figure_data(sizes, timed, title=f"{p} logical CPU devices: median, band = IQR",
+                              xlabel="S (bytes)", ylabel="time per call", unit=unit,
+                              vline=sizes[3])
+
+
+def _algorithms(p: int) -> dict:
+    """Step 12's four all-reduce algorithms over p ranks, modelled from 8 B to 1 GiB."""
+    from course_utils.models.cost_model import ALGORITHMS
+    from course_utils.models.latency import collective_time
+
+    sizes = [2**k for k in range(3, 31, 3)]
+    curves = {a: [1e6 * collective_time(n, p, alpha_s=5e-6, bandwidth_bytes_per_s=12.5e9,
+                                        algorithm=a) for n in sizes] for a in ALGORITHMS}
+    return model_figure_data(sizes, curves, title=f"All-reduce over {p} ranks (model)",
+                             xlabel="n (bytes per rank)", ylabel="modelled time (µs)",
+                             xunit="bytes", yscale="log")
+
+
 BY_DEVICES = {
+    "timing sweep": _sweep,
+    "timing sweep in ms": lambda p: _sweep(p, "ms"),
+    "all-reduce algorithms": _algorithms,
+    "memory per stage": lambda p: bars_figure_data(
+        ["data_parallel", "zero1", "zero2", "zero3"],
+        {"state between steps": [126, 84 + 42 / p, 42 + 84 / p, 126 / p],
+         "peak during a step (shape model)": [126, 84 + 84 / p, 84 + 84 / p, 126 / p + 32]},
+        title=f"memory per device, {p} devices", ylabel="KiB"),
     "placement": lambda p: placement_figure_data([1024, 1024 // p, 1024], 4096, p),
     "ring reduce-scatter": ring_reduce_scatter_figure_data,
     "collectives grids": _collectives_grids,
@@ -55,6 +97,16 @@ SAVED = {
     "cluster 2x2": lambda: cluster_figure_data(saved_cluster_results("2x2")),
     "cluster 2x4": lambda: cluster_figure_data(saved_cluster_results("2x4")),
     "trade-off": lambda: tradeoff_figure_data(saved_strategy_results()),
+    "held-out losses": lambda: heldout_figure_data(
+        saved_strategy_results(),
+        ["data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.6%", "powersgd"],
+        steps_only_without=["bf16", "int8"]),
+    "local SGD": lambda: local_sgd_figure_data(saved_strategy_results(), [1, 4, 8, 16]),
+    "ring budget": lambda: model_figure_data(
+        [2, 4, 8, 16, 32, 64], {"all-reduce, sent": [1.0, 1.5, 1.75, 1.88, 1.94, 1.97],
+                                "stored: N/p": [0.5, 0.25, 0.125, 0.06, 0.03, 0.016]},
+        title="Ring model, N = 1 MiB (dotted: 2N)", xlabel="ranks p", ylabel="MiB per rank",
+        hline=2),
 }
 CASES = [pytest.param(build, p, id=f"{name}, p={p}")
          for name, build in BY_DEVICES.items() for p in (2, 4, 8)]

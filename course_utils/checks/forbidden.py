@@ -165,7 +165,7 @@ def _shape(code: types.CodeType) -> tuple:
     (``exec(inspect.getsource(...))``) or a code object renamed has the shape of the original."""
     import dis
 
-    skip = {"CACHE", "NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES"}
+    skip = {"CACHE", "NOP", "RESUME", "PRECALL", "EXTENDED_ARG", "KW_NAMES", "PUSH_NULL"}
     same = {"LOAD_METHOD": "LOAD_ATTR", "CALL_METHOD": "CALL"}
     jumps = set(dis.hasjrel) | set(dis.hasjabs)
     steps = tuple((same.get(i.opname, i.opname), None if i.opcode in jumps else repr(i.argval))

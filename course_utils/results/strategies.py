@@ -245,3 +245,50 @@ def tradeoff_figure_data(results: StrategyResults) -> dict:
                      "y": [round(r.memory.total / 1024, 1) for r, _ in memory]}],
          "title": f"memory per device ({results.devices} devices)", "ylabel": "KiB"},
     ]}
+
+
+def _heldout_series(run: StrategyRun, label: str, *, by_bytes: bool) -> dict:
+    """A run's held-out loss against its steps, or against the bytes sent so far."""
+    steps, losses = zip(*run.heldout_loss)
+    x = [s * run.bytes_per_step for s in steps] if by_bytes else list(steps)
+    return {"label": label, "x": x, "y": list(losses)}
+
+
+def _byte_ticks(series: Sequence[dict]) -> list[int]:
+    """Powers of 4 that span the bytes of ``series`` (ticks of a log₂ axis of bytes)."""
+    sent = [x for s in series for x in s["x"]]
+    return [2**e for e in range(int(min(sent)).bit_length() - 1, int(max(sent)).bit_length(), 2)]
+
+
+def heldout_figure_data(results: StrategyResults, labels: Sequence[str],
+                        steps_only_without: Sequence[str] = ()) -> dict:
+    """Two panels of the saved runs ``labels``: the held-out loss per step (without the runs in
+    ``steps_only_without``, whose curves would hide under others) and against the bytes each
+    device has sent so far."""
+    runs = {label: find_run(results, label) for label in labels}
+    per_step = [_heldout_series(r, k, by_bytes=False) for k, r in runs.items()
+                if k not in steps_only_without]
+    per_byte = [_heldout_series(r, k, by_bytes=True) for k, r in runs.items()]
+    return {"panels": [
+        {"kind": "line", "title": f"held-out loss per step ({results.devices} devices, saved)",
+         "x": per_step[0]["x"], "xlabel": "step", "ylabel": "held-out loss",
+         "series": per_step},
+        {"kind": "line", "title": "held-out loss against bytes sent", "x": _byte_ticks(per_byte),
+         "xscale": "log", "xunit": "bytes", "xlabel": "bytes sent per device so far",
+         "ylabel": "held-out loss", "series": per_byte},
+    ]}
+
+
+def local_sgd_figure_data(results: StrategyResults, hs: Sequence[int]) -> dict:
+    """Local SGD with each H against data parallelism, held-out loss against the bytes sent:
+    one panel on shards of one distribution, one on skewed shards."""
+    dp = _heldout_series(find_run(results, "data_parallel"), "DP", by_bytes=True)
+    panels = []
+    for tail, title in (("", "shards of one distribution"), (" skewed", "skewed shards")):
+        series = [dp] + [_heldout_series(find_run(results, f"local_sgd H={h}{tail}"),
+                                         f"H = {h}", by_bytes=True) for h in hs]
+        panels.append({"kind": "line", "title": title, "xscale": "log", "xunit": "bytes",
+                       "x": _byte_ticks(series), "series": series,
+                       "xlabel": "bytes sent per device so far",
+                       "ylabel": "held-out loss of the averaged model"})
+    return {"panels": panels}

@@ -41,6 +41,38 @@ the exercises are left for you.
 """
 
 WORDS_PER_MINUTE = 200  # a reading pace for prose with code
+
+# step → (a common wrong answer, what its check says): tests/test_mistakes.py runs each of them
+MISTAKES = {
+    5: (("the whole vector counted as stored after a reduce-scatter",
+         "after reduce-scatter each device keeps one slice of the sum"),
+        ("what a ring sends counted instead of what a device stores",
+         "that is what a ring sends per rank, not what a device keeps")),
+    8: (("one pass of the ring counted for the all-reduce",
+         "count both passes, reduce-scatter and all-gather"),),
+    11: (("the partial sum passed on, but nothing added",
+          "it is passed on but nothing is added"),
+         ("the ring sent the wrong way round", "the ring runs backwards")),
+    12: (("a bucket's ready time counted in gradients, not bytes",
+          "ready in proportion to the bytes produced so far"),
+         ("a bucket that does not wait for the previous all-reduce",
+          "a bucket also waits for the previous bucket's all-reduce")),
+    13: (("pmean across the nodes instead of psum", "use jax.lax.psum over 'node', not pmean"),
+         ("the all-reduce across the nodes left out",
+          "the all-reduce across the nodes (jax.lax.psum over 'node') is missing")),
+    14: (("values counted instead of bytes", "count bytes (4 per float32 value), not values"),
+         ("ZeRO-1 counted with its momentum whole",
+          "zero1 keeps the momentum (optimizer state) in slices of n/p")),
+    15: (("the top k of g alone, not of g + residual", "you send the top k of g alone"),
+         ("the new residual forgets the old one", "the new residual forgets the old one")),
+    16: (("an averaging after every step",
+          "the devices average once every h steps, not after every step"),
+         ("one pass of the ring counted", "count both passes of the ring all-reduce")),
+    17: (("the link rate in bits taken for bytes",
+          "the rate is in bits per second: divide it by 8 for bytes"),
+         ("the devices of a host not sharing its link",
+          "devices of a host share its one link")),
+}
 LINES = {  # step → one line on what the student sees (the README's series table says the same)
     1: 'four logical CPU devices, the mesh, the three placements, who holds what',
     2: "each device's partial gradient from its rows; their sum is the reference",
@@ -133,6 +165,9 @@ def instructor_page(steps: list[Step]) -> str:
         rows.append(f"| {step.number} | {step.title} | {reading_minutes(step)} min | {work} |")
     table = "\n".join(["| Step | Title | Reading | Exercise (check, points) |",
                        "| ---: | :--- | ---: | :--- |", *rows])
+    shown = {s.number for s in steps}
+    mistakes = "\n".join(f"- Step {n}, {wrong}: *{said}*" for n, found in MISTAKES.items()
+                         if n in shown for wrong, said in found)
     return f"""# For instructors
 
 **Prerequisites.** NumPy and the basics of JAX (`jit`, arrays, `jax.numpy`); for part two on,
@@ -153,8 +188,10 @@ all-reduce, ZeRO and FSDP, compression with error feedback and local SGD.
 a stub, outputs cleared); `course check-submission <notebook>` runs a returned notebook and reports
 each check; with nbgrader, the check cells are its autograded tests, worth the points above. A check
 names the likely mistake (a unit slip, a wrong axis, a missing wait, a call of the package function
-the exercise refuses) without giving the answer away; `tests/test_*checks.py` lists the wrong
-answers each check is tested with and the messages they get.
+the exercise refuses) without giving the answer away. Some common wrong answers and what their
+check says (`tests/test_*checks.py` tests many more):
+
+{mistakes or "- (none of this site's steps has an exercise)"}
 
 This page and the student site show no solution; the instructor site (`course book --instructor`)
 adds them.

@@ -1,0 +1,184 @@
+"""The instructor page's common wrong answers (``outline.MISTAKES``): each one written out and
+run through its check, which must fail with the message the page quotes."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from course_utils import data_mesh, node_local_mesh, ring_permutation
+from course_utils.checks import (
+    check_bucket_model,
+    check_budget_row,
+    check_error_feedback,
+    check_link_prediction,
+    check_local_sgd_bytes,
+    check_memory_prediction,
+    check_ring_step,
+    check_stored_bytes_rule,
+    check_two_level,
+)
+from course_utils.checks.helpers import ExerciseFailed
+from course_utils.models.latency import collective_time, plan_buckets
+from course_utils.tools.notebooks.outline import MISTAKES
+from course_utils.training.run import Memory
+
+
+def _bucket(ready_by_count=False, wait=True):
+    def model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, backward_s):
+        total, produced, finished = sum(sizes), 0, 0.0
+        for b in plan_buckets(sizes, bucket_bytes):
+            nbytes = sum(sizes[i] for i in b)
+            produced += len(b) if ready_by_count else nbytes
+            ready = backward_s * produced / (len(sizes) if ready_by_count else total)
+            start = max(ready, finished) if wait else ready
+            finished = start + collective_time(
+                nbytes,
+                ranks,
+                alpha_s=alpha_s,
+                bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                algorithm="ring",
+            )
+        return max(finished, backward_s)
+
+    return model
+
+
+N, P = 1024, 4
+MEASURED = {
+    "data_parallel": Memory(4 * N, 4 * N, 4 * N),
+    "zero1": Memory(4 * N, 4 * N, N),
+    "zero2": Memory(4 * N, N, N),
+    "zero3": Memory(N, N, N),
+}
+
+
+def _memory(values=False, zero1_whole=False):
+    def predicted(n, p):
+        b = 1 if values else 4
+        return {
+            "data_parallel": 3 * b * n,
+            "zero1": 3 * b * n if zero1_whole else 2 * b * n + b * n // p,
+            "zero2": b * n + 2 * b * n // p,
+            "zero3": 3 * b * n // p,
+        }
+
+    return predicted
+
+
+def _feedback(forget=False, g_alone=False):
+    def fb(g, residual, k):
+        acc = g if g_alone else g + residual
+        _, idx = jax.lax.top_k(jnp.abs(acc), k)
+        sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
+        return sent, (g - sent if forget else g + residual - sent)
+
+    return fb
+
+
+def _link(flat=1.0, two=1.0):
+    def times(h, d, n, bits):
+        p = h * d
+        return (
+            flat * 2 * (p - 1) / p * n / (bits / 8) * 1e3,
+            two * 2 * (h - 1) / h * n / (bits / 8) * 1e3,
+        )
+
+    return times
+
+
+def _ring_step(add=True, backwards=False):
+    def step(partial, chunks, s, axis_name):
+        p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
+        pairs = [(j, (j - 1) % p) for j in range(p)] if backwards else ring_permutation(p)
+        received = jax.lax.ppermute(partial, axis_name, pairs)
+        return received + chunks[(i - s - 2) % p] if add else received
+
+    return step
+
+
+STEP17 = dict(hosts=2, devices=4, nbytes=16 * 2**20, rate_bits=1e9)
+CASES = {
+    (5, "the whole vector counted as stored after a reduce-scatter"): lambda: (
+        check_stored_bytes_rule(
+            lambda n, p: {"all_reduce": n, "reduce_scatter": n, "all_gather": n}, jax.devices()
+        )
+    ),
+    (5, "what a ring sends counted instead of what a device stores"): lambda: (
+        check_stored_bytes_rule(
+            lambda n, p: {"all_reduce": n, "reduce_scatter": (p - 1) * n / p, "all_gather": n},
+            jax.devices(),
+        )
+    ),
+    (8, "one pass of the ring counted for the all-reduce"): lambda: check_budget_row(
+        lambda nbytes, p: {
+            "ranks": p,
+            "all_reduce_bytes": (p - 1) * nbytes // p,
+            "scatter_gather_bytes": 2 * (p - 1) * nbytes // p,
+            "shard_storage_bytes": nbytes // p,
+        },
+        table_nbytes=2**20,
+    ),
+    (11, "the partial sum passed on, but nothing added"): lambda: check_ring_step(
+        _ring_step(add=False), data_mesh()
+    ),
+    (11, "the ring sent the wrong way round"): lambda: check_ring_step(
+        _ring_step(backwards=True), data_mesh()
+    ),
+    (12, "a bucket's ready time counted in gradients, not bytes"): lambda: check_bucket_model(
+        _bucket(ready_by_count=True)
+    ),
+    (12, "a bucket that does not wait for the previous all-reduce"): lambda: check_bucket_model(
+        _bucket(wait=False)
+    ),
+    (13, "pmean across the nodes instead of psum"): lambda: check_two_level(
+        lambda x: jax.lax.all_gather(
+            jax.lax.pmean(jax.lax.psum_scatter(x, "local", tiled=True), "node"), "local", tiled=True
+        ),
+        node_local_mesh(2),
+    ),
+    (13, "the all-reduce across the nodes left out"): lambda: check_two_level(
+        lambda x: jax.lax.all_gather(
+            jax.lax.psum_scatter(x, "local", tiled=True), "local", tiled=True
+        ),
+        node_local_mesh(2),
+    ),
+    (14, "values counted instead of bytes"): lambda: check_memory_prediction(
+        _memory(values=True), MEASURED, N, P
+    ),
+    (14, "ZeRO-1 counted with its momentum whole"): lambda: check_memory_prediction(
+        _memory(zero1_whole=True), MEASURED, N, P
+    ),
+    (15, "the top k of g alone, not of g + residual"): lambda: check_error_feedback(
+        _feedback(g_alone=True)
+    ),
+    (15, "the new residual forgets the old one"): lambda: check_error_feedback(
+        _feedback(forget=True)
+    ),
+    (16, "an averaging after every step"): lambda: check_local_sgd_bytes(
+        lambda nbytes, p, steps, h: steps * 2 * (p - 1) / p * nbytes
+    ),
+    (16, "one pass of the ring counted"): lambda: check_local_sgd_bytes(
+        lambda nbytes, p, steps, h: steps // h * (p - 1) / p * nbytes
+    ),
+    (17, "the link rate in bits taken for bytes"): lambda: check_link_prediction(
+        _link(1 / 8, 1 / 8), **STEP17
+    ),
+    (17, "the devices of a host not sharing its link"): lambda: check_link_prediction(
+        _link(two=1 / 4), **STEP17
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "step, wrong, said",
+    [(n, w, s) for n, found in MISTAKES.items() for w, s in found],
+    ids=lambda v: str(v)[:40],
+)
+def test_each_common_wrong_answer_gets_the_message_the_page_quotes(step, wrong, said):
+    with pytest.raises(ExerciseFailed) as failed:
+        CASES[step, wrong]()
+    assert said in str(failed.value)
+
+
+def test_every_case_is_on_the_page():
+    assert set(CASES) == {(n, w) for n, found in MISTAKES.items() for w, _ in found}
