@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.tools.notebooks.site import REMOVE, site_notebook
+from course_utils.tools.notebooks.site import FOLD, LEFT_OUT, REMOVE, site_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -21,16 +21,18 @@ def _tagged(nb, tag):
 def test_the_student_site_hides_solutions_checks_answers_and_harness(path):
     nb = nbformat.read(path, as_version=4)
     shown = site_notebook(nb)
-    assert len(nb.cells) - len(shown.cells) == len(
+    left_out = [c for c in shown.cells if c.cell_type == "markdown" and c.source == LEFT_OUT]
+    assert len(left_out) == len(_tagged(nb, "answer"))  # each cleared answer cell says so
+    assert len(nb.cells) - len(shown.cells) + len(left_out) == len(
         [c for c in _tagged(nb, "solution") if c.cell_type == "markdown"])
     for cell in _tagged(shown, "solution"):
         assert "BEGIN SOLUTION" not in cell.source and cell.outputs == []
         assert "raise NotImplementedError()" in cell.source
     assert all(c.outputs == [] for c in _tagged(shown, "check") + _tagged(shown, "answer"))
-    removed = _tagged(shown, REMOVE)
-    assert [c.source.strip() for c in removed] == [
-        c.source.strip() for c in nb.cells
-        if "parameters" in c.metadata.get("tags", []) or c.source.startswith('print("PASS: ')]
+    assert [c.source for c in _tagged(shown, REMOVE)] == [
+        c.source for c in nb.cells if c.source.startswith('print("PASS: ')]
+    assert [c.source for c in _tagged(shown, FOLD)] == [c.source for c in _tagged(nb, "parameters")]
+    assert all(c.outputs == [] for c in _tagged(shown, REMOVE) + _tagged(shown, FOLD))
     assert nbformat.read(path, as_version=4) == nb  # the notebook itself is unchanged
 
 
@@ -41,7 +43,7 @@ def test_the_instructor_site_keeps_solutions_and_their_outputs():
     assert [c.source for c in _tagged(shown, "solution")] == [
         c.source for c in _tagged(nb, "solution")]
     assert [c.outputs for c in _tagged(shown, "check")] == [c.outputs for c in _tagged(nb, "check")]
-    assert len(_tagged(shown, REMOVE)) == 2  # the parameters cell and print("PASS: …")
+    assert len(_tagged(shown, REMOVE)) == len(_tagged(shown, FOLD)) == 1  # PASS; parameters
 
 
 def test_every_figure_carries_its_alt_text_to_the_site():

@@ -16,7 +16,7 @@ def describe(data: dict) -> str:
         ...     "xlabel": "position", "ylabel": "device"}]})
         'Grid "after": one row per device (2) and one column per position (1), colour = value.'
     """
-    from course_utils.figures.plot import human
+    from course_utils.figures.labels import human
 
     sentences = []
     for panel in data["panels"]:
@@ -31,7 +31,7 @@ def describe(data: dict) -> str:
         unnamed = len(panel["series"]) - len(named)
         if unnamed:
             named.append("one more series" if unnamed == 1 else f"{unnamed} more series")
-        series = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+        series = named[0] if len(named) == 1 else "; ".join(named[:-1]) + " and " + named[-1]
         scale = " (log scale)" if panel.get("yscale") == "log" else ""
         if panel["kind"] == "bar":
             bars = ", ".join(human(label) for label in panel["labels"])

@@ -18,6 +18,7 @@ from typing import Sequence
 from course_utils.display import format_bytes
 from course_utils.figures.data import validate_figure_data
 from course_utils.figures.describe import describe
+from course_utils.figures.labels import human, number_label
 
 DPI = 200
 MAX_WIDTH = 7.5  # inches, labels and legend included
@@ -28,60 +29,9 @@ PER_ROW = 2
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 MAX_TICKS = 8
-VALUE_FONT = 7
-# the names code uses (strategies, algorithms, collectives) as a reader says them
-NAMES = {
-    "data_parallel": "data parallelism", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
-    "zero3": "ZeRO-3", "zero3_regather": "ZeRO-3, re-gathered", "topk": "top-k",
-    "topk_ef": "top-k + error feedback", "powersgd": "PowerSGD", "local_sgd": "local SGD",
-    "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
-    "two_level": "two-level", "parallel_rings": "parallel rings", "hierarchical": "two-level",
-    "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
-}
-
-
-def human(label: str) -> str:
-    """``label`` as a reader says it: the names in ``NAMES`` replaced wherever they stand as
-    words (``"local_sgd H=8"`` → ``"local SGD H=8"``).
-
-    Examples:
-        >>> human("topk_ef"), human("link model: reduce_scatter = all_gather"), human("DP")
-        ('top-k + error feedback', 'link model: reduce-scatter = all-gather', 'DP')
-    """
-    return _names_pattern().sub(lambda m: NAMES[m[0]], label)
-
-
-@functools.cache
-def _names_pattern():
-    import re
-
-    return re.compile(r"\b(" + "|".join(sorted(NAMES, key=len, reverse=True)) + r")\b")
-
-
-def number_label(value: float) -> str:
-    """A tick or value label in plain digits, 2–3 significant figures, no exponent for the sizes
-    this course draws: 0.0151, 3.5, 512, 65.5k, 4.19M; a value below 10⁻³ in the short e-form.
-
-    Examples:
-        >>> [number_label(v) for v in (0, 0.00073, -4.7e-09, 3.5, 512, 1000, 65536, 4194304)]
-        ['0', '0.00073', '-4.7e-09', '3.5', '512', '1000', '65.5k', '4.19M']
-    """
-    size = abs(value)
-    if size == 0:
-        return "0"
-    if size < 1e-3:
-        return f"{value:.2g}"
-    if size < 1e3:
-        return f"{value:.3g}"
-    if size < 1e4:
-        return f"{value:.4g}"
-    if size < 1e6:
-        return f"{value / 1e3:.3g}k"
-    if size < 1e9:
-        return f"{value / 1e6:.3g}M"
-    return f"{value / 1e9:.3g}G"
-
-
+VALUE_FONT = 9  # points; a 7.5-inch figure shown ~700 px wide: 1 pt ≈ 1.3 px
+FONT = {"tick": 10, "label": 11, "title": 11, "legend": 10}
+TITLE_ROOM = 0.65  # inches above a panel for a title of two lines
 class _Identities:
     """One colour and marker per series name across the whole figure, in order of appearance;
     a model series drawn in the colour of its measurement (``color`` given alike) shares it."""
@@ -92,8 +42,9 @@ class _Identities:
     def style(self, name: str) -> dict:
         if name not in self.order:
             self.order.append(name)
-        k = self.order.index(name)
-        return {"color": PALETTE[k % len(PALETTE)], "marker": MARKERS[k % len(MARKERS)]}
+        k = self.order.index(name)  # past the palette: dotted, hollow markers
+        return {"color": PALETTE[k % len(PALETTE)], "marker": MARKERS[k % len(MARKERS)],
+                "again": k >= len(PALETTE)}
 
 
 def _series_names(panel: dict) -> list[str | None]:
@@ -160,10 +111,13 @@ def _draw_bar(ax, panel: dict, ids: _Identities) -> None:
         for text in ax.bar_label(bars, labels=[number_label(v) for v in s["y"]],
                                  fontsize=VALUE_FONT, padding=1):
             text.set_gid("value")
-    labels = [textwrap.fill(human(label), 12, break_long_words=False)
+    labels = [textwrap.fill(human(label), 10, break_long_words=False)
               for label in panel["labels"]]
-    crowded = len(labels) > 4
-    ax.set_xticks(range(len(labels)), labels, rotation=45 if crowded else 0,
+    # the characters one label has room for side by side (0.6 em each), else turned by 60°
+    room = ax.get_position().width * ax.figure.get_figwidth() * 72 / len(labels)
+    longest = max(len(line) for label in labels for line in label.split("\n"))
+    crowded = longest * 0.6 * FONT["tick"] > 0.9 * room
+    ax.set_xticks(range(len(labels)), labels, rotation=60 if crowded else 0,
                   ha="right" if crowded else "center", rotation_mode="anchor")
     ax.margins(y=0.12)  # room above the tallest bar for its value
 
@@ -176,8 +130,9 @@ def _draw_line(ax, panel: dict, ids: _Identities) -> None:
         if s.get("style") == "model":
             ax.plot(x, s["y"], linestyle="--", linewidth=1.2, color=color, label=name)
             continue
+        again = {"linestyle": ":", "markerfacecolor": "white"} if look["again"] else {}
         ax.plot(x, s["y"], marker=look["marker"], markersize=4, linewidth=1.4, color=color,
-                label=name)
+                label=name, **again)
         for j, (xi, yi, text) in enumerate(zip(x, s["y"], s.get("point_labels", ()))):
             note = ax.annotate(text, (xi, yi), textcoords="offset points",  # above, below, …
                                xytext=(4, 4 if j % 2 == 0 else -10), fontsize=VALUE_FONT,
@@ -213,11 +168,18 @@ def _draw_grid(ax, panel: dict, fig) -> None:
     lo, hi = panel.get("value_range") or (float(values.min()), float(values.max()))
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
-    image = ax.imshow(values, cmap="viridis", aspect="auto", vmin=lo, vmax=hi)
-    ax.set_facecolor("0.92")  # positions a device does not hold
+    image = ax.imshow(values, cmap="viridis", aspect="auto", vmin=lo, vmax=hi, zorder=1)
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle((-0.5, -0.5), len(cells[0]), len(cells), facecolor="white", hatch="//",
+                           edgecolor="0.75", linewidth=0, zorder=0.5))  # positions not held
     bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
     bar.ax.yaxis.set_major_formatter(_plain_formatter())
-    bar.ax.tick_params(labelsize=7)
+    bar.ax.tick_params(labelsize=FONT["tick"] - 1)
+    if all(float(v).is_integer() for row in cells for v in row if v is not None):
+        from matplotlib.ticker import MaxNLocator
+
+        bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: whole ticks
     texts = [[None if v is None else number_label(v) for v in row] for row in cells]
     box = ax.get_position()  # in figure fractions; the cell's room in points decides
     across = box.width * fig.get_figwidth() * 72 / len(cells[0])
@@ -340,17 +302,23 @@ def plot_figure(data: dict):
                                for n in _series_names(panel) if n))
     wrapped = [textwrap.fill(n, 20, break_long_words=False) for n in names]
     legend = _legend_width(wrapped)
-    left, gap, below = 0.75, 0.75, 0.9  # inches: y labels, between panels, x labels
+    # a wide legend beside two panels would squeeze them: it goes below them, in columns
+    under = columns > 1 and legend > 0.28 * MAX_WIDTH
+    legend_rows = -(-len(names) // 2) if under else 0
+    legend_height = 0.24 * legend_rows + 0.1 * bool(under)
+    legend = 0.0 if under else legend
+    left, gap, below = 0.75, 0.95, 0.9  # inches: y labels, between panels, x labels
     grids = any(panel["kind"] == "grid" for panel in panels)
     width = (MAX_WIDTH - 0.1 - left - (legend or 0.45 * grids) - gap * (columns - 1)) / columns
     height = min(0.72 * width, 3.2)
-    fig = _figure_class()(figsize=(MAX_WIDTH, rows * (height + below + 0.45) + 0.1), dpi=DPI)
+    tall = rows * (height + below + TITLE_ROOM) + 0.1 + legend_height
+    fig = _figure_class()(figsize=(MAX_WIDTH, tall), dpi=DPI)
     across, up = fig.get_size_inches()
     room = legend or (0.45 if grids else 0.1)  # the legend, or a colour bar's labels
     fig.subplots_adjust(left=left / across, right=(across - 0.1 - room) / across,
-                        bottom=below / up, top=1 - 0.4 / up,
+                        bottom=(below + legend_height) / up, top=1 - (TITLE_ROOM - 0.05) / up,
                         wspace=gap / width + (0.15 if grids else 0),
-                        hspace=(below + 0.45) / height)
+                        hspace=(below + TITLE_ROOM) / height)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax in axes[len(panels):]:
         ax.remove()
@@ -358,14 +326,15 @@ def plot_figure(data: dict):
     for name in names:
         ids.style(name)  # the legend's order fixes the colours
     for ax, panel in zip(axes, panels):
-        ax.tick_params(labelsize=8)
+        ax.tick_params(labelsize=FONT["tick"])
         if panel["kind"] == "grid":
             _draw_grid(ax, panel, fig)
         else:
             {"bar": _draw_bar, "line": _draw_line}[panel["kind"]](ax, panel, ids)
-        ax.set_ylabel(panel["ylabel"], fontsize=9)
-        ax.xaxis.label.set_fontsize(9)
-        ax.set_title(textwrap.fill(panel["title"], int(width * 15)), fontsize=9, y=1.0)
+        ax.set_ylabel(panel["ylabel"], fontsize=FONT["label"])
+        ax.xaxis.label.set_fontsize(FONT["label"])
+        ax.set_title(textwrap.fill(panel["title"], int(width * 12), break_on_hyphens=False),
+                     fontsize=FONT["title"], y=1.0)
     if names:
         handles = _legend_handles(fig, names)
         if any(s.get("style") == "model" and n in names and not _grey(s)
@@ -375,13 +344,18 @@ def plot_figure(data: dict):
             from matplotlib.lines import Line2D
 
             handles.append(Line2D([], [], color="0.3", linestyle="--"))
-            wrapped.append("dashed: its model")
-        box = fig.legend(handles, wrapped, fontsize=8, loc="center right", frameon=False,
-                         bbox_to_anchor=(1 - 0.1 / across, 0.5))
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
+            wrapped.append("dashed: the model of\nthe same colour")
+        if under:
+            fig.legend(handles, [w.replace("\n", " ") for w in wrapped], ncols=2,
+                       fontsize=FONT["legend"], loc="lower center", frameon=False,
+                       bbox_to_anchor=(0.5, 0.05 / up))
+        else:
+            box = fig.legend(handles, wrapped, fontsize=FONT["legend"], loc="center right",
+                             frameon=False, bbox_to_anchor=(1 - 0.1 / across, 0.5))
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-        drawn = box.get_window_extent(FigureCanvasAgg(fig).get_renderer())
-        fig.subplots_adjust(right=(drawn.x0 / fig.dpi - 0.15) / across)  # its real width
+            drawn = box.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+            fig.subplots_adjust(right=(drawn.x0 / fig.dpi - 0.15) / across)  # its real width
     _declutter(fig)
     fig.alt = describe(data)  # the site's alt text (figures.describe)
     return fig

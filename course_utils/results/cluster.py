@@ -263,11 +263,18 @@ def summary_lines(run: ClusterRun) -> list[str]:
     return lines
 
 
-def figure_data(results: ClusterResults, rate: str | None = None) -> dict:
+PANELS = ("collectives", "hierarchy", "rings", "speedup")
+
+
+def figure_data(results: ClusterResults, rate: str | None = None,
+                panels: tuple[str, ...] = PANELS) -> dict:
     """The run at ``rate`` (default: the first): the collectives, flat against two-level, the two
     rings, measured (markers) against the link model (dashed, in the measurement's colour; one
     grey labelled line where two collectives share a model); with several rates a fourth panel,
-    the two-level schedule's speed-up against the rate."""
+    the two-level schedule's speed-up against the rate. ``panels`` picks some of ``PANELS``."""
+    unknown = sorted(set(panels) - set(PANELS))
+    if unknown:
+        raise ValueError(f"panels must be among {', '.join(PANELS)}; got {', '.join(unknown)}")
     run = next(r for r in results.runs if rate in (None, r.link_rate))
     hosts, devices, bytes_per_s = _shape(run)
     sizes = [r.bytes for r in run.collectives]
@@ -302,23 +309,24 @@ def figure_data(results: ClusterResults, rate: str | None = None) -> dict:
              + pair("u16 messages", [r.u16 for r in run.ring16],
                     [t / 2 for t in model("all_reduce")], "C1"))
     where = f"{hosts} hosts × {devices}, {run.link_rate}"
-    panels = [panel(f"collectives, {where} (dashed: model)", collectives),
-              panel("flat against two-level all-reduce", hierarchy),
-              panel("hand-built ring all-reduce", rings)]
-    if len(results.runs) > 1:
+    chosen = {"collectives": panel(f"collectives, {where} (dashed: model)", collectives),
+              "hierarchy": panel(f"flat against two-level, {hosts} × {devices}, {run.link_rate}",
+                                 hierarchy),
+              "rings": panel("hand-built ring all-reduce", rings)}
+    if len(results.runs) > 1 and "speedup" in panels:
         rates = [rate_bytes_per_s(r.link_rate) * 8 / 1e6 for r in results.runs]
         rows = [_at_goal_size(r.hierarchy) for r in results.runs]
         speedup = [h.flat / h.hierarchical for h in rows]
-        panels.append({
+        chosen["speedup"] = {
             "kind": "line", "title": f"two-level speed-up at {format_bytes(rows[0].bytes)}",
             "x": rates, "xscale": "log", "hline": 1, "xlabel": "link rate (Mbit/s)",
             "ylabel": "flat time / two-level time",
-            "series": [{"label": "measured", "y": speedup},
-                       {"label": "link model", "style": "model",
+            "series": [{"label": "two-level speed-up, measured", "y": speedup},
+                       {"label": "two-level speed-up, link model", "style": "model",
                         "y": [link_bytes("all_reduce", GOAL_BYTES, hosts, devices)
                               / link_bytes("hierarchical", GOAL_BYTES, hosts, devices)]
-                        * len(rates)}]})
-    return {"panels": panels}
+                        * len(rates)}]}
+    return {"panels": [chosen[name] for name in panels if name in chosen]}
 
 
 def load_cluster_results(path: str | Path) -> ClusterResults:

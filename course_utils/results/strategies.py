@@ -282,7 +282,8 @@ def heldout_figure_data(results: StrategyResults, labels: Sequence[str],
 def local_sgd_figure_data(results: StrategyResults, hs: Sequence[int]) -> dict:
     """Local SGD with each H against data parallelism, held-out loss against the bytes sent:
     one panel on shards of one distribution, one on skewed shards."""
-    dp = _heldout_series(find_run(results, "data_parallel"), "DP", by_bytes=True)
+    dp = _heldout_series(find_run(results, "data_parallel"), "DP (under H = 1: the same run)",
+                         by_bytes=True)
     panels = []
     for tail, title in (("", "shards of one distribution"), (" skewed", "skewed shards")):
         series = [dp] + [_heldout_series(find_run(results, f"local_sgd H={h}{tail}"),
@@ -290,5 +291,5 @@ def local_sgd_figure_data(results: StrategyResults, hs: Sequence[int]) -> dict:
         panels.append({"kind": "line", "title": title, "xscale": "log", "xunit": "bytes",
                        "x": _byte_ticks(series), "series": series,
                        "xlabel": "bytes sent per device so far",
-                       "ylabel": "held-out loss of the averaged model"})
+                       "ylabel": "held-out loss, averaged model"})
     return {"panels": panels}

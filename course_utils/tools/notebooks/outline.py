@@ -28,16 +28,19 @@ communicate less are built and measured.
 """
 
 START = """\
-**How to start.** Install the course and open the notebooks (Python 3.11 to 3.13):
+**How to start.** Work in the *student edition* of the notebooks, where each exercise is left
+for you: your instructor hands it out, or you make it from the course's repository (Python 3.11
+to 3.13; the `notebooks/` folder itself holds the solutions):
 
 ```bash
-pip install -e .
-jupyter lab notebooks/
+pip install -e ".[instructor]"
+course student --out student/
+jupyter lab student/
 ```
 
 Open step 01 and use *Run ▸ Run All Cells*; each exercise has a check cell that says what is
-wrong or prints `PASSED`. These pages show each notebook with the outputs it was committed with;
-the exercises are left for you.
+wrong or prints `PASSED`. These pages show each notebook with the outputs it was committed with,
+the exercises left open as in the student edition.
 """
 
 WORDS_PER_MINUTE = 200  # a reading pace for prose with code
@@ -119,15 +122,21 @@ def exercises(step: Step) -> list[Exercise]:
     """The exercises of a step notebook: the markdown heading before each check cell, the check
     it calls and its points."""
     nb = nbformat.read(step.path, as_version=4)
-    found, heading = [], ""
+    found, heading, exercise = [], "", ""
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            heading = next((line.lstrip("#").strip() for line in cell.source.splitlines()
-                            if line.startswith("## ")), heading)
-        elif "check" in cell.metadata.get("tags", []):
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type == "markdown":  # an "Exercise" heading of any level, else a "## "
+            lines = [line for line in cell.source.splitlines() if line.startswith("#")]
+            named = [line for line in lines if "Exercise" in line] or [
+                line for line in lines if line.startswith("## ")]
+            heading = named[0].lstrip("#").strip() if named else heading
+        elif "solution" in tags:
+            exercise = heading  # the exercise's heading is the one above its solution cell
+        elif "check" in tags:
             check = re.search(r"(check_\w+)\(", cell.source)
             points = cell.metadata.get("nbgrader", {}).get("points", 0)
-            found.append(Exercise(step.number, heading, check[1] if check else "", points))
+            found.append(Exercise(step.number, exercise or heading, check[1] if check else "",
+                                  points))
     return found
 
 
@@ -193,6 +202,8 @@ check says (`tests/test_*checks.py` tests many more):
 
 {mistakes or "- (none of this site's steps has an exercise)"}
 
-This page and the student site show no solution; the instructor site (`course book --instructor`)
-adds them.
+This page and the student site show no reference solution; the instructor site
+(`course book --instructor`) adds them. Some lessons show code close to an exercise's answer on
+purpose (the package's copy a step compares with); the checks still test each answer at inputs
+no page shows.
 """

@@ -5,9 +5,10 @@ solutions too.
 On the student site a solution cell shows nbgrader's stub in place of the solution (the same text
 ``course student`` writes) and no output, a markdown cell tagged ``solution`` is left out, and a
 check cell, or a cell tagged ``answer`` (its outputs reveal an exercise's answer: step 08's "your
-row", step 14's memory table), keeps its code but loses its outputs. On both sites the harness
-cells, the ``parameters`` cell and the closing ``print("PASS: …")``, are removed (Jupyter Book's
-``remove-cell`` tag), and each figure gets the alt text its PNG output carries.
+row", step 14's memory table, step 16's trade-off figure), keeps its code but loses its outputs,
+and a line says so. On both sites the ``parameters`` cell is folded (``hide-cell``: later cells
+use its ``N_DEVICES``) and the closing ``print("PASS: …")`` removed (``remove-cell``), both
+without outputs, and each figure gets the alt text its PNG output carries.
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from __future__ import annotations
 import copy
 import re
 
+import nbformat
+
 from course_utils.tools.notebooks.student import BEGIN_DELIMITER, END_DELIMITER, SOLUTION_TAG
 
 ANSWER_TAG = "answer"
 CHECK_TAG = "check"
 PARAMETERS_TAG = "parameters"
 REMOVE = "remove-cell"  # Jupyter Book leaves such a cell out of the page
+FOLD = "hide-cell"  # Jupyter Book folds such a cell behind a "show" toggle
+# what the student site says where it left out a cell's outputs
+LEFT_OUT = ("*The output of the cell above is not shown on this site: it would give an "
+            "exercise's answer away. Run the notebook to see it.*")
 # what nbgrader's ClearSolutions puts where a solution was (its default for Python)
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 PASS_LINE = re.compile(r'print\(\s*"PASS: [^"]*"\s*\)')
@@ -70,16 +77,20 @@ def site_notebook(nb, *, instructor: bool = False):
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
         if not instructor and SOLUTION_TAG in tags and cell.cell_type == "markdown":
             continue
-        if is_harness(cell) and REMOVE not in tags:
-            tags.append(REMOVE)
+        if is_harness(cell):  # the parameters folded (later cells use them), PASS removed
+            tags.append(FOLD if PARAMETERS_TAG in tags else REMOVE)
+            cell.outputs = []
+        kept.append(cell)
         if cell.cell_type == "code":
             if not instructor and SOLUTION_TAG in tags:
                 cell.source = stub_solutions(cell.source)
                 cell.outputs, cell.execution_count = [], None
-            elif not instructor and (CHECK_TAG in tags or ANSWER_TAG in tags):
+            elif not instructor and CHECK_TAG in tags:
                 cell.outputs = []
+            elif not instructor and ANSWER_TAG in tags:
+                cell.outputs = []
+                kept.append(nbformat.v4.new_markdown_cell(LEFT_OUT))
             _alt_text(cell)
-        kept.append(cell)
     nb.cells = kept
     return nb
 

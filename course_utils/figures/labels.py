@@ -1,0 +1,63 @@
+"""The words and numbers a figure writes: human names for the code's names, and plain numbers
+for ticks and values."""
+
+from __future__ import annotations
+
+import functools
+
+# the names code uses (strategies, algorithms, collectives) as a reader says them
+NAMES = {
+    "data_parallel": "data parallelism", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
+    "zero3": "ZeRO-3", "zero3_regather": "ZeRO-3, re-gathered", "topk": "top-k",
+    "topk_ef": "top-k + error feedback", "powersgd": "PowerSGD", "local_sgd": "local SGD",
+    "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
+    "two_level": "two-level", "parallel_rings": "parallel rings", "hierarchical": "two-level",
+    "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+}
+
+
+def human(label: str) -> str:
+    """``label`` as a reader says it: the names in ``NAMES`` replaced wherever they stand as
+    words (``"local_sgd H=8"`` → ``"local SGD H=8"``).
+
+    Examples:
+        >>> human("topk_ef"), human("link model: reduce_scatter = all_gather"), human("DP")
+        ('top-k + error feedback', 'link model: reduce-scatter = all-gather', 'DP')
+    """
+    return _names_pattern().sub(lambda m: NAMES[m[0]], label)
+
+
+@functools.cache
+def _names_pattern():
+    import re
+
+    return re.compile(r"\b(" + "|".join(sorted(NAMES, key=len, reverse=True)) + r")\b")
+
+
+def number_label(value: float) -> str:
+    """A tick or value label in plain digits, 2–3 significant figures, no exponent for the sizes
+    this course draws: 0.0151, 3.5, 512, 65.5k, 4.19M; a value below 10⁻³ in the short e-form;
+    minus signs are true minus signs.
+
+    Examples:
+        >>> [number_label(v) for v in (0, 0.00073, -4.7e-09, 3.5, 512, 1000, 65536, 4194304)]
+        ['0', '0.00073', '−4.7e−09', '3.5', '512', '1000', '65.5k', '4.19M']
+    """
+    return _digits(value).replace("-", "\N{MINUS SIGN}")  # a true minus, not a hyphen
+
+
+def _digits(value: float) -> str:
+    size = abs(value)
+    if size == 0:
+        return "0"
+    if size < 1e-3:
+        return f"{value:.2g}"
+    if size < 1e3:
+        return f"{value:.3g}"
+    if size < 1e4:
+        return f"{value:.4g}"
+    if size < 1e6:
+        return f"{value / 1e3:.3g}k"
+    if size < 1e9:
+        return f"{value / 1e6:.3g}M"
+    return f"{value / 1e9:.3g}G"
