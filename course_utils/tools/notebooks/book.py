@@ -68,7 +68,9 @@ article table td, article table th { overflow-wrap: anywhere; }
 }
 """
 FOOTER = ("<p>Communication-efficient algorithms (unit distributed-03). Code: MIT licence "
-          "(LICENSE); notebooks and prose: CC BY 4.0 (notebooks/LICENSE.md).</p>")
+          "(the repository's LICENSE); notebooks and prose: "
+          '<a href="https://creativecommons.org/licenses/by/4.0/">CC BY 4.0</a> '
+          "(notebooks/LICENSE.md).</p>")
 # four devices in the colours JAX uses to draw them; a favicon also stops /favicon.ico requests
 FAVICON = """\
 <svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
