@@ -280,9 +280,9 @@ def _figure_class():
 
 
 def _legend_width(labels: list[str]) -> float:
-    """Inches for the legend column: the longest wrapped line at 8 pt, plus the handle."""
+    """Inches for the legend column: the longest wrapped line at 10 pt, plus the handle."""
     longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
-    return 0.55 + 0.062 * longest if labels else 0.0
+    return 0.55 + 0.078 * longest if labels else 0.0
 
 
 def plot_figure(data: dict):
@@ -303,7 +303,7 @@ def plot_figure(data: dict):
     wrapped = [textwrap.fill(n, 20, break_long_words=False) for n in names]
     legend = _legend_width(wrapped)
     # a wide legend beside two panels would squeeze them: it goes below them, in columns
-    under = columns > 1 and legend > 0.28 * MAX_WIDTH
+    under = columns > 1 and (legend > 1.8 or len(names) > 6)
     legend_rows = -(-len(names) // 2) if under else 0
     legend_height = 0.24 * legend_rows + 0.1 * bool(under)
     legend = 0.0 if under else legend
