@@ -43,13 +43,13 @@ def _run(exercise: str, ring, blocks: np.ndarray, step=None, axis: str = "") -> 
         if isinstance(error, TypeError) and ("tuple" in text or "list" in text):
             hint = "; my_step must return one array, the new partial sum f32[m/p], not a tuple"
         failure = f"running the ring with your step raised {error_line(error)}{hint}"
-        home = axis.removeprefix("ring_")
-        if home in _other_axis_names(step, axis):
+        home, other = axis.removeprefix("ring_"), _other_axis_names(step, axis)
+        if home in other:
             failure = (f"your step names the axis {home!r} itself: the check runs it on a mesh "
                        f"whose axis is called {axis!r}, as a step inside another program could "
                        f"be (JAX stopped with {type(error).__name__}); use the axis_name "
                        "argument")
-        elif other := _other_axis_names(step, axis):
+        elif other:
             failure = (f"your step names the axis {', '.join(map(repr, other))}, but the mesh's "
                        f"only axis is {home!r} (JAX stopped with {type(error).__name__}): use "
                        "the axis_name argument")
@@ -210,6 +210,8 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
     variant of the recurrence a slip gives is run, and the first that matches names the slip."""
     from course_utils.models.cost_model import ALGORITHMS
 
+    total = sum(sizes)
+
     def variant(*, ready_by="bytes", start="later", algorithm="ring", wait_backward=True,
                 size="bytes", ranks_given=ranks):
         ready = finished = 0.0
@@ -218,9 +220,9 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
             nbytes = sum(sizes[i] for i in b)
             before = produced  # the bytes produced before this bucket's gradients
             produced, count = produced + nbytes, count + len(b)
-            share = {"bytes": produced / sum(sizes), "count": count / len(sizes),
-                     "first": (before + sizes[b[0]]) / sum(sizes),
-                     "start": (produced - sizes[b[-1]]) / sum(sizes)}[ready_by]
+            share = {"bytes": produced / total, "count": count / len(sizes),
+                     "first": (before + sizes[b[0]]) / total,
+                     "start": (produced - sizes[b[-1]]) / total}[ready_by]
             ready = backward_s * share
             begin = {"later": max(ready, finished), "sum": ready + finished,
                      "ready": ready, "finished": finished}[start]

@@ -38,9 +38,8 @@ def check_memory_prediction(fn, measured: Mapping[str, Memory], n: int, p: int) 
             fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
     # a unit slip shows in every stage at once; a slicing slip (which at p = 4 can give the same
     # number as a unit slip in one stage) only in some
-    unit = [set(unit_causes(number(predicted[s]), measured[s].total)) for s in STAGES]
-    everywhere = [c for c in unit_causes(number(predicted[STAGES[0]]), measured[STAGES[0]].total)
-                  if all(c in u for u in unit)]
+    unit = [unit_causes(number(predicted[s]), measured[s].total) for s in STAGES]
+    everywhere = [c for c in unit[0] if all(c in u for u in unit[1:])]
     for stage in STAGES:
         got, want = number(predicted[stage]), measured[stage].total
         if np.isclose(got, want):

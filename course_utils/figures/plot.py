@@ -32,6 +32,8 @@ MAX_TICKS = 8
 VALUE_FONT = 9  # points; a 7.5-inch figure shown ~700 px wide: 1 pt ≈ 1.3 px
 FONT = {"tick": 10, "label": 11, "title": 11, "legend": 10}
 TITLE_ROOM = 0.65  # inches above a panel for a title of two lines
+
+
 class _Identities:
     """One colour and marker per series name across the whole figure, in order of appearance;
     a model series drawn in the colour of its measurement (``color`` given alike) shares it."""
@@ -83,14 +85,14 @@ def _decades(axis) -> None:
     decades are in view."""
     import math
 
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import LogLocator, NullFormatter
 
     low, high = sorted(axis.axes.get_ylim())  # forces the autoscale the data asks for
     decades = math.floor(math.log10(high)) - math.ceil(math.log10(max(low, 1e-300))) + 1
     few = decades < 2  # one decade tick or none in view: label 2 and 5 too
     axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5) if few else (1,), numticks=30))
     axis.set_minor_locator(LogLocator(base=10, subs=range(2, 10), numticks=30))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: number_label(v)))
+    axis.set_major_formatter(_plain_formatter())
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -217,10 +219,8 @@ def _declutter(fig) -> None:
 
     for ax in fig.axes:
         kept = []
-        categories = ax.containers  # a bar panel names every bar: its labels stay
-        for label in reversed([t for t in ax.get_xticklabels() if t.get_text()]):
-            if categories:
-                break
+        ticks = [] if ax.containers else ax.get_xticklabels()  # a bar panel names every bar
+        for label in reversed([t for t in ticks if t.get_text()]):
             if any(box(label).overlaps(other) for other in kept):
                 label.set_visible(False)
             else:

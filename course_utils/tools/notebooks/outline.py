@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import nbformat
 
 from course_utils.tools.notebooks.chapters import Step
+from course_utils.tools.notebooks.site import CHECK_TAG, SOLUTION_TAG
 
 # (title, first step, last step)
 PARTS = (
@@ -118,10 +119,9 @@ class Exercise:
     points: float  # nbgrader's points for that cell
 
 
-def exercises(step: Step) -> list[Exercise]:
-    """The exercises of a step notebook: the markdown heading before each check cell, the check
-    it calls and its points."""
-    nb = nbformat.read(step.path, as_version=4)
+def exercises(step: Step, nb) -> list[Exercise]:
+    """The exercises of a step notebook ``nb``: the heading above each solution cell, and the
+    check its check cell calls with its points."""
     found, heading, exercise = [], "", ""
     for cell in nb.cells:
         tags = cell.metadata.get("tags", [])
@@ -130,9 +130,9 @@ def exercises(step: Step) -> list[Exercise]:
             named = [line for line in lines if "Exercise" in line] or [
                 line for line in lines if line.startswith("## ")]
             heading = named[0].lstrip("#").strip() if named else heading
-        elif "solution" in tags:
+        elif SOLUTION_TAG in tags:
             exercise = heading  # the exercise's heading is the one above its solution cell
-        elif "check" in tags:
+        elif CHECK_TAG in tags:
             check = re.search(r"(check_\w+)\(", cell.source)
             points = cell.metadata.get("nbgrader", {}).get("points", 0)
             found.append(Exercise(step.number, exercise or heading, check[1] if check else "",
@@ -140,9 +140,8 @@ def exercises(step: Step) -> list[Exercise]:
     return found
 
 
-def reading_minutes(step: Step) -> int:
-    """Minutes to read a step's prose and code at ``WORDS_PER_MINUTE`` (at least 1)."""
-    nb = nbformat.read(step.path, as_version=4)
+def reading_minutes(nb) -> int:
+    """Minutes to read a notebook's prose and code at ``WORDS_PER_MINUTE`` (at least 1)."""
     words = sum(len(cell.source.split()) for cell in nb.cells)
     return max(1, round(words / WORDS_PER_MINUTE))
 
@@ -168,10 +167,11 @@ def instructor_page(steps: list[Step]) -> str:
     exercise with its check and points, how grading works. No solution is shown."""
     rows = []
     for step in steps:
-        found = exercises(step)
+        nb = nbformat.read(step.path, as_version=4)
+        found = exercises(step, nb)
         work = "; ".join(f"{e.heading} (`{e.check}`, {e.points:g} point"
                          f"{'' if e.points == 1 else 's'})" for e in found) or "none"
-        rows.append(f"| {step.number} | {step.title} | {reading_minutes(step)} min | {work} |")
+        rows.append(f"| {step.number} | {step.title} | {reading_minutes(nb)} min | {work} |")
     table = "\n".join(["| Step | Title | Reading | Exercise (check, points) |",
                        "| ---: | :--- | ---: | :--- |", *rows])
     shown = {s.number for s in steps}

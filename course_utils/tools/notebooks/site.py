@@ -81,16 +81,16 @@ def site_notebook(nb, *, instructor: bool = False):
             tags.append(FOLD if PARAMETERS_TAG in tags else REMOVE)
             cell.outputs = []
         kept.append(cell)
-        if cell.cell_type == "code":
-            if not instructor and SOLUTION_TAG in tags:
-                cell.source = stub_solutions(cell.source)
-                cell.outputs, cell.execution_count = [], None
-            elif not instructor and CHECK_TAG in tags:
-                cell.outputs = []
-            elif not instructor and ANSWER_TAG in tags:
-                cell.outputs = []
+        if cell.cell_type != "code":
+            continue
+        if not instructor and SOLUTION_TAG in tags:
+            cell.source = stub_solutions(cell.source)
+            cell.outputs, cell.execution_count = [], None
+        elif not instructor and {CHECK_TAG, ANSWER_TAG} & set(tags):
+            cell.outputs = []
+            if ANSWER_TAG in tags:
                 kept.append(nbformat.v4.new_markdown_cell(LEFT_OUT))
-            _alt_text(cell)
+        _alt_text(cell)
     nb.cells = kept
     return nb
 
