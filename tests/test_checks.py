@@ -90,6 +90,11 @@ def test_uses_forbidden_follows_wrappers_copies_and_helpers():
     home = dict(reference_gradient.__globals__)  # recompiled from the package's source
     exec(textwrap.dedent(inspect.getsource(reference_gradient)), home)
     assert uses_forbidden(home["reference_gradient"], (reference_gradient,)) == "reference_gradient"
+
+    def through_a_dict(x, y, w):  # the copy called through the dict it was made in
+        return home["reference_gradient"](x, y, w)
+
+    assert uses_forbidden(through_a_dict, (reference_gradient,)) == "reference_gradient"
     renamed = types.FunctionType(reference_gradient.__code__.replace(co_name="mine",
                                                                      co_firstlineno=1), {})
     assert uses_forbidden(renamed, (reference_gradient,)) == "mine"

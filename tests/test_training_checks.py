@@ -202,6 +202,7 @@ def _link_times(flat=1.0, two=1.0, swap=False):
 
 def test_link_prediction_right_and_wrong(capsys):
     from course_utils.checks.links import check_link_prediction
+    from course_utils.models.cost_model import Topology, link_bytes_sent
     from course_utils.models.links import FRAME_SHARE, link_time_s
 
     check_link_prediction(_link_times(), **STEP_17)
@@ -234,6 +235,8 @@ def test_link_prediction_right_and_wrong(capsys):
         (lambda h, d, n, bits: (234.9, 134.2), r"not at 2 hosts × 2 devices, 4 MiB"),
         (lambda h, d, n, bits: (link_time_s("all_reduce", n, h, d, bits / 8) * 1e3, 134.2),
          "uses the package's link_time_s, which computes the answer"),
+        (lambda h, d, n, bits: (link_bytes_sent("all_reduce", "ring", n, Topology(h, d))
+                                / (bits / 8) * 1e3, 134.2), "uses the package's link_bytes_sent"),
     ]:
         with pytest.raises(ExerciseFailed, match=message):  # slips named before measurements
             check_link_prediction(fn, **STEP_17, measured_ms=measured)

@@ -63,6 +63,9 @@ def _named_objects(fn) -> list:
     for code in _code_objects(fn.__code__):
         found += [scope[n] for n in code.co_names if n in scope]
     found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+    # one level into the containers those names hold: a copy kept in a dict and called through it
+    found += [v for obj in found if isinstance(obj, (dict, list, tuple, set))
+              for v in (obj.values() if isinstance(obj, dict) else obj) if callable(v)]
     return found
 
 

@@ -22,13 +22,13 @@ def check_link_prediction(fn, *, hosts: int, devices: int, nbytes: float, rate_b
     then at shapes, sizes and rates the notebook never uses. ``fn`` must not be or call the
     package's link model. ``measured_ms``: the saved run's (flat, two-level) times, so that a
     measurement typed in is told it is one."""
-    from course_utils.models.cost_model import modelled_time
+    from course_utils.models.cost_model import link_bytes_sent, modelled_time
     from course_utils.models.latency import collective_time
     from course_utils.models.links import link_bytes
 
     exercise = "times from the link rate"
     function_given(exercise, "my_link_times_ms", fn)
-    forbidden = (link_time_s, link_bytes, collective_time, modelled_time)
+    forbidden = (link_time_s, link_bytes, link_bytes_sent, collective_time, modelled_time)
 
     def times(h: int, d: int, n: float, bits: float) -> list[float]:
         call = f"my_link_times_ms({h}, {d}, {n:.0f}, {bits:.0e})"

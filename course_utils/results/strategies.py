@@ -282,8 +282,8 @@ def heldout_figure_data(results: StrategyResults, labels: Sequence[str],
 def local_sgd_figure_data(results: StrategyResults, hs: Sequence[int]) -> dict:
     """Local SGD with each H against data parallelism, held-out loss against the bytes sent:
     one panel on shards of one distribution, one on skewed shards."""
-    dp = _heldout_series(find_run(results, "data_parallel"), "DP (under H = 1: the same run)",
-                         by_bytes=True)
+    dp = _heldout_series(find_run(results, "data_parallel"),
+                         "DP, shuffled shards (left: under H = 1)", by_bytes=True)
     panels = []
     for tail, title in (("", "shards of one distribution"), (" skewed", "skewed shards")):
         series = [dp] + [_heldout_series(find_run(results, f"local_sgd H={h}{tail}"),
