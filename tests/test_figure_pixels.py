@@ -25,6 +25,7 @@ from course_utils.figures.data import (
     placement_figure_data,
     ring_reduce_scatter_figure_data,
 )
+from course_utils.figures.describe import describe
 from course_utils.figures.plot import DPI, MAX_WIDTH, plot_figure
 from course_utils.results.bench import figure_data as bench_figure_data
 from course_utils.results.bench import saved_results, steps_figure_data
@@ -100,7 +101,7 @@ SAVED = {
     "held-out losses": lambda: heldout_figure_data(
         saved_strategy_results(),
         ["data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.6%", "powersgd"],
-        steps_only_without=["bf16", "int8"]),
+        steps_only_without=["bf16", "int8"], from_step=96),
     "local SGD": lambda: local_sgd_figure_data(saved_strategy_results(), [1, 4, 8, 16]),
     "ring budget": lambda: model_figure_data(
         [2, 4, 8, 16, 32, 64], {"all-reduce, sent": [1.0, 1.5, 1.75, 1.88, 1.94, 1.97],
@@ -173,3 +174,14 @@ def test_the_drawn_figure_has_no_overlapping_text_and_stays_on_its_canvas(build,
     image = Image.open(io.BytesIO(fig.png()))
     assert round(image.info["dpi"][0]) == DPI
     assert image.width <= MAX_WIDTH * DPI
+
+
+@pytest.mark.parametrize("build, p", CASES)
+def test_the_alt_text_says_what_each_panel_shows(build, p):
+    """Each panel's alt text says, past what it plots, what it shows with the data's numbers:
+    where the series end, which bar is largest, what a grid's values span."""
+    for panel in build(p)["panels"]:
+        alt = describe({"panels": [panel]}).replace("(log scale)", "")
+        shows = {"line": ("At the last point", "It goes from"), "grid": ("Values from",),
+                 "bar": ("(",)}[panel["kind"]]
+        assert any(words in alt.split(panel["title"])[-1] for words in shows), alt

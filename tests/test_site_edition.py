@@ -63,3 +63,20 @@ def test_the_student_site_shows_the_stub_the_student_edition_has(path):
     nb = nbformat.read(path, as_version=4)
     edition = [c.source for c in _tagged(student_edition(nb, path.name), "solution")]
     assert [c.source for c in _tagged(site_notebook(nb), "solution")] == edition
+
+
+def test_the_instructor_page_gives_each_exercise_a_time_and_asks_for_a_missing_one(monkeypatch):
+    from course_utils.tools.notebooks import outline
+    from course_utils.tools.notebooks.chapters import Step
+
+    steps = [Step(int(p.name[:2]), p.stem, p) for p in SERIES]
+    rows = {int(line.split("|")[1]): line.split("|")[4].strip()
+            for line in outline.instructor_page(steps).splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+    for step in steps:
+        has_exercise = bool(outline.exercises(step, nbformat.read(step.path, as_version=4)))
+        assert rows[step.number] == (
+            f"{outline.EXERCISE_MINUTES[step.number]} min" if has_exercise else "—")
+    monkeypatch.delitem(outline.EXERCISE_MINUTES, 7)
+    with pytest.raises(ValueError, match="step 7 has an exercise but no time"):
+        outline.instructor_page(steps)

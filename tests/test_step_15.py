@@ -1,6 +1,14 @@
 """What step 15's prose reads off the saved part-three runs still holds on them."""
 
-from course_utils.results.strategies import STEPS, find_run, heldout_at, saved_strategy_results
+import pytest
+
+from course_utils.results.strategies import (
+    STEPS,
+    find_run,
+    heldout_at,
+    heldout_figure_data,
+    saved_strategy_results,
+)
 
 SAVED = saved_strategy_results()
 
@@ -22,3 +30,13 @@ def test_error_feedback_then_powersgd_end_closer_than_plain_topk():
     topk, topk_ef = find_run(SAVED, "topk"), find_run(SAVED, "topk_ef")
     assert topk.bytes_per_step == topk_ef.bytes_per_step  # "the same bytes"
     assert find_run(SAVED, "powersgd").bytes_per_step > topk_ef.bytes_per_step  # "more bytes"
+
+
+def test_the_per_step_panel_starts_where_asked_and_refuses_a_step_past_the_run():
+    data = heldout_figure_data(SAVED, ["data_parallel", "topk"], from_step=STEPS // 2)
+    per_step, per_byte = data["panels"]
+    assert min(per_step["series"][0]["x"]) >= STEPS // 2
+    assert f"from step {STEPS // 2}" in per_step["title"]
+    assert len(per_byte["series"][0]["x"]) > len(per_step["series"][0]["x"])  # the whole run
+    with pytest.raises(ValueError, match="past the last held-out point"):
+        heldout_figure_data(SAVED, ["data_parallel"], from_step=STEPS + 1)

@@ -1,20 +1,65 @@
-"""A figure's alt text, from its data: what each panel plots, against what, and for which series;
-the site gives it to screen readers and shows it where the image cannot load."""
+"""A figure's alt text, from its data: what each panel plots, against what, for which series, and
+what it shows (where each series ends up, which bar is largest, what a grid's values span); the
+site gives it to screen readers and shows it where the image cannot load."""
 
 from __future__ import annotations
 
+import math
+
+
+def _value(v: float) -> str:
+    return f"{v:.3g}".replace("-", "−")
+
+
+def _x_value(x: float, panel: dict) -> str:
+    if panel.get("xunit") == "bytes" or "bytes" in panel["xlabel"]:
+        from course_utils.display import format_bytes
+
+        return format_bytes(x)
+    return _value(x)
+
+
+def _ranked(pairs: list[tuple[str, float]]) -> str:
+    """``A (3), B (2) and C (1)``, largest first; at most the two ends when there are many."""
+    pairs = sorted(pairs, key=lambda p: -p[1])
+    shown = [f"{name} ({_value(v)})" for name, v in pairs]
+    if len(shown) > 4:
+        return f"largest {shown[0]}, smallest {shown[-1]}"
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def _line_finding(panel: dict, names: list[str]) -> str:
+    """Where each series ends: its last finite point, ranked (one series: its first and last)."""
+    ends = []
+    for s, name in zip(panel["series"], names):
+        points = [(x, y) for x, y in zip(s.get("x", panel["x"]), s["y"]) if math.isfinite(y)]
+        if points:
+            ends.append((name, points[0], points[-1]))
+    if not ends:
+        return ""
+    if len(ends) == 1:
+        _, (x0, y0), (x1, y1) = ends[0]
+        return (f"It goes from {_value(y0)} at {_x_value(x0, panel)} to {_value(y1)} at "
+                f"{_x_value(x1, panel)}.")
+    last_x = {x for _, _, (x, _) in ends}
+    where = f" at {_x_value(last_x.pop(), panel)}" if len(last_x) == 1 else ""
+    return f"At the last point{where}: {_ranked([(n, y) for n, _, (_, y) in ends])}."
+
 
 def describe(data: dict) -> str:
-    """One sentence per panel: its kind, title, axes and series (human names).
+    """Per panel, one sentence on its kind, title, axes and series (human names), one on what it
+    shows, and the panel's own ``finding`` when its builder gives one.
 
     Examples:
         >>> describe({"panels": [{"kind": "line", "title": "time", "x": [1, 2],
         ...     "xlabel": "bytes", "ylabel": "ms", "yscale": "log",
         ...     "series": [{"label": "all_reduce", "y": [1, 2]}, {"y": [2, 3]}]}]})
-        'Line chart "time": ms (log scale) against bytes, for all-reduce and one more series.'
+        'Line chart "time": ms (log scale) against bytes, for all-reduce and series 2. At the last \
+point at 2 B: series 2 (3) and all-reduce (2).'
         >>> describe({"panels": [{"kind": "grid", "title": "after", "cells": [[1.0], [None]],
         ...     "xlabel": "position", "ylabel": "device"}]})
-        'Grid "after": one row per device (2) and one column per position (1), colour = value.'
+        'Grid "after": one row per device (2) and one column per position (1), colour = value. \
+Values from 1 to 1; 1 of 2 cells not held.'
     """
     from course_utils.figures.labels import human
 
@@ -26,18 +71,29 @@ def describe(data: dict) -> str:
             sentences.append(f'Grid "{title}": one row per {panel["ylabel"]} ({len(cells)}) and '
                              f'one column per {panel["xlabel"]} ({len(cells[0])}), colour = '
                              "value.")
-            continue
-        named = [human(s["label"]) for s in panel["series"] if s.get("label")]
-        unnamed = len(panel["series"]) - len(named)
-        if unnamed:
-            named.append("one more series" if unnamed == 1 else f"{unnamed} more series")
-        series = named[0] if len(named) == 1 else "; ".join(named[:-1]) + " and " + named[-1]
-        scale = " (log scale)" if panel.get("yscale") == "log" else ""
-        if panel["kind"] == "bar":
-            bars = ", ".join(human(label) for label in panel["labels"])
-            sentences.append(f'Bar chart "{title}": {panel["ylabel"]}{scale} for {bars}; '
-                             f"{series}.")
+            held = [v for row in cells for v in row if v is not None]
+            empty = sum(len(row) for row in cells) - len(held)
+            if held:
+                sentences.append(f"Values from {_value(min(held))} to {_value(max(held))}"
+                                 + (f"; {empty} of {len(held) + empty} cells not held."
+                                    if empty else "."))
         else:
-            sentences.append(f'Line chart "{title}": {panel["ylabel"]}{scale} against '
-                             f'{panel["xlabel"]}, for {series}.')
-    return " ".join(sentences)
+            names = [human(s["label"]) if s.get("label") else f"series {k + 1}"
+                     for k, s in enumerate(panel["series"])]
+            series = names[0] if len(names) == 1 else "; ".join(names[:-1]) + " and " + names[-1]
+            scale = " (log scale)" if panel.get("yscale") == "log" else ""
+            if panel["kind"] == "bar":
+                bars = [human(label) for label in panel["labels"]]
+                sentences.append(f'Bar chart "{title}": {panel["ylabel"]}{scale} for '
+                                 f'{", ".join(bars)}; {series}.')
+                for s, name in zip(panel["series"], names):
+                    pairs = [(b, y) for b, y in zip(bars, s["y"]) if math.isfinite(y)]
+                    prefix = f"{name}: " if len(names) > 1 else ""
+                    sentences.append(f"{prefix}{_ranked(pairs)}.")
+            else:
+                sentences.append(f'Line chart "{title}": {panel["ylabel"]}{scale} against '
+                                 f'{panel["xlabel"]}, for {series}.')
+                sentences.append(_line_finding(panel, names))
+        if panel.get("finding"):
+            sentences.append(panel["finding"])
+    return " ".join(s for s in sentences if s)

@@ -261,17 +261,26 @@ def _byte_ticks(series: Sequence[dict]) -> list[int]:
 
 
 def heldout_figure_data(results: StrategyResults, labels: Sequence[str],
-                        steps_only_without: Sequence[str] = ()) -> dict:
-    """Two panels of the saved runs ``labels``: the held-out loss per step (without the runs in
-    ``steps_only_without``, whose curves would hide under others) and against the bytes each
-    device has sent so far."""
+                        steps_only_without: Sequence[str] = (), from_step: int = 0) -> dict:
+    """Two panels of the saved runs ``labels``: the held-out loss per step from ``from_step`` on
+    (so the end, where the schemes differ, is not squeezed under the first steps' scale; without
+    the runs in ``steps_only_without``, whose curves would hide under others), and against the
+    bytes each device has sent so far, the whole run."""
     runs = {label: find_run(results, label) for label in labels}
-    per_step = [_heldout_series(r, k, by_bytes=False) for k, r in runs.items()
-                if k not in steps_only_without]
+    per_step = []
+    for k, r in runs.items():
+        if k not in steps_only_without:
+            s = _heldout_series(r, k, by_bytes=False)
+            keep = [i for i, step in enumerate(s["x"]) if step >= from_step]
+            if not keep:
+                raise ValueError(f"from_step={from_step} is past the last held-out point "
+                                 f"({s['x'][-1]}); pass a smaller step")
+            per_step.append({**s, "x": [s["x"][i] for i in keep], "y": [s["y"][i] for i in keep]})
     per_byte = [_heldout_series(r, k, by_bytes=True) for k, r in runs.items()]
+    span = f"from step {from_step}, " if from_step else ""
     return {"panels": [
-        {"kind": "line", "title": f"held-out loss per step ({results.devices} devices, saved)",
-         "x": per_step[0]["x"], "xlabel": "step", "ylabel": "held-out loss",
+        {"kind": "line", "title": f"held-out loss per step ({span}{results.devices} devices, "
+         "saved)", "x": per_step[0]["x"], "xlabel": "step", "ylabel": "held-out loss",
          "series": per_step},
         {"kind": "line", "title": "held-out loss against bytes sent", "x": _byte_ticks(per_byte),
          "xscale": "log", "xunit": "bytes", "xlabel": "bytes sent per device so far",

@@ -45,6 +45,10 @@ the exercises left open as in the student edition.
 """
 
 WORDS_PER_MINUTE = 200  # a reading pace for prose with code
+# step → minutes for its exercises, for a student who has read the step: a planning figure set by
+# the authors from the size of each exercise, not measured with a class (the page says so)
+EXERCISE_MINUTES = {2: 10, 3: 10, 4: 10, 5: 15, 6: 15, 7: 15, 8: 15, 11: 30, 12: 25, 13: 20,
+                    14: 25, 15: 25, 16: 20, 17: 20}
 
 # step → (a common wrong answer, what its check says): tests/test_mistakes.py runs each of them
 MISTAKES = {
@@ -171,9 +175,14 @@ def instructor_page(steps: list[Step]) -> str:
         found = exercises(step, nb)
         work = "; ".join(f"{e.heading} (`{e.check}`, {e.points:g} point"
                          f"{'' if e.points == 1 else 's'})" for e in found) or "none"
-        rows.append(f"| {step.number} | {step.title} | {reading_minutes(nb)} min | {work} |")
-    table = "\n".join(["| Step | Title | Reading | Exercise (check, points) |",
-                       "| ---: | :--- | ---: | :--- |", *rows])
+        if found and step.number not in EXERCISE_MINUTES:
+            raise ValueError(f"step {step.number} has an exercise but no time in "
+                             "EXERCISE_MINUTES (course_utils/tools/notebooks/outline.py): add one")
+        minutes = f"{EXERCISE_MINUTES[step.number]} min" if found else "—"
+        rows.append(f"| {step.number} | {step.title} | {reading_minutes(nb)} min | {minutes} | "
+                    f"{work} |")
+    table = "\n".join(["| Step | Title | Reading | Exercises | Exercise (check, points) |",
+                       "| ---: | :--- | ---: | ---: | :--- |", *rows])
     shown = {s.number for s in steps}
     mistakes = "\n".join(f"- Step {n}, {wrong}: *{said}*" for n, found in MISTAKES.items()
                          if n in shown for wrong, said in found)
@@ -189,7 +198,9 @@ build, measure and compare the algorithms that communicate less: buckets, the tw
 all-reduce, ZeRO and FSDP, compression with error feedback and local SGD.
 
 **Time.** The reading time below counts the words of each notebook's prose and code at
-{WORDS_PER_MINUTE} words a minute; the exercises and running the cells come on top.
+{WORDS_PER_MINUTE} words a minute. The exercise time is a suggestion for a student who has read the
+step, set from the size of each exercise, not measured with a class; running the cells adds a
+minute or two a step.
 
 {table}
 
