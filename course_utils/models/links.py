@@ -47,6 +47,17 @@ def rate_bytes_per_s(rate: str) -> float:
     return float(number) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[unit] / 8
 
 
+def rate_label(rate: str) -> str:
+    """A ``tc`` rate as a reader writes it, in the unit of the figures' axes.
+
+    Examples:
+        >>> rate_label("50mbit"), rate_label("1gbit"), rate_label("800kbit")
+        ('50 Mbit/s', '1 Gbit/s', '800 kbit/s')
+    """
+    number, unit = _RATE.match(check_rate(rate)).groups()
+    return f"{number} {unit[:-3].upper() if unit in ('mbit', 'gbit') else unit[:-3]}bit/s"
+
+
 def link_bytes(kind: str, nbytes: float, hosts: int, devices: int) -> float:
     """Bytes one host sends over its link for one collective over a vector of ``nbytes``: the
     ring's (``cost_model.link_bytes_sent``), the two-level schedule's for ``"hierarchical"``.
