@@ -350,8 +350,10 @@ def test_on_a_phone_no_page_is_wider_than_the_screen(browser, server, name):
         page.goto(f"{server}/{name}", wait_until="load")
         wider = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
         assert wider <= 0
+        # a table is judged by the box it sits in (the theme wraps each in a scroll container)
         outputs = page.locator("div.cell_output pre, article table").evaluate_all(
-            "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).length")
+            "els => els.map(e => e.tagName === 'TABLE' ? e.parentElement : e)"
+            ".filter(e => e.scrollWidth > e.clientWidth + 1).length")
         assert outputs == 0  # only code blocks may scroll sideways on a phone
     finally:
         page.close()

@@ -182,6 +182,6 @@ def test_the_alt_text_says_what_each_panel_shows(build, p):
     where the series end, which bar is largest, what a grid's values span."""
     for panel in build(p)["panels"]:
         alt = describe({"panels": [panel]}).replace("(log scale)", "")
-        shows = {"line": ("At the last point", "It goes from"), "grid": ("Values from",),
-                 "bar": ("(",)}[panel["kind"]]
+        shows = {"line": ("At the last point", "It goes from"), "bar": ("(",),
+                 "grid": ("Values from", "Every value held is")}[panel["kind"]]
         assert any(words in alt.split(panel["title"])[-1] for words in shows), alt

@@ -23,6 +23,7 @@ from course_utils.models.links import (
     link_bytes,
     link_time_s,
     rate_bytes_per_s,
+    rate_label,
 )
 from course_utils.results.records import from_json
 
@@ -224,7 +225,7 @@ def goals(run: ClusterRun) -> dict[str, Goal]:
 def summary_lines(run: ClusterRun) -> list[str]:
     """The measured times beside the models, then the goals."""
     hosts, devices, rate = _shape(run)
-    lines = [f"{hosts} hosts × {devices} devices, each host's link {run.link_rate} "
+    lines = [f"{hosts} hosts × {devices} devices, each host's link {rate_label(run.link_rate)} "
              f"({rate / 1e6:.1f} MB/s, TCP {run.tcp}); times in ms, measured / model"]
     for row, hier, ring in zip(run.collectives, run.hierarchy, run.ring16):
         n = row.bytes
@@ -308,10 +309,10 @@ def figure_data(results: ClusterResults, rate: str | None = None,
     rings = (pair("f32 messages", [r.f32 for r in run.ring16], model("all_reduce"), "C0")
              + pair("u16 messages", [r.u16 for r in run.ring16],
                     [t / 2 for t in model("all_reduce")], "C1"))
-    where = f"{hosts} hosts × {devices}, {run.link_rate}"
+    where = f"{hosts} hosts × {devices}, {rate_label(run.link_rate)}"
     chosen = {"collectives": panel(f"collectives, {where} (dashed: model)", collectives),
-              "hierarchy": panel(f"flat against two-level, {hosts} × {devices}, {run.link_rate}",
-                                 hierarchy),
+              "hierarchy": panel(f"flat against two-level, {hosts} × {devices}, "
+                                 f"{rate_label(run.link_rate)}", hierarchy),
               "rings": panel("hand-built ring all-reduce", rings)}
     if len(results.runs) > 1 and "speedup" in panels:
         rates = [rate_bytes_per_s(r.link_rate) * 8 / 1e6 for r in results.runs]

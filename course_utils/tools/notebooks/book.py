@@ -61,8 +61,7 @@ div.cell_output pre, div.output pre { font-size: 13px; white-space: pre-wrap;
   overflow-wrap: anywhere; }
 article img { max-width: 100%; height: auto; }
 article table { width: 100%; table-layout: auto; }
-article table td, article table th { overflow-wrap: break-word; }
-article table td code { overflow-wrap: anywhere; }
+article table td, article table th { overflow-wrap: anywhere; }
 @media (min-width: 960px) {
   .bd-header .navbar-persistent--container, .bd-header .navbar-persistent--mobile {
     display: none !important; }

@@ -181,7 +181,7 @@ def instructor_page(steps: list[Step]) -> str:
         minutes = f"{EXERCISE_MINUTES[step.number]} min" if found else "—"
         rows.append(f"| {step.number} | {step.title} | {reading_minutes(nb)} min | {minutes} | "
                     f"{work} |")
-    table = "\n".join(["| Step | Title | Reading | Exercises | Exercise (check, points) |",
+    table = "\n".join(["| Step | Title | Reading | Exercise time | Exercise (check, points) |",
                        "| ---: | :--- | ---: | ---: | :--- |", *rows])
     shown = {s.number for s in steps}
     mistakes = "\n".join(f"- Step {n}, {wrong}: *{said}*" for n, found in MISTAKES.items()
