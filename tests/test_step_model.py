@@ -97,3 +97,22 @@ def test_every_strategy_is_modelled():
     options = {"topk": 8, "matrices": MATRICES}
     for strategy in STRATEGIES:
         assert strategy_traffic(strategy, padded_size(4), Topology(2, 2), **options).link_bytes > 0
+
+
+@pytest.mark.parametrize("strategy, label", [("data_parallel", "data_parallel"),
+                                             ("zero3", "zero3_regather"), ("int8", "int8"),
+                                             ("topk_ef", "topk_ef"), ("powersgd", "powersgd")])
+def test_on_part_four_model_the_bytes_are_those_its_compiled_step_sends(strategy, label):
+    from course_utils.devices.setup import data_mesh
+    from course_utils.problems.classification import PART_FOUR
+    from course_utils.training.strategies import POWERSGD_RANK
+    from course_utils.training.train import train
+
+    mesh = data_mesh()
+    p, n = mesh.size, padded_size(mesh.size, PART_FOUR)
+    run = train(mesh, label, steps=1, batch_size=16, mlp=PART_FOUR)
+    matrices = [shape for _, shape in PART_FOUR.layers if len(shape) == 2]
+    dense = sum(shape[0] for _, shape in PART_FOUR.layers if len(shape) == 1)
+    modelled = strategy_traffic(strategy, n, Topology(p, 1), topk=max(1, round(0.01 * n)),
+                                matrices=matrices, dense=dense, rank=POWERSGD_RANK)
+    assert modelled.link_bytes == pytest.approx(run.bytes_per_step)

@@ -19,7 +19,8 @@ hosts × devices ranks numbered host by host), for a flat parameter vector of ``
 - ``bf16``: an all-reduce of 2n bytes;
 - ``int8``: an all-to-all and an all-gather of n bytes of codes, each with a float32 scale per
   ``SCALE_BUCKET`` values (step 15's scheme);
-- ``topk_ef``: an all-gather of k values (float32) and k indices (``index_bytes``) per device;
+- ``topk_ef``: an all-gather of k values (float32) and k indices (u16, or int32 past 2¹⁶
+  values) per device;
 - ``powersgd``: per weight matrix of shape (a, b) two all-reduces, of a · r and of b · r
   float32 values; the biases' gradient (``dense`` values) all-reduced whole;
 - ``local_sgd``: an all-reduce of the parameters every ``local_steps`` steps.
@@ -77,7 +78,8 @@ def _all_to_all(nbytes: float, topology: Topology) -> Traffic:
 def strategy_traffic(strategy: str, n: int, topology: Topology, *,
                      matrices: Sequence[tuple[int, int]] = (), dense: int | None = None,
                      rank: int = 1,
-                     topk: int = 0, index_bytes: int = 2, local_steps: int = 1) -> Traffic:
+                     topk: int = 0, index_bytes: int | None = None,
+                     local_steps: int = 1) -> Traffic:
     """Bytes over one host's link and message steps of one optimizer step of ``strategy``.
 
     Args:
@@ -89,7 +91,8 @@ def strategy_traffic(strategy: str, n: int, topology: Topology, *,
             the matrices, padding included).
         rank: PowerSGD's rank r.
         topk: entries each device sends (``topk_ef``).
-        index_bytes: bytes of one index (``topk_ef``; u16 in step 15).
+        index_bytes: bytes of one index (``topk_ef``); by default step 15's: u16 while n ≤ 2¹⁶,
+            else int32.
         local_steps: H, the steps between two averagings (``local_sgd``).
 
     Examples:
@@ -101,6 +104,8 @@ def strategy_traffic(strategy: str, n: int, topology: Topology, *,
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if index_bytes is None:
+        index_bytes = 2 if n <= 2**16 else 4
     for name, value in (("n", n), ("rank", rank), ("local_steps", local_steps),
                         ("index_bytes", index_bytes)):
         if not isinstance(value, int) or value < 1:

@@ -9,18 +9,18 @@ import math
 
 import numpy as np
 
-from course_utils.problems.classification import LAYERS, N_PARAMS
+from course_utils.problems.classification import MLP, PART_THREE
 
 
-def layer_chunks(n: int, p: int) -> tuple[int, ...]:
-    """Values of each layer (``LAYERS`` order) in one device's slice of zero3's vector:
+def layer_chunks(n: int, p: int, mlp: MLP = PART_THREE) -> tuple[int, ...]:
+    """Values of each layer (``mlp.layers`` order) in one device's slice of zero3's vector:
     ⌈size/p⌉ each, the last layer's chunk filled up with the padding to n/p in all.
 
     Examples:
         >>> layer_chunks(10752, 4), sum(layer_chunks(10752, 4)) == 10752 // 4
         ((2048, 64, 512, 64), True)
     """
-    sizes = [math.prod(shape) for _, shape in LAYERS]
+    sizes = [math.prod(shape) for _, shape in mlp.layers]
     chunks = [-(-size // p) for size in sizes[:-1]]
     last = n // p - sum(chunks)
     if last * p < sizes[-1]:
@@ -28,7 +28,7 @@ def layer_chunks(n: int, p: int) -> tuple[int, ...]:
     return (*chunks, last)
 
 
-def layer_order(n: int, p: int) -> np.ndarray:
+def layer_order(n: int, p: int, mlp: MLP = PART_THREE) -> np.ndarray:
     """zero3's layout: ``w[layer_order(n, p)]`` puts device i's chunk of every layer in its
     slice i (``P(axis)``), so that each layer is all-gathered on its own; entry ``j`` of the
     layout is entry ``layer_order(n, p)[j]`` of the task's flat vector (the padding fills the
@@ -39,25 +39,25 @@ def layer_order(n: int, p: int) -> np.ndarray:
         >>> sorted(order.tolist()) == list(range(10752)), order[2048:2050].tolist()
         (True, [8192, 8193])
     """
-    chunks, start, starts = layer_chunks(n, p), 0, []
-    for _, shape in LAYERS:
+    chunks, start, starts = layer_chunks(n, p, mlp), 0, []
+    for _, shape in mlp.layers:
         starts.append(start)
         start += math.prod(shape)
-    padding = iter(range(N_PARAMS, n))
+    padding = iter(range(mlp.n_params, n))
     order = []
     for i in range(p):
-        for (_, shape), begin, chunk in zip(LAYERS, starts, chunks):
+        for (_, shape), begin, chunk in zip(mlp.layers, starts, chunks):
             for j in range(i * chunk, (i + 1) * chunk):
                 order.append(begin + j if j < math.prod(shape) else next(padding))
     return np.array(order)
 
 
-def flat_params(strategy: str, params, n: int, p: int) -> np.ndarray:
+def flat_params(strategy: str, params, n: int, p: int, mlp: MLP = PART_THREE) -> np.ndarray:
     """The parameters ``params`` of ``strategy``'s state (device 0's copy, or the slices in
     order) as the task's flat vector of length n: zero3's layout put back in order."""
     w = np.asarray(params)[:n]
     if strategy in LAYOUTS:
-        w = w[np.argsort(LAYOUTS[strategy](n, p))]
+        w = w[np.argsort(LAYOUTS[strategy](n, p, mlp))]
     return w
 
 

@@ -1,4 +1,5 @@
-"""Every strategy of part three as a pair of pure functions, ``init`` and ``step``.
+"""Every strategy of parts three and four (the model in ``Context.mlp``) as a pair of pure
+functions, ``init`` and ``step``.
 
 A strategy is shaped like ``optax.GradientTransformation``: ``init(params, mesh, ctx)`` places
 the initial ``TrainState`` on the mesh, and ``step(state, x, y, ctx)``, one device's view inside
@@ -52,9 +53,8 @@ from course_utils.collectives.kernels import momentum_update
 from course_utils.constants import BETA
 from course_utils.models.cost_model import Topology, bytes_sent
 from course_utils.problems.classification import (
-    HIDDEN,
-    LAYERS,
-    N_PARAMS,
+    MLP,
+    PART_THREE,
     cross_entropy_sum,
     logits,
     loss_sum,
@@ -78,6 +78,7 @@ class Context:
         n: length of the flat parameter vector.
         rows: rows of one optimizer step's global batch (the whole data set by default).
         k: entries top-k sends per device.
+        mlp: the task's model (part three's unless given).
     """
 
     axis: str
@@ -85,6 +86,7 @@ class Context:
     n: int
     rows: int
     k: int
+    mlp: MLP = PART_THREE
 
 
 class TrainState(NamedTuple):
@@ -172,13 +174,13 @@ def place(mesh: Mesh, ctx: Context, value: np.ndarray, form: str) -> jax.Array:
 
 
 def _init(params: str, momentum: str, gradient: str, extra: Callable | None = None, *,
-          layout: Callable[[int, int], np.ndarray] | None = None) -> Callable:
+          layout: Callable[[int, int, MLP], np.ndarray] | None = None) -> Callable:
     """An ``init`` placing w, v and the kept gradient (zeros) as the forms given; w in the
-    order ``layout(n, p)`` if given (zero3's chunk of every layer per device)."""
+    order ``layout(n, p, mlp)`` if given (zero3's chunk of every layer per device)."""
 
     def init(w0: np.ndarray, mesh: Mesh, ctx: Context) -> TrainState:
         if layout is not None:
-            w0 = w0[layout(ctx.n, ctx.p)]
+            w0 = w0[layout(ctx.n, ctx.p, ctx.mlp)]
         state = TrainState(place(mesh, ctx, w0, params),
                            place(mesh, ctx, np.zeros_like(w0), momentum),
                            place(mesh, ctx, np.zeros_like(w0), gradient))
@@ -189,7 +191,7 @@ def _init(params: str, momentum: str, gradient: str, extra: Callable | None = No
 
 def _local_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
                     ) -> tuple[jax.Array, jax.Array]:
-    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
+    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y, ctx.mlp)
     g = g / ctx.rows
     if state.accumulated is not None:  # the micro-steps' gradients, summed in the state
         g = g + state.accumulated
@@ -198,10 +200,9 @@ def _local_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
 
 def accumulate_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
                         ) -> tuple[TrainState, jax.Array]:
-    """A micro-step of gradient accumulation: this device's gradient of its rows added to
-    ``state.accumulated``; nothing is sent. The strategy's ``step`` adds the last one, sends
-    the sum once and starts the sum again from zero."""
-    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
+    """A micro-step of accumulation: this device's gradient added to ``state.accumulated``,
+    nothing sent; the strategy's ``step`` adds the last one, sends the sum once, restarts it."""
+    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y, ctx.mlp)
     return state._replace(accumulated=state.accumulated + g / ctx.rows), loss / ctx.rows
 
 
@@ -249,12 +250,12 @@ def zero2(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
 
 
 def gather_layer(w_mine: jax.Array, ctx: Context, index: int) -> jax.Array:
-    """Layer ``index`` of ``LAYERS``, whole, all-gathered from each device's chunk of it in
-    zero3's layout (``layer_order``): one all-gather of ⌈size/p⌉ values per device."""
-    chunks = layer_chunks(ctx.n, ctx.p)
+    """Layer ``index`` of ``ctx.mlp.layers``, whole, all-gathered from each device's chunk of
+    it in zero3's layout (``layer_order``): one all-gather of ⌈size/p⌉ values per device."""
+    chunks = layer_chunks(ctx.n, ctx.p, ctx.mlp)
     start = sum(chunks[:index])
     whole = jax.lax.all_gather(w_mine[start:start + chunks[index]], ctx.axis, tiled=True)
-    name, shape = LAYERS[index]
+    name, shape = ctx.mlp.layers[index]
     return whole[:math.prod(shape)].reshape(shape)
 
 
@@ -286,7 +287,7 @@ def _regathering_loss(ctx: Context, x, y):
 
     @jax.custom_vjp
     def scores(w_mine):
-        return logits(jax.lax.all_gather(w_mine, ctx.axis, tiled=True), x)
+        return logits(jax.lax.all_gather(w_mine, ctx.axis, tiled=True), x, ctx.mlp)
 
     def forward(w_mine):
         return scores(w_mine), w_mine  # keep only the slice for the backward pass
@@ -294,7 +295,7 @@ def _regathering_loss(ctx: Context, x, y):
     def backward(w_mine, cotangent):
         again = w_mine + 0.0 * cotangent[0, 0]
         w = jax.lax.all_gather(again, ctx.axis, tiled=True)  # the second all-gather
-        _, pullback = jax.vjp(lambda full: logits(full, x), w)
+        _, pullback = jax.vjp(lambda full: logits(full, x, ctx.mlp), w)
         (g_full,) = pullback(cotangent)
         return (jax.lax.psum_scatter(g_full, ctx.axis, tiled=True),)
 
@@ -334,12 +335,12 @@ def topk_ef(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step
 def powersgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g_local = _local_gradient(state, x, y, ctx)
     acc = g_local + state.residual
-    layer = unflatten(acc)
+    layer, hidden = unflatten(acc, ctx.mlp), ctx.mlp.hidden
     w1, q1 = compression.powersgd_round(layer["w1"], state.warm_start[0], ctx.axis)
     w2, q2 = compression.powersgd_round(layer["w2"], state.warm_start[1], ctx.axis)
     biases = jax.lax.psum(jnp.concatenate([layer["b1"], layer["b2"]]), ctx.axis)
-    padding = jnp.zeros(ctx.n - N_PARAMS, acc.dtype)
-    g = jnp.concatenate([w1.ravel(), biases[:HIDDEN], w2.ravel(), biases[HIDDEN:], padding])
+    padding = jnp.zeros(ctx.n - ctx.mlp.n_params, acc.dtype)
+    g = jnp.concatenate([w1.ravel(), biases[:hidden], w2.ravel(), biases[hidden:], padding])
     mine = jnp.concatenate(  # this device's share of what was sent
         [w1.ravel() / ctx.p, layer["b1"], w2.ravel() / ctx.p, layer["b2"], padding])
     state = _update(state, g, residual=acc - mine, warm_start=(q1, q2))
@@ -347,9 +348,8 @@ def powersgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Ste
 
 
 def local_sgd(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
-    """One local step on this device's rows alone; nothing is sent (the averaging every H steps
-    is a program of its own)."""
-    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y)
+    """One local step on this device's rows alone; nothing sent (averaging: its own program)."""
+    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y, ctx.mlp)
     g = g / (ctx.rows // ctx.p)  # the mean over this device's rows
     return _update(state, g), StepInfo(loss / ctx.rows, g, None)
 
@@ -372,7 +372,7 @@ def _residual(w0: np.ndarray, mesh: Mesh, ctx: Context) -> dict:
 
 def _powersgd_state(w0: np.ndarray, mesh: Mesh, ctx: Context) -> dict:
     rng = np.random.default_rng(0)
-    cols = [shape[1] for _, shape in LAYERS if len(shape) == 2]
+    cols = [shape[1] for _, shape in ctx.mlp.layers if len(shape) == 2]
     start = tuple(place(mesh, ctx, rng.normal(size=(c, POWERSGD_RANK)).astype(np.float32),
                         "replicated") for c in cols)
     return {**_residual(w0, mesh, ctx), "warm_start": start}

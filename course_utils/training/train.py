@@ -9,6 +9,8 @@ shards of the state's arrays themselves.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -17,7 +19,13 @@ from jax.sharding import PartitionSpec as P
 from course_utils.devices.setup import axis_of
 from course_utils.observe.ir import hlo_collectives, ring_payload
 from course_utils.observe.placement import shard_shapes, values_per_device
-from course_utils.problems.classification import init_params, loss_sum, padded_size
+from course_utils.problems.classification import (
+    MLP,
+    PART_THREE,
+    init_params,
+    loss_sum,
+    padded_size,
+)
 from course_utils.training.batches import micro_batch_rows, split_task
 from course_utils.training.layers import flat_params
 from course_utils.training.run import Memory, TrainingRun
@@ -68,7 +76,8 @@ def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> 
 
 def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: int = 1,
           topk_fraction: float = 0.01, skewed: bool = False, batch_size: int | None = None,
-          accumulate: int = 1, heldout_every: int | None = None) -> TrainingRun:
+          accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE
+          ) -> TrainingRun:
     """Train the task's MLP for ``steps`` steps with ``strategy`` on ``mesh``.
 
     Args:
@@ -87,6 +96,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             shard is cut into k micro-batches, so one step sees the whole shard.
         heldout_every: if given, ``HELDOUT_ROWS`` rows are held out of training and the loss on
             them is recorded after every ``heldout_every``-th step.
+        mlp: the task's model: part three's, or ``PART_FOUR``'s wider one.
 
     Returns:
         A ``TrainingRun``.
@@ -99,15 +109,16 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     """
     _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed)
     axis, p = axis_of(mesh), mesh.size
-    n, spec = padded_size(p), STRATEGY_STEPS[strategy]
-    x, y, held = split_task(seed, skewed=skewed, heldout=heldout_every is not None)
+    n, spec = padded_size(p, mlp), STRATEGY_STEPS[strategy]
+    x, y, held = split_task(seed, skewed=skewed, heldout=heldout_every is not None, mlp=mlp)
     if len(y) % p:
         raise ValueError(f"{len(y)} rows do not split evenly across {p} devices")
     _check_batches(strategy, len(y) // p, batch_size, accumulate, heldout_every)
     micro_rows = p * (batch_size or len(y) // p // accumulate)
-    ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)))
+    ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)),
+                  mlp=mlp)
 
-    state = spec.init(init_params(n, seed), mesh, ctx)
+    state = spec.init(init_params(n, seed, mlp), mesh, ctx)
     if accumulate > 1:
         state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
     specs, rows = placements(state), (P(axis, None), P(axis))
@@ -160,12 +171,12 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
                            _relative_error(sums["used"], sums["exact"])))
         if average is not None and (t + 1) % local_steps == 0:
             state = state._replace(params=average(state.params))
-            averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y))))
+            averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y, mlp))))
         if held is not None and (t + 1) % heldout_every == 0:
-            heldout.append((t + 1, float(_mean_loss(flat_params(strategy, state.params, n, p),
-                                                     *held))))
+            w = flat_params(strategy, state.params, n, p, mlp)
+            heldout.append((t + 1, float(_mean_loss(w, *held, mlp))))
 
-    params = flat_params(strategy, state.params, n, p)
+    params = flat_params(strategy, state.params, n, p, mlp)
     return TrainingRun(
         strategy=strategy,
         loss=tuple(losses),
@@ -173,7 +184,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         memory=_memory(state),
         gradient_error=tuple(e for e, _ in errors) or None,
         cumulative_error=tuple(e for _, e in errors) or None,
-        final_loss=float(_mean_loss(params, x, y)),
+        final_loss=float(_mean_loss(params, x, y, mlp)),
         averaged_loss=tuple(averaged) or None,
         heldout_loss=tuple(heldout) or None,
         collectives=tuple(collectives),
@@ -228,9 +239,9 @@ def _shards(state: TrainState) -> dict[str, list[tuple[int, ...]]]:
     return shards
 
 
-@jax.jit
-def _mean_loss(w, x, y):
-    return loss_sum(w, x, y) / len(y)
+@partial(jax.jit, static_argnums=3)
+def _mean_loss(w, x, y, mlp: MLP):
+    return loss_sum(w, x, y, mlp) / len(y)
 
 
 def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
