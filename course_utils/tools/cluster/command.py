@@ -27,8 +27,9 @@ PORT = 47301  # the coordinator's port inside host 0's namespace (nothing else l
 WORKER = ("-m", "course_utils.tools.cluster.worker")
 
 
-def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> ClusterRun:
-    """One cluster shaped at ``rate``: set up, one worker per host, results, torn down."""
+def _host_result(args: argparse.Namespace, rate: str, deadline: float) -> dict:
+    """One cluster shaped at ``rate``: set up, one worker per host, host 0's results, torn
+    down."""
     from course_utils.tools.cluster.netns import Cluster, host_command
 
     popens, files = [], []
@@ -40,7 +41,7 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> ClusterRu
                 argv = [sys.executable, *WORKER,
                         "--process-id", str(i), "--processes", str(len(hosts)),
                         "--devices", str(args.devices_per_host), "--coordinator", coordinator,
-                        "--plan", args.plan]
+                        "--plan", args.plan, "--measure", _measure(args)]
                 files += [open(Path(logs) / f"out{i}", "w+"), open(Path(logs) / f"err{i}", "w+")]
                 popens.append(spawn(host_command(host, argv), *files[-2:]))
             for done in first_exit(popens, max(0.0, deadline - time.monotonic())):
@@ -58,13 +59,17 @@ def _one_rate(args: argparse.Namespace, rate: str, deadline: float) -> ClusterRu
         for f in files:
             f.close()
     result.pop("event")
-    return from_json(ClusterRun, {"hosts": args.hosts, "devices_per_host": args.devices_per_host,
-                                  "link_rate": rate, "tcp": args.tcp, **result}, "host 0's results")
+    return result
 
 
-def run_cluster(args: argparse.Namespace, say) -> ClusterResults:
-    """Every rate of ``--link-rate`` in turn, each finished rate passed to ``say``; the results.
-    Whatever happens, nothing the runs made is left.
+def _measure(args: argparse.Namespace) -> str:
+    return getattr(args, "measure", "collectives")
+
+
+def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
+    """Every rate of ``--link-rate`` in turn, each finished rate passed to ``say``; the results
+    (for ``--measure training``, the rows of every rate). Whatever happens, nothing the runs
+    made is left.
 
     Raises:
         CourseError: bad arguments, no root, a host's process failed or hung past
@@ -93,7 +98,13 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults:
     runs = []
     try:
         for rate in rates:
-            runs.append(_one_rate(args, rate, started + args.timeout))
+            result = _host_result(args, rate, started + args.timeout)
+            if _measure(args) == "training":
+                runs += [{**row, "link_rate": rate} for row in result["rows"]]
+            else:
+                runs.append(from_json(ClusterRun, {
+                    "hosts": args.hosts, "devices_per_host": args.devices_per_host,
+                    "link_rate": rate, "tcp": args.tcp, **result}, "host 0's results"))
             say(f"{rate}: done")
     except TimeoutError:
         raise CourseError(f"the plan ran past --timeout {args.timeout:.0f} s; the processes "
@@ -106,6 +117,8 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults:
         raise CourseError(f"{exc}; everything the run made was removed", exc.status) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if _measure(args) == "training":
+        return runs
     return ClusterResults(hosts=args.hosts, devices_per_host=args.devices_per_host,
                           plan=args.plan, tcp=args.tcp,
                           default_tcp=default_congestion_control(), versions=_versions(),
@@ -123,21 +136,51 @@ def _run(args: argparse.Namespace) -> int:
     from course_utils.figures.plot import plot_figure
     from course_utils.results.cluster import figure_data, summary_lines
 
+    started = time.monotonic()
     results = run_cluster(args, lambda line: print(line, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cluster.json").write_text(json.dumps(to_json(results), indent=1))
-    (out / "cluster.png").write_bytes(plot_figure(figure_data(results)).png())
-    for run in results.runs:
-        for line in summary_lines(run):
-            print(line)
+    if args.measure == "training":
+        results = _training_results(args, results, started)
+        (out / "training.json").write_text(json.dumps(to_json(results), indent=1))
+        written = "training.json"
+        for row in results.rows:
+            print(f"{row.strategy:14s} {row.link_rate:>8s} batch {row.batch_size:5d}: step "
+                  f"{row.step_s * 1e3:8.1f} ms, compute {row.compute_s * 1e3:7.1f} ms")
+    else:
+        (out / "cluster.json").write_text(json.dumps(to_json(results), indent=1))
+        (out / "cluster.png").write_bytes(plot_figure(figure_data(results)).png())
+        written = "cluster.json and cluster.png"
+        for run in results.runs:
+            for line in summary_lines(run):
+                print(line)
     from course_utils.tools.cluster.netns import leftovers
 
     left = leftovers()
     if left:
         raise CourseError(f"left behind: {', '.join(left)}; remove them with ip netns del")
-    print(f"wrote cluster.json and cluster.png in {out}; no namespace, link or file is left")
+    print(f"wrote {written} in {out}; no namespace, link or file is left")
     return EXIT_OK
+
+
+def _training_results(args: argparse.Namespace, rows: list[dict], started: float):
+    """The training rows of every rate, with the held-out curves (trained here, without the
+    links) and how the run was made."""
+    import os
+
+    from course_utils.results.training import TrainingResults
+    from course_utils.tools.cluster.netns import default_congestion_control
+    from course_utils.tools.cluster.training import TRAINING_PLANS, heldout_curves
+
+    curves = heldout_curves(TRAINING_PLANS[args.plan], args.hosts * args.devices_per_host)
+    versions = _versions()
+    meta = {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "plan": args.plan,
+            "python": versions.python, "jax": versions.jax, "jaxlib": versions.jaxlib,
+            "cores": os.cpu_count(), "tcp": args.tcp,
+            "default_tcp": default_congestion_control(),
+            "seconds": time.monotonic() - started}
+    return from_json(TrainingResults, {"meta": meta, "rows": rows, "curves": curves},
+                     "the training run")
 
 
 def add_cluster_parser(sub) -> None:
@@ -148,7 +191,8 @@ def add_cluster_parser(sub) -> None:
         description="Create HOSTS network namespaces joined by a bridge, shape each host's link "
         "with tc tbf, run one JAX process per host (gloo) and time the collectives, the "
         "two-level all-reduce, 16-bit against 32-bit rings and bucketing against the link "
-        "models. Needs root. Everything it creates is removed when it ends.",
+        "models, or (--measure training) part four's training steps. Needs root. Everything "
+        "it creates is removed when it ends.",
     )
     cluster.add_argument("--hosts", type=positive_int_arg, default=2, help="hosts (default 2)")
     cluster.add_argument("--devices-per-host", type=positive_int_arg, default=2,
@@ -157,7 +201,14 @@ def add_cluster_parser(sub) -> None:
                          help="each host's outgoing link, in tc units (default 200mbit); "
                          "several, comma-separated, run the plan at each rate")
     cluster.add_argument("--plan", choices=("quick", "full"), default="quick",
-                         help="quick: 3 sizes up to 4 MiB; full: 5 sizes up to 16 MiB")
+                         help="quick: 3 sizes up to 4 MiB (training: data parallelism and "
+                         "accumulation at one batch size); full: 5 sizes up to 16 MiB "
+                         "(training: every strategy at 4 batch sizes)")
+    cluster.add_argument("--measure", choices=("collectives", "training"),
+                         default="collectives",
+                         help="collectives (default): step 17's timings, cluster.json; "
+                         "training: part four's training steps and held-out curves, "
+                         "training.json")
     cluster.add_argument("--tcp", default="reno",
                          help="TCP congestion control between the hosts: reno (default; a "
                          "standing queue keeps the link busy while there is data), cubic or bbr")

@@ -35,6 +35,7 @@ def _parse(argv):
     parser.add_argument("--devices", type=int, required=True)
     parser.add_argument("--coordinator", required=True)
     parser.add_argument("--plan", choices=PLANS, default="quick")
+    parser.add_argument("--measure", choices=("collectives", "training"), default="collectives")
     return parser.parse_args(argv)
 
 
@@ -195,7 +196,13 @@ def main(argv=None) -> int:
     from course_utils.devices.multiprocess import join_runtime
 
     join_runtime(args.coordinator, args.process_id, args.processes, args.devices)
-    result = measure(PLANS[args.plan], args.processes)
+    if args.measure == "training":
+        from course_utils.tools.cluster.training import TRAINING_PLANS, measure_training
+
+        plan = TRAINING_PLANS[args.plan]
+        result = {"rows": measure_training(plan, _timer(plan["repeats"])[1])}
+    else:
+        result = measure(PLANS[args.plan], args.processes)
     if args.process_id == 0:
         print(json.dumps({"event": "result", **result}), flush=True)
     return 0

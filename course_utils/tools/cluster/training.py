@@ -1,0 +1,145 @@
+"""One host's side of ``course cluster --measure training``: part four's training steps timed
+across the hosts, each strategy at each batch size, with the bytes host 0's link sent per step.
+
+Every process runs the same programs in the same order. A strategy's step is ``train``'s own
+(``STRATEGY_STEPS``, part four's wider model ``PART_FOUR``); ``batch_size`` is the rows each
+device draws per (micro-)step. Besides the strategies, each batch size times the step's compute
+alone: one device's gradient and update with nothing sent (local SGD's step), the ``compute_s``
+of every row; ``communication_s`` is the rest of the step. Gradient accumulation runs
+``ACCUMULATION`` micro-steps, each adding its gradient to the state, and one all-reduce.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from course_utils.problems.classification import PART_FOUR
+from course_utils.training.batches import HELDOUT_ROWS
+
+HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
+
+# strategy of a row → the step it times (zero3: FSDP, the layers gathered again for the backward
+# pass, as FSDP does when it frees them after the forward pass)
+STEPS = {"data_parallel": "data_parallel", "accumulation": "data_parallel",
+         "zero3": "zero3_regather", "bf16": "bf16", "int8": "int8", "topk_ef": "topk_ef",
+         "powersgd": "powersgd", "local_sgd": "local_sgd"}
+ACCUMULATION = 4  # micro-steps per optimizer step of "accumulation"
+LOCAL_STEPS = 8  # H of "local_sgd": its parameters are averaged once every H steps
+TOPK_FRACTION = 0.01  # entries each device sends under top-k, as in step 15
+# curves: steps trained in one process for the held-out loss, recorded every ``every`` steps
+TRAINING_PLANS = {
+    "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation"),
+              "repeats": 3, "steps": 20, "every": 10},
+    "full": {"batch_sizes": (32, 128, 512, 2048), "strategies": tuple(STEPS), "repeats": 5,
+             "steps": 200, "every": 10},
+}
+
+
+def fits(name: str, batch_size: int, p: int, rows: int) -> bool:
+    """Whether one optimizer step of ``name`` at ``batch_size`` on ``p`` devices fits in
+    ``rows`` rows (accumulation draws ``ACCUMULATION`` micro-batches per step).
+
+    Examples:
+        >>> fits("accumulation", 512, 4, 12288), fits("accumulation", 1024, 4, 12288)
+        (True, False)
+    """
+    return p * batch_size * (ACCUMULATION if name == "accumulation" else 1) <= rows
+
+
+def _program(mesh, name: str, batch_size: int):
+    """``(jitted step, state, x, y)`` of strategy ``name`` at ``batch_size`` rows per device."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from course_utils.problems.classification import (
+        PART_FOUR,
+        classification_task,
+        init_params,
+        padded_size,
+    )
+    from course_utils.tools.cluster.worker import _placed
+    from course_utils.training.strategies import (
+        STRATEGY_STEPS,
+        Context,
+        accumulate_gradient,
+        place,
+        placements,
+    )
+
+    axis, p = mesh.axis_names[0], mesh.size
+    micro = ACCUMULATION if name == "accumulation" else 1
+    n, (x, y) = padded_size(p, PART_FOUR), classification_task(mlp=PART_FOUR)
+    rows = p * batch_size * micro
+    ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR)
+    strategy = STRATEGY_STEPS[STEPS[name]]
+    state = strategy.init(init_params(n, 0, PART_FOUR), mesh, ctx)
+    if micro > 1:
+        state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
+    specs = placements(state)
+
+    def body(state, xs, ys):
+        for k in range(micro - 1):  # micro-steps: gradients summed in the state, nothing sent
+            part = slice(k * batch_size, (k + 1) * batch_size)
+            state, _ = accumulate_gradient(state, xs[part], ys[part], ctx)
+        last = slice((micro - 1) * batch_size, micro * batch_size)
+        return strategy.step(state, xs[last], ys[last], ctx)[0]
+
+    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
+                                 out_specs=specs, check_vma=False))
+    return step, state, _placed(mesh, x[:rows], P(axis, None)), _placed(mesh, y[:rows], P(axis))
+
+
+def measure_training(plan: dict, timed) -> list[dict]:
+    """Every (strategy, batch size) of ``plan`` on the global devices: one dict each with
+    ``step_s``, ``compute_s``, ``communication_s`` and ``link_bytes`` (per optimizer step;
+    ``None`` without the link's counter). ``timed(fn, *args)`` gives a call's median seconds
+    and the bytes sent per call."""
+    import jax
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.asarray(jax.devices()), ("d",))
+    average = jax.jit(jax.shard_map(lambda a: jax.lax.pmean(a, "d"), mesh=mesh,
+                                    in_specs=P("d"), out_specs=P("d"), check_vma=False))
+    rows = []
+    for batch_size in plan["batch_sizes"]:
+        step, state, x, y = _program(mesh, "local_sgd", batch_size)
+        compute_s, _ = timed(step, state, x, y)
+        averaging_s, averaging_bytes = timed(average, state.params)
+        for name in plan["strategies"]:
+            if not fits(name, batch_size, mesh.size, HELDOUT_FREE_ROWS):
+                continue
+            if name == "local_sgd":  # its step, and one averaging spread over H steps
+                step_s = compute_s + averaging_s / LOCAL_STEPS
+                sent = None if averaging_bytes is None else averaging_bytes / LOCAL_STEPS
+            else:
+                step_s, sent = timed(*_program(mesh, name, batch_size))
+            rows.append({"strategy": name, "batch_size": batch_size, "step_s": step_s,
+                         "compute_s": compute_s * (ACCUMULATION if name == "accumulation"
+                                                   else 1),
+                         "link_bytes": sent})
+    for row in rows:
+        row["communication_s"] = max(0.0, row["step_s"] - row["compute_s"])
+    return rows
+
+
+def heldout_curves(plan: dict, p: int) -> list[dict]:
+    """Each (strategy, batch size) of ``plan`` trained in this process on ``p`` devices for the
+    plan's steps: the held-out loss every ``every`` steps (what the link does not change)."""
+    from course_utils.devices.setup import data_mesh, use_cpu_devices
+    from course_utils.training.train import train
+
+    use_cpu_devices(p)
+    mesh, curves = data_mesh(), []
+    for batch_size in plan["batch_sizes"]:
+        for name in plan["strategies"]:
+            if not fits(name, batch_size, p, HELDOUT_FREE_ROWS):
+                continue
+            run = train(mesh, STEPS[name], steps=plan["steps"], batch_size=batch_size,
+                        accumulate=ACCUMULATION if name == "accumulation" else 1,
+                        local_steps=LOCAL_STEPS if name == "local_sgd" else 1,
+                        topk_fraction=TOPK_FRACTION, heldout_every=plan["every"],
+                        mlp=PART_FOUR)
+            curves.append({"strategy": name, "batch_size": batch_size,
+                           "heldout_loss": [list(point) for point in run.heldout_loss]})
+    return curves
