@@ -74,3 +74,48 @@ def test_a_bad_measure_gets_one_line(capsys):
     with pytest.raises(SystemExit):
         main(["cluster", "--measure", "overlap"])
     assert "invalid choice: 'overlap'" in capsys.readouterr().err
+
+
+def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():
+    from course_utils.results.training import modelled_step_s
+
+    slow = TrainingRow("data_parallel", "50mbit", 64, 1.0, 0.05, 0.95)
+    fast = TrainingRow("data_parallel", "200mbit", 64, 1.0, 0.05, 0.95)
+    link = modelled_step_s(slow, 2, 2) - 0.05
+    assert link == pytest.approx(4 * (modelled_step_s(fast, 2, 2) - 0.05))  # a quarter the rate
+    accumulated = TrainingRow("accumulation", "50mbit", 64, 1.0, 0.2, 0.8)
+    assert modelled_step_s(accumulated, 2, 2) == pytest.approx(0.2 + link)  # the same bytes
+    with pytest.raises(ValueError, match="no step model for 'ddp'"):
+        modelled_step_s(TrainingRow("ddp", "50mbit", 64, 1.0, 0.05, 0.95), 2, 2)
+
+
+@pytest.mark.parametrize("strategy, batch_size", [("data_parallel", 32), ("topk_ef", 32),
+                                                  ("accumulation", 32)])
+def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy, batch_size):
+    from course_utils.devices.setup import data_mesh
+    from course_utils.results.training import saved_training_results
+    from course_utils.tools.cluster.training import TRAINING_PLANS
+    from course_utils.training.part_four import ACCUMULATION, STEPS, TOPK_FRACTION
+    from course_utils.training.train import train
+
+    saved = saved_training_results()
+    every = TRAINING_PLANS[saved.meta.plan]["every"]
+    curve = next(c for c in saved.curves if (c.strategy, c.batch_size) == (strategy, batch_size))
+    mesh = data_mesh()
+    assert mesh.size == saved.meta.hosts * saved.meta.devices_per_host
+    run = train(mesh, STEPS[strategy], steps=every, batch_size=batch_size,
+                accumulate=ACCUMULATION if strategy == "accumulation" else 1,
+                topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
+    assert run.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
+    assert run.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
+
+
+def test_the_saved_run_is_a_full_plan_of_every_strategy():
+    from course_utils.results.training import saved_training_results
+
+    saved = saved_training_results()
+    plan = TRAINING_PLANS["full"]
+    assert saved.meta.plan == "full"
+    assert {r.strategy for r in saved.rows} == set(plan["strategies"])
+    assert {r.link_rate for r in saved.rows} == {"50mbit", "200mbit", "1gbit", "10gbit"}
+    assert all(r.link_bytes and r.link_bytes > 0 for r in saved.rows)

@@ -84,3 +84,44 @@ def time_to(results: TrainingResults, strategy: str, link_rate: str, batch_size:
                          "these results; run course cluster --measure training with them")
     steps = steps_to(curve, target)
     return None if steps is None else steps * row.step_s
+
+
+def modelled_step_s(row: TrainingRow, hosts: int, devices: int, *, alpha_s: float = 0.0) -> float:
+    """The step model's seconds for ``row``: its measured compute plus its strategy's link bytes
+    at the row's rate (``FRAME_SHARE`` of it carries data) and ``alpha_s`` per message step.
+
+    Examples:
+        >>> row = TrainingRow("data_parallel", "200mbit", 64, 0.3, 0.05, 0.25)
+        >>> round(modelled_step_s(row, 2, 2), 3)  # 0.05 + 1.5 · 4.27 MiB / (25 MB/s · 0.956)
+        0.331
+    """
+    from course_utils.models.cost_model import Topology
+    from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+    from course_utils.models.step import step_time, strategy_traffic
+    from course_utils.problems.classification import PART_FOUR, padded_size
+    from course_utils.training.part_four import LOCAL_STEPS, STEPS, TOPK_FRACTION
+
+    n = padded_size(hosts * devices, PART_FOUR)
+    model = {"accumulation": "data_parallel"}.get(row.strategy, row.strategy)
+    if STEPS.get(row.strategy) is None:
+        raise ValueError(f"no step model for {row.strategy!r}; use one of {', '.join(STEPS)}")
+    traffic = strategy_traffic(
+        model, n, Topology(hosts, devices), topk=max(1, round(TOPK_FRACTION * n)),
+        matrices=[s for _, s in PART_FOUR.layers if len(s) == 2],
+        dense=sum(s[0] for _, s in PART_FOUR.layers if len(s) == 1), local_steps=LOCAL_STEPS)
+    rate = rate_bytes_per_s(row.link_rate) * FRAME_SHARE
+    return step_time(traffic, row.compute_s, alpha_s=alpha_s, bytes_per_s=rate).step_s
+
+
+def saved_training_results() -> TrainingResults:
+    """The saved full run, ``course_utils/saved/training.json``. Regenerate (as root, about 30
+    minutes): ``course cluster --measure training --plan full --link-rate
+    50mbit,200mbit,1gbit,10gbit --timeout 3000 --out build/training``, then copy
+    ``training.json``."""
+    import json
+    from importlib.resources import files
+
+    from course_utils.results.records import from_json
+
+    path = files("course_utils").joinpath("saved", "training.json")
+    return from_json(TrainingResults, json.loads(path.read_text()), str(path))

@@ -15,22 +15,15 @@ import numpy as np
 
 from course_utils.problems.classification import PART_FOUR
 from course_utils.training.batches import HELDOUT_ROWS
+from course_utils.training.part_four import ACCUMULATION, LOCAL_STEPS, STEPS, TOPK_FRACTION
 
 HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
 
-# strategy of a row → the step it times (zero3: FSDP, the layers gathered again for the backward
-# pass, as FSDP does when it frees them after the forward pass)
-STEPS = {"data_parallel": "data_parallel", "accumulation": "data_parallel",
-         "zero3": "zero3_regather", "bf16": "bf16", "int8": "int8", "topk_ef": "topk_ef",
-         "powersgd": "powersgd", "local_sgd": "local_sgd"}
-ACCUMULATION = 4  # micro-steps per optimizer step of "accumulation"
-LOCAL_STEPS = 8  # H of "local_sgd": its parameters are averaged once every H steps
-TOPK_FRACTION = 0.01  # entries each device sends under top-k, as in step 15
 # curves: steps trained in one process for the held-out loss, recorded every ``every`` steps
 TRAINING_PLANS = {
     "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation"),
               "repeats": 3, "steps": 20, "every": 10},
-    "full": {"batch_sizes": (32, 128, 512, 2048), "strategies": tuple(STEPS), "repeats": 5,
+    "full": {"batch_sizes": (32, 128, 512, 1024), "strategies": tuple(STEPS), "repeats": 5,
              "steps": 200, "every": 10},
 }
 
