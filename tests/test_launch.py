@@ -113,10 +113,27 @@ def test_a_dying_process_stops_the_launch_quickly(course):
     assert not workers_on(port)
 
 
-def test_interrupt_stops_the_workers_and_exits_130():
+# a program whose processes join and then wait: a launch of it is still running when the test
+# interrupts it, however fast the machine (the package's own check can finish first)
+WAITING = """
+import time
+
+from course_utils.devices.multiprocess import global_inputs as _inputs
+from course_utils.devices.multiprocess import join_runtime as join
+
+
+def global_inputs(mesh):
+    time.sleep(120)
+    return _inputs(mesh)
+"""
+
+
+def test_interrupt_stops_the_workers_and_exits_130(tmp_path):
     port = free_port()
+    program = tmp_path / "waiting.py"
+    program.write_text(WAITING)
     launch = subprocess.Popen(
-        [*COURSE, *TWO_BY_TWO, "--port", str(port)],
+        [*COURSE, *TWO_BY_TWO, "--port", str(port), "--program", str(program)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
