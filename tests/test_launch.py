@@ -128,6 +128,14 @@ def global_inputs(mesh):
 """
 
 
+def _as_from_a_terminal():
+    """SIGINT as a shell gives it to a command it starts: handled, not blocked. A child keeps
+    its parent's ignored and blocked signals, and a pytest worker may have either (a background
+    job of a script ignores SIGINT), so the launch would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_interrupt_stops_the_workers_and_exits_130(tmp_path):
     port = free_port()
     program = tmp_path / "waiting.py"
@@ -137,6 +145,7 @@ def test_interrupt_stops_the_workers_and_exits_130(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     deadline = time.monotonic() + 60
     while len(workers_on(port)) < 2 and launch.poll() is None and time.monotonic() < deadline:
