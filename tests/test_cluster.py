@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from course_utils import validate_figure_data
+from course_utils.models.cost_model import Topology
 from course_utils.models.links import rate_bytes_per_s
+from course_utils.models.step import strategy_traffic
+from course_utils.problems.classification import PART_FOUR, padded_size
 from course_utils.results.cluster import (
     ClusterResults,
     ClusterRun,
@@ -26,8 +29,10 @@ from course_utils.results.cluster import (
     summary_lines,
 )
 from course_utils.results.records import from_json, to_json
+from course_utils.results.training import TrainingResults
 from course_utils.tools.cli import main
 from course_utils.tools.cluster.netns import Cluster, check_can_run, host_command, leftovers
+from course_utils.tools.cluster.training import TRAINING_PLANS
 
 CAN_RUN = check_can_run() is None
 needs_root = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
@@ -280,3 +285,32 @@ def test_the_link_counter_is_read_once_it_stops_moving(monkeypatch):
     rising = iter(range(10**6))
     monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: next(rising))
     assert 0 < cluster_worker._settled_sent_bytes(limit_s=0.05, every_s=0.001) < 10**6
+
+
+ROW_KEYS = {"strategy", "link_rate", "batch_size", "step_s", "compute_s", "communication_s",
+            "link_bytes"}
+
+
+@needs_root
+def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "course_utils.tools.cli", "cluster", "--measure", "training",
+         "--hosts", "2", "--devices-per-host", "1", "--link-rate", "200mbit", "--plan", "quick",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "training.json").read_text())
+    results = from_json(TrainingResults, data, "training.json")
+    plan = TRAINING_PLANS["quick"]
+    assert {(r.strategy, r.batch_size) for r in results.rows} == {
+        (s, b) for s in plan["strategies"] for b in plan["batch_sizes"]}
+    assert all(set(row) == ROW_KEYS for row in data["rows"])
+    assert results.meta.hosts == 2 and results.meta.cores > 0 and results.meta.default_tcp
+    # host 0's link counter saw what the step model says one data-parallel step sends
+    dp = strategy_traffic("data_parallel", padded_size(2, PART_FOUR), Topology(2, 1))
+    for row in results.rows:
+        assert row.link_bytes == pytest.approx(dp.link_bytes, rel=0.05)
+        assert row.step_s == pytest.approx(row.compute_s + row.communication_s)
+    for curve in results.curves:
+        assert len(curve.heldout_loss) == plan["steps"] // plan["every"]
+        assert curve.heldout_loss[-1][1] < curve.heldout_loss[0][1]
+    assert leftovers() == []

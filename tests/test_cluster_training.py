@@ -1,17 +1,11 @@
-"""course cluster --measure training: part four's steps timed on the cluster, written as
-training.json with the keys the notebooks read, nothing left behind; and what the notebooks
-compute from it (steps and time to a target loss). No test asserts a time."""
-
-import json
-import subprocess
-import sys
+"""What part four computes from a ``course cluster --measure training`` run (steps and time to a
+target loss, the step model of a row) and the saved full run. The run itself is tested in
+``test_cluster.py``, with the other cluster runs, which must not overlap (one lock, one set of
+namespaces). No test asserts a time."""
 
 import pytest
 
-from course_utils.models.cost_model import Topology
-from course_utils.models.step import strategy_traffic
-from course_utils.problems.classification import PART_FOUR, padded_size
-from course_utils.results.records import from_json
+from course_utils.problems.classification import PART_FOUR
 from course_utils.results.training import (
     HeldoutCurve,
     TrainingMeta,
@@ -20,39 +14,7 @@ from course_utils.results.training import (
     steps_to,
     time_to,
 )
-from course_utils.tools.cluster.netns import check_can_run, leftovers
 from course_utils.tools.cluster.training import TRAINING_PLANS
-
-needs_root = pytest.mark.skipif(check_can_run() is not None,
-                                reason="needs root and iproute2 (CI runs as root)")
-ROW_KEYS = {"strategy", "link_rate", "batch_size", "step_s", "compute_s", "communication_s",
-            "link_bytes"}
-
-
-@needs_root
-def test_the_quick_plan_writes_training_json_and_leaves_nothing(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "course_utils.tools.cli", "cluster", "--measure", "training",
-         "--hosts", "2", "--devices-per-host", "1", "--link-rate", "200mbit", "--plan", "quick",
-         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    data = json.loads((tmp_path / "training.json").read_text())
-    results = from_json(TrainingResults, data, "training.json")
-    plan = TRAINING_PLANS["quick"]
-    assert {(r.strategy, r.batch_size) for r in results.rows} == {
-        (s, b) for s in plan["strategies"] for b in plan["batch_sizes"]}
-    assert all(set(row) == ROW_KEYS for row in data["rows"])
-    assert results.meta.hosts == 2 and results.meta.cores > 0 and results.meta.default_tcp
-    # host 0's link counter saw what the step model says one data-parallel step sends
-    dp = strategy_traffic("data_parallel", padded_size(2, PART_FOUR), Topology(2, 1))
-    for row in results.rows:
-        assert row.link_bytes == pytest.approx(dp.link_bytes, rel=0.05)
-        assert row.step_s == pytest.approx(row.compute_s + row.communication_s)
-    for curve in results.curves:
-        assert len(curve.heldout_loss) == plan["steps"] // plan["every"]
-        assert curve.heldout_loss[-1][1] < curve.heldout_loss[0][1]
-    assert leftovers() == []
-
 
 META = TrainingMeta(2, 2, "full", "3.11", "0.10.2", "0.10.2", 2, "reno", "bbr", 1.0)
 CURVE = HeldoutCurve("data_parallel", 64, ((10, 0.9), (20, 0.5), (30, 0.4)))
