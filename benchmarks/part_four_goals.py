@@ -1,8 +1,11 @@
-"""Part four's goals read off a ``course cluster --measure training`` run (issue 30): the step
+"""Part four's goals read off ``course cluster --measure training`` runs (issue 30): the step
 model against data parallelism's measured step, time to a target held-out loss at each link rate,
 and whether the models call each compression scheme right. Prints figures; asserts nothing.
 
-    python benchmarks/part_four_goals.py build/training/training.json
+    python benchmarks/part_four_goals.py build/training/training.json [more runs ...]
+
+With several runs of the same plan, every time (step, compute, own work) is the median over the
+runs, and data parallelism's step is printed with its spread (the runs' lowest and highest).
 """
 
 from __future__ import annotations
@@ -12,35 +15,59 @@ import statistics
 import sys
 from pathlib import Path
 
+from course_utils.results.cluster import per_message_s, saved_cluster_results
 from course_utils.results.records import from_json
 from course_utils.results.training import (
     TrainingResults,
+    median_compute_s,
+    median_of_runs,
     modelled_step_s,
+    own_work_s,
     steps_to,
 )
 from course_utils.training.part_four import COMPRESSED
 
 
-def main(path: str) -> None:
-    results = from_json(TrainingResults, json.loads(Path(path).read_text()), path)
+def main(paths: list[str]) -> None:
+    runs = [from_json(TrainingResults, json.loads(Path(p).read_text()), p) for p in paths]
+    results = median_of_runs(runs) if len(runs) > 1 else runs[0]
     m = results.meta
     hosts, devices = m.hosts, m.devices_per_host
+    try:  # α by rate from the saved collectives run of the same shape (step 17), else 0
+        alpha = per_message_s(saved_cluster_results(f"{hosts}x{devices}"),
+                              2 * (hosts * devices - 1))
+    except (OSError, ValueError):
+        alpha = {}
     rates = list(dict.fromkeys(r.link_rate for r in results.rows))
     sizes = sorted({r.batch_size for r in results.rows})
+    minutes = ", ".join(f"{r.meta.seconds / 60:.1f}" for r in runs)
     print(f"{hosts} hosts × {devices} devices, plan {m.plan}, jax {m.jax}, {m.cores} cores, "
-          f"{m.seconds / 60:.1f} min; step times are medians of the plan's repeats")
+          f"{len(runs)} run(s) of {minutes} min; each time the median of the plan's repeats"
+          + (", then the median over the runs" if len(runs) > 1 else ""))
 
-    print("\n1. data parallelism: measured step against compute + link model (α = 0)")
-    print(f"{'rate':>8s} {'batch':>6s} {'step ms':>8s} {'model ms':>9s} {'error':>7s}  link limits")
+    if results.own_work:
+        own = ", ".join(f"{s} {own_work_s(results, s) * 1e3:.0f} ms" for s in COMPRESSED)
+        print(f"each scheme's own work per step (its step minus DP's in one process): {own}")
+    if m.flops_per_s:
+        print(f"one device's rate while all compute: {m.flops_per_s / 1e9:.1f} GFLOP/s")
+    print("\n1. data parallelism: measured step against compute + α + link model")
+    print(f"{'rate':>8s} {'batch':>6s} {'step ms':>8s} {'model ms':>9s} {'error':>7s}  "
+          "link limits (link time > compute)")
     within = []
     for row in (r for r in results.rows if r.strategy == "data_parallel"):
-        model = modelled_step_s(row, hosts, devices)
+        compute = median_compute_s(results, row.strategy, row.batch_size)
+        model = modelled_step_s(row, hosts, devices, alpha_s=alpha.get(row.link_rate, 0.0),
+                                compute_s=compute)
         error = model / row.step_s - 1
-        limits = row.communication_s > row.compute_s
+        limits = modelled_step_s(row, hosts, devices, compute_s=0.0) > compute  # the link
         if limits:
             within.append((row.link_rate, row.batch_size, abs(error) <= 0.15))
+        spread = [r.step_s * 1e3 for run in runs for r in run.rows
+                  if (r.strategy, r.link_rate, r.batch_size) == (
+                      row.strategy, row.link_rate, row.batch_size)]
         print(f"{row.link_rate:>8s} {row.batch_size:6d} {row.step_s * 1e3:8.1f} "
-              f"{model * 1e3:9.1f} {error:+7.1%}  {'yes' if limits else 'no'}")
+              f"{model * 1e3:9.1f} {error:+7.1%}  {'yes' if limits else 'no':3s}"
+              + (f"  runs {min(spread):.1f}–{max(spread):.1f}" if len(runs) > 1 else ""))
     good = [(r, b) for r, b, ok in within if ok]
     print(f"within 15 % where the link limits: {len(good)} of {len(within)} "
           f"({len({b for _, b in good})} batch sizes × {len({r for r, _ in good})} rates)")
@@ -61,15 +88,18 @@ def main(path: str) -> None:
             if "data_parallel" not in rows or steps["data_parallel"] is None:
                 continue
             dp = steps["data_parallel"] * rows["data_parallel"].step_s
-            dp_model = steps["data_parallel"] * modelled_step_s(rows["data_parallel"], hosts,
-                                                                devices)
+            dp_model = steps["data_parallel"] * modelled_step_s(
+                rows["data_parallel"], hosts, devices, alpha_s=alpha.get(rate, 0.0),
+                compute_s=median_compute_s(results, "data_parallel", b))
             cells, calls = [], []
             for s in COMPRESSED:
                 if s not in rows or steps.get(s) is None:
                     cells.append(f"{s} never" if s in rows else f"{s} —")
                     continue
                 t = steps[s] * rows[s].step_s
-                t_model = steps[s] * modelled_step_s(rows[s], hosts, devices)
+                t_model = steps[s] * modelled_step_s(
+                    rows[s], hosts, devices, alpha_s=alpha.get(rate, 0.0),
+                    own_s=own_work_s(results, s), compute_s=median_compute_s(results, s, b))
                 right = (t < dp) == (t_model < dp_model)
                 calls.append(right)
                 cells.append(f"{s} {t:.1f} s ({t_model:.1f}){'' if right else ' WRONG CALL'}")
@@ -81,4 +111,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "build/training/training.json")
+    main(sys.argv[1:] or ["build/training/training.json"])

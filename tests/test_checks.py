@@ -956,3 +956,24 @@ def test_predicted_shard_shapes_of_step_4_names_the_device(setup):
     placed = jax.device_put(xh, NamedSharding(mesh, P(None, "data")))
     with pytest.raises(ExerciseFailed, match="wrong shard shape on device 0: dimension 0"):
         check_predicted_shard_shapes([(4, 8)] * 4, placed)
+
+
+def test_joint_permutation_reads_the_second_path_s_reduce_scatter():
+    """The second path must pass through its reduce-scatter: ``g_scattered`` sliced, and
+    ``g_gathered`` its all-gather."""
+    mesh = data_mesh()
+    rows, replicated, sliced = placements(mesh)
+    xh, yh, wh = toy_regression(16, 8)
+    w2h = wh + np.float32(0.17)
+    x2 = jax.device_put(xh[::-1].copy(), rows)
+    y2 = jax.device_put(yh[::-1].copy(), sliced)
+    w2 = jax.device_put(w2h, replicated)
+    g_all = all_reduce_gradient(mesh)(x2, y2, w2)
+    scattered = reduce_scatter_gradient(mesh)(x2, y2, w2)
+    gathered = all_gather_shards(mesh)(scattered)
+    inputs = {"x2": x2, "y2": y2, "w2": w2}
+    check_joint_permutation(g_all, gathered, xh, yh, w2h, 4, **inputs, g_scattered=scattered)
+    for wrong, message in [(None, "assign the reduce-scatter of x2, y2, w2 to g_scattered"),
+                           (g_all, "wrong placement")]:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_joint_permutation(g_all, gathered, xh, yh, w2h, 4, **inputs, g_scattered=wrong)

@@ -310,7 +310,9 @@ def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_pat
     for row in results.rows:
         assert row.link_bytes == pytest.approx(dp.link_bytes, rel=0.05)
         assert row.step_s == pytest.approx(row.compute_s + row.communication_s)
+    assert [r.strategy for r in results.own_work] == ["data_parallel"]  # no scheme in quick
+    assert results.meta.flops_per_s > 0
     for curve in results.curves:
-        assert len(curve.heldout_loss) == plan["steps"] // plan["every"]
+        assert len(curve.heldout_loss) == plan["steps"][curve.batch_size] // plan["every"]
         assert curve.heldout_loss[-1][1] < curve.heldout_loss[0][1]
     assert leftovers() == []

@@ -8,9 +8,11 @@ import pytest
 from course_utils.problems.classification import PART_FOUR
 from course_utils.results.training import (
     HeldoutCurve,
+    OwnWorkRow,
     TrainingMeta,
     TrainingResults,
     TrainingRow,
+    own_work_s,
     steps_to,
     time_to,
 )
@@ -47,6 +49,12 @@ def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():
     assert link == pytest.approx(4 * (modelled_step_s(fast, 2, 2) - 0.05))  # a quarter the rate
     accumulated = TrainingRow("accumulation", "50mbit", 64, 1.0, 0.2, 0.8)
     assert modelled_step_s(accumulated, 2, 2) == pytest.approx(0.2 + link)  # the same bytes
+    own = OwnWorkRow("data_parallel", 32, 0.02), OwnWorkRow("topk_ef", 32, 0.05)
+    scheme = TrainingRow("topk_ef", "50mbit", 64, 1.0, 0.05, 0.95)
+    work = own_work_s(TrainingResults(META, (), (), own), "topk_ef")
+    assert work == pytest.approx(0.03)  # its step minus data parallelism's, in one process
+    assert modelled_step_s(scheme, 2, 2, own_s=work) == pytest.approx(
+        modelled_step_s(scheme, 2, 2) + 0.03)
     with pytest.raises(ValueError, match="no step model for 'ddp'"):
         modelled_step_s(TrainingRow("ddp", "50mbit", 64, 1.0, 0.05, 0.95), 2, 2)
 
@@ -81,3 +89,16 @@ def test_the_saved_run_is_a_full_plan_of_every_strategy():
     assert {r.strategy for r in saved.rows} == set(plan["strategies"])
     assert {r.link_rate for r in saved.rows} == {"50mbit", "200mbit", "1gbit", "10gbit"}
     assert all(r.link_bytes and r.link_bytes > 0 for r in saved.rows)
+
+
+def test_alpha_is_one_extra_call_s_cost_spread_over_its_message_steps():
+    from course_utils.results.cluster import per_message_s, saved_cluster_results
+
+    saved = saved_cluster_results("2x2")
+    alpha = per_message_s(saved, 6)
+    run = saved.runs[0]
+    per_call = (run.buckets.separate - run.buckets.one_bucket) / (run.buckets.count - 1)
+    assert alpha[run.link_rate] == pytest.approx(per_call / 6)
+    assert set(alpha) == {r.link_rate for r in saved.runs} and min(alpha.values()) > 0
+    with pytest.raises(ValueError, match="messages must be at least 1"):
+        per_message_s(saved, 0)

@@ -37,6 +37,8 @@ from course_utils.results.strategies import (
     saved_strategy_results,
     tradeoff_figure_data,
 )
+from course_utils.results.training import saved_training_results
+from course_utils.results.training_figures import step_figure_data, time_to_target_figure_data
 
 
 def _collectives_grids(p: int) -> dict:
@@ -103,6 +105,11 @@ SAVED = {
         ["data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.6%", "powersgd"],
         steps_only_without=["bf16", "int8"], from_step=96),
     "local SGD": lambda: local_sgd_figure_data(saved_strategy_results(), [1, 4, 8, 16]),
+    "training steps": lambda: step_figure_data(saved_training_results(),
+                                               alpha_s={"50mbit": 4e-4, "10gbit": 5e-4}),
+    "time to a target": lambda: time_to_target_figure_data(
+        saved_training_results(), ["data_parallel", "bf16", "int8", "topk_ef", "powersgd"],
+        128, 0.12),
     "ring budget": lambda: model_figure_data(
         [2, 4, 8, 16, 32, 64], {"all-reduce, sent": [1.0, 1.5, 1.75, 1.88, 1.94, 1.97],
                                 "stored: N/p": [0.5, 0.25, 0.125, 0.06, 0.03, 0.016]},

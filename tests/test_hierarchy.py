@@ -99,6 +99,17 @@ def _two_level(x):
         (lambda x: jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True), "node"),
          "did you all-gather inside the node"),
         (lambda x: x * 0, "the sum is wrong"),
+        (lambda x: jax.lax.all_gather(jax.lax.psum(jax.lax.psum_scatter(x, "node", tiled=True),
+                                                   "local"), "node", tiled=True),
+         "the axes are swapped"),
+        (lambda x: jax.lax.all_gather(jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True),
+                                                   "node"), "node", tiled=True),
+         "gather inside the node"),
+        (lambda x: jax.lax.all_gather(jax.lax.psum(jax.lax.psum(jax.lax.psum_scatter(
+            x, "local", tiled=True), "node"), "node") / 2, "local", tiled=True),
+         "2 all-reduces cross the nodes"),
+        (lambda x: jax.lax.psum_scatter(x, "local", scatter_dimension=1, tiled=True),
+         "its only dimension is 0"),
         (
             lambda x: jax.lax.all_gather(
                 jax.lax.psum_scatter(jax.lax.psum(x, "node"), "local", tiled=True), "local",

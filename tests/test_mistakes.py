@@ -7,6 +7,8 @@ import pytest
 
 from course_utils import data_mesh, node_local_mesh, ring_permutation
 from course_utils.checks import (
+    check_balanced_rows,
+    check_break_even,
     check_bucket_model,
     check_budget_row,
     check_error_feedback,
@@ -97,6 +99,33 @@ def _ring_step(add=True, backwards=False):
 
 
 STEP17 = dict(hosts=2, devices=4, nbytes=16 * 2**20, rate_bits=1e9)
+
+
+def _balanced(per_byte=1.0, per_row=True):
+    def rows(weights, hosts, devices, rate_bits, alpha_s, flops_per_s):
+        p = hosts * devices
+        link_s = 2 * (p - 1) / p * 4 * weights / (rate_bits / 8) * per_byte
+        communication_s = 2 * (p - 1) * alpha_s + link_s
+        return communication_s / (6 * weights / flops_per_s) if per_row else communication_s
+
+    return rows
+
+
+def _break_even(bits=8, per_step=False):
+    def rate(dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s):
+        if per_step:
+            dp_steps = scheme_steps = 1
+        saved = dp_steps * dp_bytes - scheme_steps * scheme_bytes
+        extra = scheme_steps * (compute_s + own_s) - dp_steps * compute_s
+        return bits * saved / extra
+
+    return rate
+
+
+STEP20 = dict(dp_steps=140, dp_bytes=6.7e6, scheme_steps=100, scheme_bytes=2.7e5,
+              compute_s=0.03, own_s=0.05)
+STEP18 = dict(weights=1_114_112, hosts=2, devices=2, rate_bits=2e8, alpha_s=4e-4,
+              flops_per_s=3e10)
 CASES = {
     (5, "the whole vector counted as stored after a reduce-scatter"): lambda: (
         check_stored_bytes_rule(
@@ -165,6 +194,18 @@ CASES = {
     ),
     (17, "the devices of a host not sharing its link"): lambda: check_link_prediction(
         _link(two=1 / 4), **STEP17
+    ),
+    (18, "the rate in bits taken for bytes"): lambda: check_balanced_rows(
+        _balanced(per_byte=8), **STEP18
+    ),
+    (18, "the all-reduce's time returned instead of rows"): lambda: check_balanced_rows(
+        _balanced(per_row=False), **STEP18
+    ),
+    (20, "the rate left in bytes per second"): lambda: check_break_even(
+        _break_even(bits=1), **STEP20
+    ),
+    (20, "one step of each compared, not the steps to the target"): lambda: check_break_even(
+        _break_even(per_step=True), **STEP20
     ),
 }
 

@@ -11,6 +11,7 @@ from course_utils.checks.algorithms import (
     check_two_level,
 )
 from course_utils.checks.budget import check_budget_row
+from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.links import check_link_prediction
@@ -24,6 +25,8 @@ from course_utils.checks.updates import check_joint_permutation, check_two_state
 
 __all__ = [
     "ExerciseFailed",
+    "check_balanced_rows",
+    "check_break_even",
     "check_bucket_model",
     "check_budget_row",
     "check_error_feedback",

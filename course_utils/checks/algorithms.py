@@ -298,6 +298,11 @@ def _wrong_sum_hint(got: np.ndarray, blocks: np.ndarray, nodes: int, local: int)
     if nodes > 1 and close(got, np.repeat(node_sums, local, axis=0)):
         return ("every device holds its own node's sum only: the all-reduce across the nodes "
                 "(jax.lax.psum over 'node') is missing")
+    mine = total.reshape(local, -1)  # slice j: what device j of every node holds after crossing
+    if nodes > 1 and close(got, np.stack([np.tile(mine[d % local], local) for d in range(p)])):
+        return ("every device holds its own slice of the sum, repeated: the all-gather collects "
+                "from the other nodes, which hold the same slice; gather inside the node "
+                "('local'), where each device holds another slice")
     return "every device must end with the sum over all devices of all nodes"
 
 
@@ -325,8 +330,11 @@ def check_two_level(fn, mesh: Mesh) -> None:
                             "f32[m], written with jax.lax collectives; the check puts it in "
                             "jax.shard_map on the mesh itself: pass the plain function, not a "
                             f"jax.shard_map (or jax.jit) of it ({error_line(error)})")
+        dims = ("; x is this device's 1-D vector here, f32[m]: its only dimension is 0 "
+                "(scatter_dimension and axis keep their default)"
+                if isinstance(error, IndexError) and "tuple index" in text else "")
         fail(exercise, f"running my_two_level on every device raised {error_line(error)}"
-                        f"{tiled_hint(error, 'local')}")
+                        f"{tiled_hint(error, 'local')}{dims}")
     if got.ndim != 2:
         fail(exercise, f"my_two_level must return a vector, f32[m]; yours returns shape "
                         f"{got.shape[1:]} on each device (all_gather with tiled=True lays the "
@@ -352,6 +360,11 @@ def check_two_level(fn, mesh: Mesh) -> None:
     if any(op == "all-reduce" and groups in everyone for op, groups in ops):
         fail(exercise, "the right sum, but through one all-reduce over all devices: that is "
                         "the flat schedule; use the axes 'local' and 'node' one at a time")
+    if (not any(op == "reduce-scatter" and groups == node_groups for op, groups in ops)
+            and any(op == "reduce-scatter" and groups == across for op, groups in ops)):
+        fail(exercise, "the right sum, but your psum_scatter runs across the nodes ('node') and "
+                        "the rest inside them: the axes are swapped, so each device's slice "
+                        "crosses the network; reduce-scatter over 'local' first")
     if not any(op == "reduce-scatter" and groups == node_groups for op, groups in ops):
         fail(exercise, "the right sum, but nothing is reduce-scattered inside the nodes, so "
                         "each device sends its whole vector across the network; start with "
@@ -362,6 +375,10 @@ def check_two_level(fn, mesh: Mesh) -> None:
     slice_bytes = 4 * blocks.shape[1] // local
     crossing = [o.bytes for o in program
                 if o.op == "all-reduce" and o.replica_groups == across]
+    if len(crossing) > 1:
+        fail(exercise, f"the right sum, but {len(crossing)} all-reduces cross the nodes, each "
+                        "sending the slice over the network again: one psum over 'node' is the "
+                        "schedule")
     if max(crossing) > slice_bytes:
         fail(exercise, f"the right sum, but the all-reduce across the nodes carries "
                         f"{max(crossing) // slice_bytes}× a slice per device: reduce-scatter "

@@ -272,6 +272,7 @@ def check_joint_permutation(
     x2=_NOT_GIVEN,
     y2=_NOT_GIVEN,
     w2=_NOT_GIVEN,
+    g_scattered=_NOT_GIVEN,
 ) -> None:
     """Exercise 07: both communication paths give the original data's gradient on every device.
 
@@ -280,6 +281,8 @@ def check_joint_permutation(
     the same rows reordered together and split by rows, ``w2`` is ``w2_host`` replicated. When all
     three are given, each result must also be what its program computes from them, bit for bit:
     a gradient computed elsewhere and placed, or one result reused for the other, does not pass.
+    ``g_scattered`` (the second path's reduce-scatter), when given, must be device k's slice k
+    of the gradient, and ``g_gathered`` its all-gather.
     """
     exercise = "joint row permutation"
     same_device_count(exercise, n_devices)
@@ -333,11 +336,28 @@ def check_joint_permutation(
         check_placement(exercise, name, g, target.shape, n_devices)
         for shard in g.addressable_shards:
             check_values(exercise, f"{name} on device {shard.device.id}", shard.data, target)
+    if g_scattered is not _NOT_GIVEN:
+        given(exercise, "g_scattered", g_scattered, "assign the reduce-scatter of x2, y2, w2 "
+              "to g_scattered, then all-gather it into g_gathered")
+        check_values(exercise, "g_scattered", g_scattered, target,
+                     hint="g_scattered is reduce_scatter(x2, y2, w2)")
+        check_placement(exercise, "g_scattered", g_scattered,
+                        (target.shape[0] // n_devices,), n_devices)
     if _same_buffers(g_all, g_gathered):
         fail(exercise, "g_gathered is g_all itself: compute it on the second path, the "
              "reduce-scatter of x2, y2, w2 followed by the all-gather")
     if all(v is not _NOT_GIVEN for v in (x2, y2, w2)):
         _computed_from(exercise, g_all, g_gathered, x2, y2, w2)
+    if g_scattered is not _NOT_GIVEN and all(v is not _NOT_GIVEN for v in (x2, y2, w2)):
+        mesh = x2.sharding.mesh
+        if not np.array_equal(np.asarray(g_scattered), np.asarray(
+                reduce_scatter_gradient(mesh)(x2, y2, w2))):
+            fail(exercise, "g_scattered has the right numbers, but not the bits that "
+                 "reduce_scatter(x2, y2, w2) computes: compute it with the kernel")
+        if not np.array_equal(np.asarray(g_gathered),
+                              np.asarray(all_gather_shards(mesh)(g_scattered))):
+            fail(exercise, "g_gathered is not the all-gather of g_scattered: compute "
+                 "g_gathered = all_gather(g_scattered)")
     passed(
         exercise, f"both paths equal the gradient of the original data on all {n_devices} devices"
     )

@@ -190,3 +190,32 @@ def balanced_rows(traffic: Traffic, matrices: Sequence[tuple[int, int]], *, flop
         raise ValueError(f"flops_per_s must be > 0, got {flops_per_s}")
     communication = step_time(traffic, 0.0, alpha_s=alpha_s, bytes_per_s=bytes_per_s)
     return communication.communication_s * flops_per_s / mlp_flops(1, matrices)
+
+
+def break_even_bits(dp_steps: float, dp_bytes: float, scheme_steps: float, scheme_bytes: float,
+                    compute_s: float, own_s: float) -> float:
+    """The link rate (bit/s) at which a scheme and data parallelism reach a target at the same
+    time; below it the scheme is sooner. Each takes its steps to the target of ``compute_s``
+    (plus the scheme's ``own_s``) and its link bytes over the rate, one after the other:
+    ``math.inf`` when the scheme is sooner at every rate, 0 when at none.
+
+    Examples:
+        >>> round(break_even_bits(100, 6e6, 100, 1e6, 0.05, 0.01))  # 5e6 bytes saved per 0.01 s
+        4000000000
+        >>> break_even_bits(100, 6e6, 100, 1e6, 0.05, 0.0), break_even_bits(100, 6e6, 100, 7e6,
+        ...                                                                  0.05, 0.01)
+        (inf, 0.0)
+    """
+    for name, value in (("dp_steps", dp_steps), ("scheme_steps", scheme_steps)):
+        if value <= 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+    if min(dp_bytes, scheme_bytes, compute_s, own_s) < 0:
+        raise ValueError("bytes and seconds must be >= 0")
+    saved = dp_steps * dp_bytes - scheme_steps * scheme_bytes  # bytes fewer to the target
+    extra = scheme_steps * (compute_s + own_s) - dp_steps * compute_s  # seconds more computing
+    if saved > 0:
+        return math.inf if extra <= 0 else 8 * saved / extra
+    if extra >= 0:
+        return 0.0
+    raise ValueError("the scheme sends more bytes to the target but computes for less time: it "
+                     "is sooner above a rate, not below one")

@@ -348,3 +348,14 @@ def saved_cluster_results(shape: str) -> ClusterResults:
     from importlib.resources import files
 
     return load_cluster_results(files("course_utils").joinpath("saved", f"cluster_{shape}.json"))
+
+
+def per_message_s(results: ClusterResults, messages: int) -> dict[str, float]:
+    """α by link rate, for a collective of ``messages`` message steps: the fixed cost of one more
+    all-reduce call in the run's bucket test (many small calls against one bucket of the same
+    bytes), spread evenly over the call's message steps. It mixes per-call setup with
+    per-message latency, which the test does not separate (step 17)."""
+    if messages < 1:
+        raise ValueError(f"messages must be at least 1, got {messages}")
+    return {run.link_rate: (run.buckets.separate - run.buckets.one_bucket)
+            / (run.buckets.count - 1) / messages for run in results.runs}

@@ -6,7 +6,9 @@ reach it times the measured step time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -34,9 +36,21 @@ class HeldoutCurve:
 
 
 @dataclass(frozen=True)
+class OwnWorkRow:
+    """A strategy's step timed in one process on as many logical devices as the cluster has,
+    where sending is a memory copy: a compression scheme's step minus data parallelism's is the
+    scheme's own work (selection, encoding, decoding)."""
+
+    strategy: str
+    batch_size: int
+    step_s: float
+
+
+@dataclass(frozen=True)
 class TrainingMeta:
-    """How the run was made: the cluster's shape, the plan, the versions, the cores and the
-    machine's default TCP congestion control (the hosts used ``tcp``)."""
+    """How the run was made: the cluster's shape, the plan, the versions, the cores, the
+    machine's default TCP congestion control (the hosts used ``tcp``) and one device's FLOPs
+    per second while every device computes (``None`` in runs made before it was measured)."""
 
     hosts: int
     devices_per_host: int
@@ -48,6 +62,8 @@ class TrainingMeta:
     tcp: str
     default_tcp: str
     seconds: float
+    flops_per_s: float | None = None
+    runs: int | None = None  # set when the times are medians over several runs of one plan
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,39 @@ class TrainingResults:
     meta: TrainingMeta
     rows: tuple[TrainingRow, ...]
     curves: tuple[HeldoutCurve, ...]
+    own_work: tuple[OwnWorkRow, ...] = ()
+
+
+def median_of_runs(runs: Sequence[TrainingResults]) -> TrainingResults:
+    """One run whose times (step, compute, communication, own work, FLOP rate) are the medians
+    over ``runs`` of one plan, cell by cell; its curves, which do not depend on the timings, and
+    the rest of its ``meta`` are the first run's (``seconds``: the runs' total).
+
+    Raises:
+        ValueError: fewer than two runs, or runs of different plans or cells.
+    """
+    if len(runs) < 2:
+        raise ValueError("give at least two runs of the same plan")
+
+    def cells(run):
+        return [(r.strategy, r.link_rate, r.batch_size) for r in run.rows]
+
+    if any(cells(r) != cells(runs[0]) or r.curves != runs[0].curves for r in runs[1:]):
+        raise ValueError("the runs must be of the same plan, shape and code: their cells or "
+                         "held-out curves differ")
+
+    def median(values):
+        return statistics.median(values)
+
+    rows = tuple(replace(row, **{f: median(getattr(run.rows[i], f) for run in runs)
+                                 for f in ("step_s", "compute_s", "communication_s")})
+                 for i, row in enumerate(runs[0].rows))
+    own_work = tuple(replace(o, step_s=median(run.own_work[i].step_s for run in runs))
+                     for i, o in enumerate(runs[0].own_work))
+    rates = [r.meta.flops_per_s for r in runs if r.meta.flops_per_s]
+    meta = replace(runs[0].meta, seconds=sum(r.meta.seconds for r in runs), runs=len(runs),
+                   flops_per_s=median(rates) if rates else None)
+    return replace(runs[0], meta=meta, rows=rows, own_work=own_work)
 
 
 def steps_to(curve: HeldoutCurve, target: float) -> int | None:
@@ -86,9 +135,46 @@ def time_to(results: TrainingResults, strategy: str, link_rate: str, batch_size:
     return None if steps is None else steps * row.step_s
 
 
-def modelled_step_s(row: TrainingRow, hosts: int, devices: int, *, alpha_s: float = 0.0) -> float:
-    """The step model's seconds for ``row``: its measured compute plus its strategy's link bytes
-    at the row's rate (``FRAME_SHARE`` of it carries data) and ``alpha_s`` per message step.
+def own_work_s(results: TrainingResults, strategy: str) -> float:
+    """The seconds a compression scheme's own work adds to a step: its step minus data
+    parallelism's, both timed in one process (``own_work``); 0 for a strategy not timed so, or
+    when the difference is not positive.
+
+    Examples:
+        >>> rows = (OwnWorkRow("data_parallel", 32, 0.02), OwnWorkRow("topk_ef", 32, 0.07))
+        >>> results = TrainingResults(None, (), (), rows)
+        >>> round(own_work_s(results, "topk_ef"), 3), own_work_s(results, "zero3")
+        (0.05, 0.0)
+    """
+    times = {r.strategy: r.step_s for r in results.own_work}
+    if strategy not in times or "data_parallel" not in times:
+        return 0.0
+    return max(0.0, times[strategy] - times["data_parallel"])
+
+
+def median_compute_s(results: TrainingResults, strategy: str, batch_size: int) -> float:
+    """The median over the run's link rates of ``strategy``'s compute alone at ``batch_size``:
+    the compute does not depend on the link, and one rate's measurement alone moves by tens of
+    per cent on this machine's shared cores.
+
+    Examples:
+        >>> rows = tuple(TrainingRow("data_parallel", r, 64, 1.0, c, 1.0 - c)
+        ...              for r, c in (("50mbit", 0.02), ("1gbit", 0.05), ("10gbit", 0.03)))
+        >>> median_compute_s(TrainingResults(None, rows, ()), "data_parallel", 64)
+        0.03
+    """
+    times = [r.compute_s for r in results.rows if (r.strategy, r.batch_size) == (strategy,
+                                                                                 batch_size)]
+    if not times:
+        raise ValueError(f"no rows of {strategy} at batch size {batch_size} in these results")
+    return statistics.median(times)
+
+
+def modelled_step_s(row: TrainingRow, hosts: int, devices: int, *, alpha_s: float = 0.0,
+                    own_s: float = 0.0, compute_s: float | None = None) -> float:
+    """The step model's seconds for ``row``: its compute (``compute_s``, by default the row's
+    measured one), ``own_s`` of the scheme's own work, and its strategy's link bytes at the
+    row's rate (``FRAME_SHARE`` of it carries data) with ``alpha_s`` per message step.
 
     Examples:
         >>> row = TrainingRow("data_parallel", "200mbit", 64, 0.3, 0.05, 0.25)
@@ -110,14 +196,17 @@ def modelled_step_s(row: TrainingRow, hosts: int, devices: int, *, alpha_s: floa
         matrices=[s for _, s in PART_FOUR.layers if len(s) == 2],
         dense=sum(s[0] for _, s in PART_FOUR.layers if len(s) == 1), local_steps=LOCAL_STEPS)
     rate = rate_bytes_per_s(row.link_rate) * FRAME_SHARE
-    return step_time(traffic, row.compute_s, alpha_s=alpha_s, bytes_per_s=rate).step_s
+    compute = row.compute_s if compute_s is None else compute_s
+    return step_time(traffic, compute + own_s, alpha_s=alpha_s, bytes_per_s=rate).step_s
 
 
 def saved_training_results() -> TrainingResults:
-    """The saved full run, ``course_utils/saved/training.json``. Regenerate (as root, about 30
-    minutes): ``course cluster --measure training --plan full --link-rate
-    50mbit,200mbit,1gbit,10gbit --timeout 3000 --out build/training``, then copy
-    ``training.json``."""
+    """The saved full runs, ``course_utils/saved/training.json``: the medians over three runs of
+    the full plan. Regenerate (as root, about 30 minutes a run, on a quiet machine): three times
+    ``course cluster --measure training --plan full --link-rate 50mbit,200mbit,1gbit,10gbit
+    --timeout 3000 --out build/training-K`` (K = 1, 2, 3), then ``python
+    scripts/median_training_runs.py build/training-*/training.json >
+    course_utils/saved/training.json``."""
     import json
     from importlib.resources import files
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -68,7 +69,8 @@ def _measure(args: argparse.Namespace) -> str:
 
 def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
     """Every rate of ``--link-rate`` in turn, each finished rate passed to ``say``; the results
-    (for ``--measure training``, the rows of every rate). Whatever happens, nothing the runs
+    (for ``--measure training``, the rows of every rate and the median over the rates of one
+    device's FLOP rate while every device computed). Whatever happens, nothing the runs
     made is left.
 
     Raises:
@@ -95,12 +97,13 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
     # SIGTERM leaves through the same cleanup as Ctrl-C
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.monotonic()
-    runs = []
+    runs, flops = [], []
     try:
         for rate in rates:
             result = _host_result(args, rate, started + args.timeout)
             if _measure(args) == "training":
                 runs += [{**row, "link_rate": rate} for row in result["rows"]]
+                flops.append(result["flops_per_s"])
             else:
                 runs.append(from_json(ClusterRun, {
                     "hosts": args.hosts, "devices_per_host": args.devices_per_host,
@@ -118,7 +121,7 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
     finally:
         signal.signal(signal.SIGTERM, previous)
     if _measure(args) == "training":
-        return runs
+        return runs, statistics.median(flops)
     return ClusterResults(hosts=args.hosts, devices_per_host=args.devices_per_host,
                           plan=args.plan, tcp=args.tcp,
                           default_tcp=default_congestion_control(), versions=_versions(),
@@ -141,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.measure == "training":
-        results = _training_results(args, results, started)
+        results = _training_results(args, *results, started)
         (out / "training.json").write_text(json.dumps(to_json(results), indent=1))
         written = "training.json"
         for row in results.rows:
@@ -163,24 +166,33 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _training_results(args: argparse.Namespace, rows: list[dict], started: float):
-    """The training rows of every rate, with the held-out curves (trained here, without the
-    links) and how the run was made."""
+def _training_results(args: argparse.Namespace, rows: list[dict], flops_per_s: float,
+                      started: float):
+    """The training rows of every rate, with the held-out curves and each scheme's own work
+    (measured here, without the links) and how the run was made."""
     import os
 
     from course_utils.results.training import TrainingResults
     from course_utils.tools.cluster.netns import default_congestion_control
-    from course_utils.tools.cluster.training import TRAINING_PLANS, heldout_curves
+    from course_utils.tools.cluster.training import (
+        TRAINING_PLANS,
+        heldout_curves,
+        measure_own_work,
+    )
+    from course_utils.tools.cluster.worker import _timer
 
-    curves = heldout_curves(TRAINING_PLANS[args.plan], args.hosts * args.devices_per_host)
+    plan = TRAINING_PLANS[args.plan]
+    curves = heldout_curves(plan, args.hosts * args.devices_per_host)  # sets up the devices
+    timed = _timer(plan["repeats"])[1]
+    own_work = measure_own_work(plan, timed)
     versions = _versions()
     meta = {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "plan": args.plan,
             "python": versions.python, "jax": versions.jax, "jaxlib": versions.jaxlib,
             "cores": os.cpu_count(), "tcp": args.tcp,
-            "default_tcp": default_congestion_control(),
+            "default_tcp": default_congestion_control(), "flops_per_s": flops_per_s,
             "seconds": time.monotonic() - started}
-    return from_json(TrainingResults, {"meta": meta, "rows": rows, "curves": curves},
-                     "the training run")
+    return from_json(TrainingResults, {"meta": meta, "rows": rows, "curves": curves,
+                                       "own_work": own_work}, "the training run")
 
 
 def add_cluster_parser(sub) -> None:

@@ -7,6 +7,12 @@ device draws per (micro-)step. Besides the strategies, each batch size times the
 alone: one device's gradient and update with nothing sent (local SGD's step), the ``compute_s``
 of every row; ``communication_s`` is the rest of the step. Gradient accumulation runs
 ``ACCUMULATION`` micro-steps, each adding its gradient to the state, and one all-reduce.
+
+After the steps, every device of every host multiplies rows by the model's first weight matrix
+at once: one device's FLOP rate while all compute, as in the steps. Without the links (in the
+process that runs ``course cluster``, on as many logical devices) it trains each strategy for its
+held-out curve and times each compression scheme's step where sending is only a memory copy
+(what the scheme's own encoding and decoding cost).
 """
 
 from __future__ import annotations
@@ -15,17 +21,25 @@ import numpy as np
 
 from course_utils.problems.classification import PART_FOUR
 from course_utils.training.batches import HELDOUT_ROWS
-from course_utils.training.part_four import ACCUMULATION, LOCAL_STEPS, STEPS, TOPK_FRACTION
+from course_utils.training.part_four import (
+    ACCUMULATION,
+    LOCAL_STEPS,
+    SAME_CURVE,
+    STEPS,
+    TOPK_FRACTION,
+)
 
 HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
 
-# curves: steps trained in one process for the held-out loss, recorded every ``every`` steps
+# curves: steps (by batch size) trained in one process for the held-out loss, recorded every
+# ``every`` steps; the large batches take fewer steps, which keeps the full plan under 30 minutes
 TRAINING_PLANS = {
-    "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation"),
-              "repeats": 3, "steps": 20, "every": 10},
+    "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation", "hsdp"),
+              "repeats": 3, "steps": {64: 20}, "every": 10},
     "full": {"batch_sizes": (32, 128, 512, 1024), "strategies": tuple(STEPS), "repeats": 5,
-             "steps": 200, "every": 10},
+             "steps": {32: 200, 128: 200, 512: 100, 1024: 100}, "every": 10},
 }
+FLOPS_ROWS = 1024  # rows of the timed matrix product (the model's first layer at batch 1024)
 
 
 def fits(name: str, batch_size: int, p: int, rows: int) -> bool:
@@ -63,6 +77,15 @@ def _program(mesh, name: str, batch_size: int):
     micro = ACCUMULATION if name == "accumulation" else 1
     n, (x, y) = padded_size(p, PART_FOUR), classification_task(mlp=PART_FOUR)
     rows = p * batch_size * micro
+    if name == "hsdp":  # a ("host", "device") mesh, each process's devices one host
+        from course_utils.training.hsdp import ROWS, SLICED, hsdp_program
+
+        hosts = mesh.devices.reshape(jax.process_count(), -1)
+        two = jax.sharding.Mesh(hosts, ("host", "device"))
+        state = (_placed(two, init_params(n, 0, PART_FOUR), SLICED),
+                 _placed(two, np.zeros(n, np.float32), SLICED))
+        return (hsdp_program(two, rows=rows, mlp=PART_FOUR), state,
+                _placed(two, x[:rows], ROWS), _placed(two, y[:rows], ROWS))
     ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR)
     strategy = STRATEGY_STEPS[STEPS[name]]
     state = strategy.init(init_params(n, 0, PART_FOUR), mesh, ctx)
@@ -128,7 +151,13 @@ def heldout_curves(plan: dict, p: int) -> list[dict]:
         for name in plan["strategies"]:
             if not fits(name, batch_size, p, HELDOUT_FREE_ROWS):
                 continue
-            run = train(mesh, STEPS[name], steps=plan["steps"], batch_size=batch_size,
+            same = next((c for c in curves if name in SAME_CURVE and (
+                c["strategy"], c["batch_size"]) == (SAME_CURVE[name], batch_size)), None)
+            if same is not None:  # the same updates: the curve already trained
+                curves.append({**same, "strategy": name})
+                continue
+            run = train(mesh, STEPS[name], steps=plan["steps"][batch_size],
+                        batch_size=batch_size,
                         accumulate=ACCUMULATION if name == "accumulation" else 1,
                         local_steps=LOCAL_STEPS if name == "local_sgd" else 1,
                         topk_fraction=TOPK_FRACTION, heldout_every=plan["every"],
@@ -136,3 +165,40 @@ def heldout_curves(plan: dict, p: int) -> list[dict]:
             curves.append({"strategy": name, "batch_size": batch_size,
                            "heldout_loss": [list(point) for point in run.heldout_loss]})
     return curves
+
+
+def measure_own_work(plan: dict, timed) -> list[dict]:
+    """Data parallelism's and each compression scheme's step at the plan's smallest batch size,
+    timed on this process's devices, where sending costs only memory copies: a scheme's step
+    minus data parallelism's is its own work (top-k's selection, encoding, decoding), which
+    does not depend on the batch. ``timed(fn, *args)`` gives a call's median seconds."""
+    import jax
+    from jax.sharding import Mesh
+
+    from course_utils.training.part_four import COMPRESSED
+
+    mesh = Mesh(np.asarray(jax.devices()), ("d",))
+    batch_size = min(plan["batch_sizes"])
+    names = [s for s in ("data_parallel", *COMPRESSED) if s in plan["strategies"]]
+    return [{"strategy": name, "batch_size": batch_size,
+             "step_s": timed(*_program(mesh, name, batch_size))[0]} for name in names]
+
+
+def flops_per_s(timed, rows: int = FLOPS_ROWS) -> float:
+    """FLOPs per second of one device while every global device multiplies ``rows`` rows by the
+    model's first weight matrix (2 · rows · fan_in · fan_out FLOPs each)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from course_utils.tools.cluster.worker import _placed
+
+    mesh = Mesh(np.asarray(jax.devices()), ("d",))
+    fan_in, fan_out = PART_FOUR.features, PART_FOUR.hidden
+    rng = np.random.default_rng(0)
+    x = _placed(mesh, rng.standard_normal((mesh.size * rows, fan_in), np.float32), P("d"))
+    w = _placed(mesh, rng.standard_normal((mesh.size * fan_in, fan_out), np.float32), P("d"))
+    product = jax.jit(jax.shard_map(jnp.matmul, mesh=mesh, in_specs=(P("d"), P("d")),
+                                    out_specs=P("d")))
+    return 2.0 * rows * fan_in * fan_out / timed(product, x, w)[0]

@@ -197,10 +197,15 @@ def main(argv=None) -> int:
 
     join_runtime(args.coordinator, args.process_id, args.processes, args.devices)
     if args.measure == "training":
-        from course_utils.tools.cluster.training import TRAINING_PLANS, measure_training
+        from course_utils.tools.cluster.training import (
+            TRAINING_PLANS,
+            flops_per_s,
+            measure_training,
+        )
 
         plan = TRAINING_PLANS[args.plan]
-        result = {"rows": measure_training(plan, _timer(plan["repeats"])[1])}
+        timed = _timer(plan["repeats"])[1]
+        result = {"rows": measure_training(plan, timed), "flops_per_s": flops_per_s(timed)}
     else:
         result = measure(PLANS[args.plan], args.processes)
     if args.process_id == 0:

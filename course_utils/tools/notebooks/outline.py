@@ -18,6 +18,7 @@ PARTS = (
     ("Part two: the ring by hand, latency and buckets, hierarchy", 11, 13),
     ("Part three: ZeRO and FSDP, compression, local SGD", 14, 16),
     ("Capstone: a cluster on one machine", 17, 17),
+    ("Part four: compute against communication, every strategy timed", 18, 20),
 )
 
 WHO = """\
@@ -48,7 +49,7 @@ WORDS_PER_MINUTE = 200  # a reading pace for prose with code
 # step → minutes for its exercises, for a student who has read the step: a planning figure set by
 # the authors from the size of each exercise, not measured with a class (the page says so)
 EXERCISE_MINUTES = {2: 10, 3: 10, 4: 10, 5: 15, 6: 15, 7: 15, 8: 15, 11: 30, 12: 25, 13: 20,
-                    14: 25, 15: 25, 16: 20, 17: 20}
+                    14: 25, 15: 25, 16: 20, 17: 20, 18: 15, 20: 20}
 
 # step → (a common wrong answer, what its check says): tests/test_mistakes.py runs each of them
 MISTAKES = {
@@ -80,6 +81,13 @@ MISTAKES = {
           "the rate is in bits per second: divide it by 8 for bytes"),
          ("the devices of a host not sharing its link",
           "devices of a host share its one link")),
+    18: (("the rate in bits taken for bytes",
+          "the rate is in bits per second: divide it by 8 for bytes"),
+         ("the all-reduce's time returned instead of rows",
+          "that is the all-reduce's time; divide it by one row's compute time")),
+    20: (("the rate left in bytes per second", "that is bytes per second"),
+         ("one step of each compared, not the steps to the target",
+          "count each one's steps to the target")),
 }
 LINES = {  # step → one line on what the student sees (the README's series table says the same)
     1: 'four logical CPU devices, the mesh, the three placements, who holds what',
@@ -110,6 +118,12 @@ LINES = {  # step → one line on what the student sees (the README's series tab
     17: ('hosts as network namespaces joined by rate-limited links (`course cluster`, root): the'
          ' collectives, the two-level all-reduce across link rates, 16- against 32-bit rings and'
          ' bucketing, timed against the link model'),
+    18: ('a data-parallel step and its accumulated form on the page; its compute from FLOPs, its'
+         ' communication from the link model with α; the batch where the two balance, predicted'
+         ' and read off the cluster'),
+    20: ('HSDP on a `("host", "device")` mesh against data parallelism; every strategy timed on'
+         ' the cluster from 50 Mbit/s to 10 Gbit/s: time per step and to a target loss, against'
+         ' the models; where each compression scheme pays'),
 }
 
 

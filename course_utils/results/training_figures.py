@@ -1,0 +1,89 @@
+"""Figures of part four's saved training run (``training.json``): step time against batch size
+at each link rate (step 18), and time to a target held-out loss against the link rate for each
+strategy (step 20), each measured (markers) against the step model (dashed, the same colour)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from course_utils.models.links import rate_bytes_per_s, rate_label
+from course_utils.results.training import (
+    TrainingResults,
+    median_compute_s,
+    modelled_step_s,
+    own_work_s,
+    steps_to,
+)
+
+
+def _rates(results: TrainingResults) -> list[str]:
+    return list(dict.fromkeys(r.link_rate for r in results.rows))
+
+
+def _row(results: TrainingResults, strategy: str, rate: str, batch_size: int):
+    return next((r for r in results.rows
+                 if (r.strategy, r.link_rate, r.batch_size) == (strategy, rate, batch_size)),
+                None)
+
+
+def step_figure_data(results: TrainingResults, *, alpha_s: Mapping[str, float] | None = None,
+                     strategy: str = "data_parallel") -> dict:
+    """One panel: ``strategy``'s step time against the batch size (rows per device) at each link
+    rate, measured and modelled (the median compute over the rates + α per message step + link
+    bytes / rate, α by rate from ``alpha_s``, default 0), with that compute alone in grey."""
+    m, alpha_s = results.meta, alpha_s or {}
+    sizes = sorted({r.batch_size for r in results.rows if r.strategy == strategy})
+    if not sizes:
+        raise ValueError(f"no rows of {strategy!r} in these results")
+    compute = {b: median_compute_s(results, strategy, b) for b in sizes}
+    series = []
+    for k, rate in enumerate(_rates(results)):
+        rows = [_row(results, strategy, rate, b) for b in sizes]
+        color, label = f"C{k}", rate_label(rate)
+        series.append({"label": label, "y": [r.step_s * 1e3 for r in rows], "color": color})
+        series.append({"label": f"{label}, model", "style": "model", "color": color,
+                       "y": [modelled_step_s(r, m.hosts, m.devices_per_host,
+                                             alpha_s=alpha_s.get(rate, 0.0),
+                                             compute_s=compute[r.batch_size]) * 1e3
+                             for r in rows]})
+    series.append({"label": "compute alone", "color": "0.4",
+                   "y": [compute[b] * 1e3 for b in sizes]})
+    return {"panels": [{
+        "kind": "line", "title": f"{strategy.replace('_', ' ')} step, {m.hosts} hosts × "
+                                 f"{m.devices_per_host} (dashed: model)",
+        "x": sizes, "xscale": "log", "yscale": "log", "xlabel": "rows per device per step",
+        "ylabel": "step time (ms)", "series": series}]}
+
+
+def time_to_target_figure_data(results: TrainingResults, strategies: Sequence[str],
+                               batch_size: int, target: float, *,
+                               alpha_s: Mapping[str, float] | None = None) -> dict:
+    """One panel: seconds to reach ``target`` held-out loss against the link rate, for each of
+    ``strategies`` that reaches it at ``batch_size``: its curve's steps times the measured step
+    time (markers) and the modelled one with the scheme's own work (dashed)."""
+    m, alpha_s, rates = results.meta, alpha_s or {}, _rates(results)
+    series = []
+    for k, strategy in enumerate(strategies):
+        curve = next((c for c in results.curves
+                      if (c.strategy, c.batch_size) == (strategy, batch_size)), None)
+        steps = None if curve is None else steps_to(curve, target)
+        if steps is None:
+            continue
+        rows = [_row(results, strategy, rate, batch_size) for rate in rates]
+        if None in rows:
+            continue
+        own, color = own_work_s(results, strategy), f"C{k}"
+        compute = median_compute_s(results, strategy, batch_size)
+        label = strategy.replace("_", " ")
+        series.append({"label": label, "y": [steps * r.step_s for r in rows], "color": color})
+        series.append({"label": f"{label}, model", "style": "model", "color": color,
+                       "y": [steps * modelled_step_s(
+                           r, m.hosts, m.devices_per_host, alpha_s=alpha_s.get(r.link_rate, 0.0),
+                           own_s=own, compute_s=compute) for r in rows]})
+    if not series:
+        raise ValueError(f"no strategy reaches {target} at batch size {batch_size}")
+    return {"panels": [{
+        "kind": "line", "title": f"time to held-out loss {target:.3f}, batch {batch_size} "
+                                 "(dashed: model)",
+        "x": [rate_bytes_per_s(r) * 8 / 1e6 for r in rates], "xscale": "log", "yscale": "log",
+        "xlabel": "link rate (Mbit/s)", "ylabel": "time to the target (s)", "series": series}]}

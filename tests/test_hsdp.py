@@ -1,0 +1,35 @@
+"""HSDP's step (``training.hsdp``): data parallelism's update, with the parameters sliced inside
+a host, the gradient reduce-scattered inside it and only the slices all-reduced across hosts."""
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+
+from course_utils.observe.ir import hlo_collectives
+from course_utils.problems.classification import PART_FOUR
+from course_utils.tools.cluster.training import _program
+from course_utils.training.hsdp import SLICED, hsdp_program
+
+
+def test_one_hsdp_step_is_data_parallelism_s_with_the_parameters_sliced_in_each_host():
+    devices = np.asarray(jax.devices())  # 4: 2 "hosts" of 2
+    flat, two = Mesh(devices, ("d",)), Mesh(devices.reshape(2, 2), ("host", "device"))
+    step, state, x, y = _program(flat, "data_parallel", 16)
+    expected = np.asarray(step(state, x, y).params)
+    sliced = NamedSharding(two, SLICED)
+    start = (jax.device_put(np.asarray(state.params), sliced),
+             jax.device_put(np.zeros(expected.size, np.float32), sliced))
+    hsdp = hsdp_program(two, rows=len(y), mlp=PART_FOUR)
+    w, _ = hsdp(start, x, y)
+    np.testing.assert_allclose(np.asarray(w), expected, atol=1e-6)
+    assert [s.data.shape for s in w.addressable_shards] == [(expected.size // 2,)] * 4
+    ops = [(o.op, o.replica_groups) for o in hlo_collectives(
+        hsdp.lower(start, x, y).compile().as_text())]
+    inside, across = [[0, 1], [2, 3]], [[0, 2], [1, 3]]
+    assert ops == [("all-gather", inside), ("reduce-scatter", inside), ("all-reduce", across)]
+
+
+def test_hsdp_needs_a_host_and_a_device_axis():
+    with pytest.raises(ValueError, match="axes \\('host', 'device'\\)"):
+        hsdp_program(Mesh(np.asarray(jax.devices()), ("d",)), rows=8, mlp=PART_FOUR)

@@ -1,0 +1,118 @@
+"""Steps 18 and 20's readings of the saved training runs (saved/training.json, the medians of
+three runs): the notebooks say what the data show; these tests hold the readings to the data, so
+a new saved run that disagrees fails here, not in a student's cell."""
+
+from __future__ import annotations
+
+import math
+
+from course_utils.models.cost_model import Topology
+from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+from course_utils.models.step import balanced_rows, break_even_bits, strategy_traffic
+from course_utils.problems.classification import PART_FOUR, padded_size
+from course_utils.results.cluster import per_message_s, saved_cluster_results
+from course_utils.results.training import (
+    median_compute_s,
+    modelled_step_s,
+    own_work_s,
+    saved_training_results,
+    steps_to,
+)
+from course_utils.training.part_four import COMPRESSED
+
+SAVED = saved_training_results()
+H, D = SAVED.meta.hosts, SAVED.meta.devices_per_host
+N = padded_size(H * D, PART_FOUR)
+DP = strategy_traffic("data_parallel", N, Topology(H, D))
+ALPHA = per_message_s(saved_cluster_results("2x2"), DP.messages)
+MATRICES = [s for _, s in PART_FOUR.layers if len(s) == 2]
+SIZES = sorted({r.batch_size for r in SAVED.rows})
+BATCH = 128  # step 20's tables
+
+
+def _row(strategy, rate, b):
+    return next(r for r in SAVED.rows if (r.strategy, r.link_rate, r.batch_size)
+                == (strategy, rate, b))
+
+
+def _bound(rate):
+    return balanced_rows(DP, MATRICES, flops_per_s=SAVED.meta.flops_per_s, alpha_s=ALPHA[rate],
+                         bytes_per_s=rate_bytes_per_s(rate) * FRAME_SHARE)
+
+
+def _measured_bound(rate):
+    compute = {b: median_compute_s(SAVED, "data_parallel", b) for b in SIZES}
+    return [b for b in SIZES if _row("data_parallel", rate, b).step_s > 2 * compute[b]]
+
+
+def test_the_saved_file_is_the_median_of_three_runs():
+    assert SAVED.meta.runs == 3 and SAVED.meta.flops_per_s > 0
+
+
+def test_18_the_compute_follows_the_flops_from_512_rows_and_is_far_above_them_at_32():
+    ratio = {b: median_compute_s(SAVED, "data_parallel", b)
+             / (6 * b * sum(a * c for a, c in MATRICES) / SAVED.meta.flops_per_s) for b in SIZES}
+    assert all(abs(ratio[b] - 1) < 0.15 for b in (512, 1024)) and ratio[32] > 2
+
+
+def test_18_where_the_model_and_the_run_say_the_step_is_communication_bound():
+    for rate in ("50mbit", "200mbit"):
+        assert _bound(rate) > max(SIZES) and _measured_bound(rate) == SIZES
+    assert 128 < _bound("1gbit") < 512 and _measured_bound("1gbit") == [32, 128]
+    assert _bound("10gbit") < 100 and _measured_bound("10gbit") == [32]
+
+
+def test_18_the_model_is_within_5_percent_at_the_three_slower_rates():
+    for rate in ("50mbit", "200mbit", "1gbit"):
+        for b in SIZES:
+            row = _row("data_parallel", rate, b)
+            model = modelled_step_s(row, H, D, alpha_s=ALPHA[rate],
+                                    compute_s=median_compute_s(SAVED, "data_parallel", b))
+            assert abs(model / row.step_s - 1) < 0.05, (rate, b)
+
+
+def test_18_accumulation_gains_about_k_on_the_slowest_link_and_little_when_compute_bound():
+    def gain(rate, b):
+        return (_row("data_parallel", rate, b).step_s * 4
+                / _row("accumulation", rate, b).step_s)  # per row: 4× the rows per step
+
+    assert gain("50mbit", 32) > 3.8 and gain("50mbit", 1024) < gain("50mbit", 32)
+    assert all(gain("10gbit", b) < 1.2 for b in (512, 1024))
+
+
+def _steps(b):
+    dp = next(c for c in SAVED.curves if (c.strategy, c.batch_size) == ("data_parallel", b))
+    target = 1.02 * sorted(loss for _, loss in dp.heldout_loss[-5:])[2]
+    return {c.strategy: steps_to(c, target) for c in SAVED.curves if c.batch_size == b}
+
+
+def test_20_top_k_is_the_first_scheme_at_50mbit_at_every_batch_and_powersgd_never_arrives():
+    for b in SIZES:
+        steps = _steps(b)
+        times = {s: steps[s] * _row(s, "50mbit", b).step_s for s in COMPRESSED if steps[s]}
+        assert min(times, key=times.get) == "topk_ef"
+        assert steps["data_parallel"] * _row("data_parallel", "50mbit", b).step_s > 4 * min(
+            times.values())
+        assert steps["powersgd"] is None
+
+
+def test_20_the_schemes_pay_below_1gbit_and_the_break_even_lies_between_1_and_10_gbit():
+    steps = _steps(BATCH)
+    for s in ("bf16", "int8", "topk_ef"):
+        bound = break_even_bits(steps["data_parallel"], strategy_traffic(
+            "data_parallel", N, Topology(H, D)).link_bytes, steps[s], modelled_bytes(s),
+            median_compute_s(SAVED, s, BATCH), own_work_s(SAVED, s))
+        assert 1e9 < bound < 1e10 and not math.isinf(bound)
+        for rate in ("50mbit", "200mbit", "1gbit"):
+            assert (steps[s] * _row(s, rate, BATCH).step_s
+                    < steps["data_parallel"] * _row("data_parallel", rate, BATCH).step_s)
+    at_10 = {s: steps[s] * _row(s, "10gbit", BATCH).step_s for s in ("data_parallel", "topk_ef",
+                                                                     "int8")}
+    assert at_10["topk_ef"] > at_10["data_parallel"] and at_10["int8"] < at_10["topk_ef"]
+
+
+def modelled_bytes(strategy):
+    from course_utils.training.part_four import TOPK_FRACTION
+
+    extra = {"topk_ef": {"topk": round(TOPK_FRACTION * N)}}
+    return strategy_traffic(strategy, N, Topology(H, D), **extra.get(strategy, {})).link_bytes
