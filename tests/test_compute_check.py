@@ -46,6 +46,9 @@ def test_the_right_rows_pass_and_each_slip_is_named(capsys):
         (_rows(alpha_steps=lambda p: 0), "add the latency: 2\\(p-1\\) message steps"),
         (_rows(alpha_steps=lambda p: 1), "2\\(p-1\\) message steps, each paying alpha_s"),
         (_rows(flops=2), "is the forward pass only"),
+        (lambda w, h, d, bits, a, f: _rows()(w, h, 1, bits, a, f), "not the hosts alone"),
+        (lambda w, h, d, bits, a, f: _rows()(w, h, d, bits, a, f) * h * d, "rows per device"),
+        (_rows(per_byte=1 / 0.956), "leave out the headers' share"),
         (lambda w, h, d, bits, a, f: 5000.0, "the communication time"),
         (lambda w, h, d, bits, a, f: balanced_rows(
             strategy_traffic("data_parallel", w, Topology(h, d)), [(w, 1)], flops_per_s=f,
@@ -65,12 +68,14 @@ STEP_20 = {"dp_steps": 140, "dp_bytes": 6.7e6, "scheme_steps": 100, "scheme_byte
            "compute_s": 0.03, "own_s": 0.05}
 
 
-def _break_even(*, bits=8, steps=True, compute=True, ends=True):
+def _break_even(*, bits=8, steps=True, compute=True, ends=True, own=True):
     """The break-even rate written by hand, with one slip switched on by its argument."""
 
     def my_break_even(dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s):
         if not steps:
             dp_steps = scheme_steps = 1
+        if not own:
+            own_s = 0.0
         saved = dp_steps * dp_bytes - scheme_steps * scheme_bytes
         extra = scheme_steps * (compute_s + own_s) - dp_steps * compute_s
         if not compute:
@@ -94,7 +99,9 @@ def test_the_break_even_rate_passes_and_each_slip_is_named(capsys):
         (_break_even(steps=False), "count each one's steps to the target"),
         (_break_even(compute=False), "count the compute of every step"),
         (_break_even(ends=False), "return math.inf"),
-        (lambda *args: math.inf, "pays only while its extra compute"),
+        (lambda *args: math.inf, "is infinite, but the scheme's extra compute"),
+        (lambda *args: _break_even()(*STEP_20.values()), "gives the same number: write the rate"),
+        (_break_even(own=False), "its own work own_s"),
         (lambda *args: break_even_bits(*args), "uses the package's break_even_bits"),
     ]:
         with pytest.raises(ExerciseFailed, match=message):

@@ -9,6 +9,7 @@ import numpy as np
 
 from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
 from course_utils.models.cost_model import Topology, link_bytes_sent, message_steps
+from course_utils.models.links import FRAME_SHARE
 from course_utils.models.step import (
     balanced_rows,
     break_even_bits,
@@ -24,10 +25,10 @@ def expected_rows(weights: int, hosts: int, devices: int, rate_bits: float, alph
                   flops_per_s: float) -> float:
     """The step model's balanced rows per device: a ring all-reduce of ``weights`` float32
     values over hosts × devices ranks, at ``rate_bits`` (no headers), against 6 FLOPs per weight
-    per row."""
+    per row (the exercise's count: every layer forms its input's gradient)."""
     traffic = strategy_traffic("data_parallel", weights, Topology(hosts, devices))
     return balanced_rows(traffic, [(weights, 1)], flops_per_s=flops_per_s, alpha_s=alpha_s,
-                         bytes_per_s=rate_bits / 8)
+                         bytes_per_s=rate_bits / 8, input_gradient=True)
 
 
 # (weights, hosts, devices per host, bit/s, α in s, FLOP/s) the notebook never uses
@@ -105,12 +106,21 @@ def _slip(value: float, weights: int, hosts: int, devices: int, rate_bits: float
     if alpha_s > 0 and near(link_s, rtol=1e-6):
         return "add the latency: 2(p-1) message steps of alpha_s each"
     if alpha_s > 0 and any(near(link_s + steps * alpha_s, rtol=1e-6)
-                           for steps in (1, p - 1, p, 2 * p)):
+                           for steps in (1, p - 1, p, 2 * p, hosts - 1, 2 * (hosts - 1))):
         return "a ring all-reduce takes 2(p-1) message steps, each paying alpha_s"
+    if hosts > 1 and near(2 * (hosts - 1) / hosts * 4 * weights / (rate_bits / 8)
+                          + 2 * (hosts - 1) * alpha_s):
+        return "p is every rank of the ring, hosts × devices, not the hosts alone"
+    if near(4 * weights / (rate_bits / 8) + latency_s):
+        return "each host's link carries 2(p-1)/p of the gradient, not the gradient once"
+    if near((link_s + latency_s) * p):
+        return "give the rows per device, not the rows of all p devices together"
+    if near((link_s / FRAME_SHARE + latency_s)) or near(link_s / 0.96 + latency_s):
+        return "leave out the headers' share: divide the bytes by rate_bits / 8"
     for flops, name in ((2, "forward pass only"), (4, "backward pass only")):
         if near(link_s + latency_s, flops * weights / flops_per_s):
-            return (f"{flops} FLOPs per weight per row is the {name}: a step costs 6, forward "
-                    "(2) and backward (4)")
+            return (f"{flops} FLOPs per weight per row is the {name}: the exercise counts 6, "
+                    "forward (2) and backward (4: the weights' and the input's gradients)")
     return None
 
 
@@ -152,12 +162,23 @@ def check_break_even(fn, *, dp_steps: int, dp_bytes: float, scheme_steps: int,
                        "and no less compute): return 0.0")
                 fail(exercise, f"{call}: {end}")
             return got
-        if math.isinf(got) or not np.isclose(got, want, rtol=TOLERANCE):
+        if math.isinf(got):
+            fail(exercise, f"{call} is infinite, but the scheme's extra compute to the target "
+                           "(its steps, each with compute_s and its own work own_s, against data "
+                           "parallelism's steps of compute_s) is positive here: it pays only "
+                           "below a finite rate")
+        if not np.isclose(got, want, rtol=TOLERANCE):
+            if not first and typed is not None and np.isclose(got, typed, rtol=1e-9):
+                fail(exercise, f"right at this notebook's numbers, but {call} gives the same "
+                               "number: write the rate from the arguments, not a number worked "
+                               "out once")
             where = "" if first else f"right at this notebook's numbers, but not at {call}: "
             fail(exercise, f"{where}{off_by(got, want)}; {_rate_slip(got, *case)}")
         return got
 
-    value = judge((dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s), True)
+    typed = None
+    value = typed = judge((dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s),
+                          True)
     for unseen in _UNSEEN_RATES:
         judge(unseen, False)
     passed(exercise, f"{value / 1e6:,.0f} Mbit/s; and at {len(_UNSEEN_RATES)} other cases")
@@ -171,8 +192,6 @@ def _rate_slip(got, dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, o
     def near(value: float) -> bool:
         return bool(np.isclose(got, value, rtol=TOLERANCE))
 
-    if math.isinf(got):
-        return "the scheme pays only while its extra compute is outweighed by the bytes saved"
     if near(saved / extra):
         return "that is bytes per second: the rate is in bits per second, 8 per byte"
     if own_s > 0 and near(8 * (dp_bytes - scheme_bytes) / own_s):
@@ -180,5 +199,9 @@ def _rate_slip(got, dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, o
                 "bytes and their compute differ in number of steps")
     if near(8 * saved / (scheme_steps * own_s)):
         return "count the compute of every step: the two take different numbers of steps"
+    if near(8 * saved / (scheme_steps * compute_s - dp_steps * compute_s)):
+        return "add the scheme's own work, own_s, to each of its steps"
+    if any(near(8 * saved / extra * f) for f in (FRAME_SHARE, 1 / FRAME_SHARE, 0.96, 1 / 0.96)):
+        return "leave out the headers: the exercise divides the bytes by the rate alone"
     return ("the rate where the bytes saved to the target, over the link, take as long as the "
             "extra seconds of compute to the target")

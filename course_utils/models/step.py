@@ -4,8 +4,9 @@ Per optimizer step, a strategy moves ``Traffic.link_bytes`` over each host's lin
 ``Traffic.messages`` message steps; at a link of ``bytes_per_s`` with a latency ``alpha_s`` per
 message that takes ``messages · α + link_bytes / rate``. The compute is the step's FLOPs at the
 machine's rate: a dense layer of ``fan_in × fan_out`` weights costs 2 · rows · fan_in · fan_out
-FLOPs forward and twice that backward, 6 · rows · weights in all (Kaplan et al., 2020, "Scaling
-Laws for Neural Language Models", section 2.1). Without overlap (step 19) the two add up.
+FLOPs forward and twice that backward, 6 · rows · weights (Kaplan et al., 2020, "Scaling Laws for
+Neural Language Models", section 2.1), except the first, whose input gradient is never formed
+(4 · rows · weights). Without overlap (step 19) the two add up.
 
 Each strategy's bytes follow from the collectives it runs (``cost_model``'s table, rings over
 hosts × devices ranks numbered host by host), for a flat parameter vector of ``n`` float32 values:
@@ -144,16 +145,23 @@ def strategy_traffic(strategy: str, n: int, topology: Topology, *,
     return Traffic(every.link_bytes / local_steps, every.messages / local_steps)
 
 
-def mlp_flops(rows: int, matrices: Sequence[tuple[int, int]]) -> float:
-    """FLOPs of one forward and backward pass over ``rows`` rows: 6 · rows · weights.
+def mlp_flops(rows: int, matrices: Sequence[tuple[int, int]], *,
+              input_gradient: bool = False) -> float:
+    """FLOPs of one forward and backward pass over ``rows`` rows of dense layers ``matrices``:
+    2 per weight and row forward, 2 for the weights' gradient and 2 for the input's gradient,
+    which the first layer skips (its input is the data) unless ``input_gradient``: 6 per weight
+    (Kaplan et al., 2020, section 2.1, for a deep network) but 4 for the first layer's.
 
     Examples:
-        >>> mlp_flops(128, [(32, 256), (256, 8)])  # 6 · 128 · (8192 + 2048)
+        >>> mlp_flops(128, [(32, 256), (256, 8)])  # 128 · (4 · 8192 + 6 · 2048)
+        5767168.0
+        >>> mlp_flops(128, [(32, 256), (256, 8)], input_gradient=True)  # 6 · 128 · 10240
         7864320.0
     """
     if not isinstance(rows, int) or rows < 1:
         raise ValueError(f"rows must be a positive whole number, got {rows!r}")
-    return 6.0 * rows * sum(a * b for a, b in matrices)
+    per_weight = [6.0 if input_gradient or i else 4.0 for i in range(len(matrices))]
+    return rows * sum(f * a * b for f, (a, b) in zip(per_weight, matrices))
 
 
 def step_time(traffic: Traffic, compute_s: float, *, alpha_s: float, bytes_per_s: float,
@@ -177,19 +185,20 @@ def step_time(traffic: Traffic, compute_s: float, *, alpha_s: float, bytes_per_s
 
 
 def balanced_rows(traffic: Traffic, matrices: Sequence[tuple[int, int]], *, flops_per_s: float,
-                  alpha_s: float, bytes_per_s: float) -> float:
+                  alpha_s: float, bytes_per_s: float, input_gradient: bool = False) -> float:
     """Rows per device per step at which the compute takes as long as the communication: above
     it the step is compute-bound. The compute grows with the rows and the bytes do not.
 
     Examples:
-        >>> balanced_rows(Traffic(1e6, 0), [(1000, 1000)], flops_per_s=6e9, alpha_s=0,
-        ...               bytes_per_s=1e6)  # 1 s of communication; 6e6 FLOPs per row
+        >>> balanced_rows(Traffic(1e6, 0), [(1000, 1000)], flops_per_s=4e9, alpha_s=0,
+        ...               bytes_per_s=1e6)  # 1 s of communication; 4e6 FLOPs per row
         1000.0
     """
     if flops_per_s <= 0:
         raise ValueError(f"flops_per_s must be > 0, got {flops_per_s}")
     communication = step_time(traffic, 0.0, alpha_s=alpha_s, bytes_per_s=bytes_per_s)
-    return communication.communication_s * flops_per_s / mlp_flops(1, matrices)
+    return communication.communication_s * flops_per_s / mlp_flops(
+        1, matrices, input_gradient=input_gradient)
 
 
 def break_even_bits(dp_steps: float, dp_bytes: float, scheme_steps: float, scheme_bytes: float,
