@@ -49,6 +49,8 @@ def test_the_right_rows_pass_and_each_slip_is_named(capsys):
         (lambda w, h, d, bits, a, f: _rows()(w, h, 1, bits, a, f), "not the hosts alone"),
         (lambda w, h, d, bits, a, f: _rows()(w, h, d, bits, a, f) * h * d, "rows per device"),
         (_rows(per_byte=1 / 0.956), "leave out the headers' share"),
+        (_rows(per_byte=0.956), "leave out the headers' share"),
+        (_rows(passes=1, own=False), "not the gradient once"),
         (lambda w, h, d, bits, a, f: 5000.0, "the communication time"),
         (lambda w, h, d, bits, a, f: balanced_rows(
             strategy_traffic("data_parallel", w, Topology(h, d)), [(w, 1)], flops_per_s=f,

@@ -108,14 +108,16 @@ def _slip(value: float, weights: int, hosts: int, devices: int, rate_bits: float
     if alpha_s > 0 and any(near(link_s + steps * alpha_s, rtol=1e-6)
                            for steps in (1, p - 1, p, 2 * p, hosts - 1, 2 * (hosts - 1))):
         return "a ring all-reduce takes 2(p-1) message steps, each paying alpha_s"
+    # these two are close at a few ranks: told apart by exact values, as formulas give them
     if hosts > 1 and near(2 * (hosts - 1) / hosts * 4 * weights / (rate_bits / 8)
-                          + 2 * (hosts - 1) * alpha_s):
+                          + 2 * (hosts - 1) * alpha_s, rtol=1e-6):
         return "p is every rank of the ring, hosts × devices, not the hosts alone"
-    if near(4 * weights / (rate_bits / 8) + latency_s):
+    if near(4 * weights / (rate_bits / 8) + latency_s, rtol=1e-6):
         return "each host's link carries 2(p-1)/p of the gradient, not the gradient once"
     if near((link_s + latency_s) * p):
         return "give the rows per device, not the rows of all p devices together"
-    if near((link_s / FRAME_SHARE + latency_s)) or near(link_s / 0.96 + latency_s):
+    if any(near(link_s * f + latency_s, rtol=1e-3)  # FRAME_SHARE or TCP's 96 %, either way
+           for f in (1 / FRAME_SHARE, FRAME_SHARE, 1 / 0.96, 0.96)):
         return "leave out the headers' share: divide the bytes by rate_bits / 8"
     for flops, name in ((2, "forward pass only"), (4, "backward pass only")):
         if near(link_s + latency_s, flops * weights / flops_per_s):
