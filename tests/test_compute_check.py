@@ -108,3 +108,14 @@ def test_the_break_even_rate_passes_and_each_slip_is_named(capsys):
     ]:
         with pytest.raises(ExerciseFailed, match=message):
             check_break_even(fn, **STEP_20)
+
+
+def test_an_answer_wrong_only_where_the_scheme_has_no_own_work_gets_a_message():
+    """A slip seen only at an unseen case without own work, or with equal steps, is named or
+    described, not a ZeroDivisionError."""
+    def wrong_at_the_edges(dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s):
+        right = _break_even()(dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s)
+        return right if own_s > 0 else 1.0
+
+    with pytest.raises(ExerciseFailed, match="right at this notebook's numbers, but not at"):
+        check_break_even(wrong_at_the_edges, **STEP_20)

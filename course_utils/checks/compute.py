@@ -121,8 +121,11 @@ def _slip(value: float, weights: int, hosts: int, devices: int, rate_bits: float
         return "leave out the headers' share: divide the bytes by rate_bits / 8"
     for flops, name in ((2, "forward pass only"), (4, "backward pass only")):
         if near(link_s + latency_s, flops * weights / flops_per_s):
-            return (f"{flops} FLOPs per weight per row is the {name}: the exercise counts 6, "
-                    "forward (2) and backward (4: the weights' and the input's gradients)")
+            return (f"{flops} FLOPs per weight per row is the {name}: the exercise counts 6 "
+                    "for every weight, forward (2) and backward (4: the weights' and the "
+                    "input's gradients)" if flops == 2 else
+                    "4 FLOPs per weight leaves out the input's gradient, true of the first "
+                    "layer only: the exercise counts 6 for every weight")
     return None
 
 
@@ -199,9 +202,9 @@ def _rate_slip(got, dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, o
     if own_s > 0 and near(8 * (dp_bytes - scheme_bytes) / own_s):
         return ("that compares one step of each; count each one's steps to the target: their "
                 "bytes and their compute differ in number of steps")
-    if near(8 * saved / (scheme_steps * own_s)):
+    if own_s > 0 and near(8 * saved / (scheme_steps * own_s)):
         return "count the compute of every step: the two take different numbers of steps"
-    if near(8 * saved / (scheme_steps * compute_s - dp_steps * compute_s)):
+    if scheme_steps != dp_steps and near(8 * saved / ((scheme_steps - dp_steps) * compute_s)):
         return "add the scheme's own work, own_s, to each of its steps"
     if any(near(8 * saved / extra * f) for f in (FRAME_SHARE, 1 / FRAME_SHARE, 0.96, 1 / 0.96)):
         return "leave out the headers: the exercise divides the bytes by the rate alone"
