@@ -41,9 +41,11 @@ def main(paths: list[str]) -> None:
     rates = list(dict.fromkeys(r.link_rate for r in results.rows))
     sizes = sorted({r.batch_size for r in results.rows})
     minutes = ", ".join(f"{r.meta.seconds / 60:.1f}" for r in runs)
+    made = (f"the medians of {m.runs} runs, {m.seconds / 60:.1f} min in all" if m.runs and
+            len(runs) == 1 else f"{len(runs)} run(s) of {minutes} min")
     print(f"{hosts} hosts × {devices} devices, plan {m.plan}, jax {m.jax}, {m.cores} cores, "
-          f"{len(runs)} run(s) of {minutes} min; each time the median of the plan's repeats"
-          + (", then the median over the runs" if len(runs) > 1 else ""))
+          f"{made}; each time the median of the plan's repeats"
+          + (", then the median over the runs" if len(runs) > 1 or m.runs else ""))
 
     if results.own_work:
         own = ", ".join(f"{s} {own_work_s(results, s) * 1e3:.0f} ms" for s in COMPRESSED)
