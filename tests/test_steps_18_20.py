@@ -15,6 +15,7 @@ from course_utils.results.training import (
     median_compute_s,
     modelled_step_s,
     own_work_s,
+    part_four_traffic,
     saved_training_results,
     steps_to,
 )
@@ -101,9 +102,9 @@ def test_20_top_k_is_the_first_scheme_at_50mbit_at_every_batch_and_powersgd_neve
 def test_20_the_schemes_pay_below_1gbit_and_the_break_even_lies_between_1_and_10_gbit():
     steps = _steps(BATCH)
     for s in ("bf16", "int8", "topk_ef"):
-        bound = break_even_bits(steps["data_parallel"], strategy_traffic(
-            "data_parallel", N, Topology(H, D)).link_bytes, steps[s], modelled_bytes(s),
-            median_compute_s(SAVED, s, BATCH), own_work_s(SAVED, s))
+        bound = break_even_bits(steps["data_parallel"], DP.link_bytes, steps[s],
+                                part_four_traffic(s, H, D).link_bytes,
+                                median_compute_s(SAVED, s, BATCH), own_work_s(SAVED, s))
         assert 1e9 < bound < 1e10 and not math.isinf(bound)
         for rate in ("50mbit", "200mbit", "1gbit"):
             assert (steps[s] * _row(s, rate, BATCH).step_s
@@ -111,10 +112,3 @@ def test_20_the_schemes_pay_below_1gbit_and_the_break_even_lies_between_1_and_10
     at_10 = {s: steps[s] * _row(s, "10gbit", BATCH).step_s for s in ("data_parallel", "topk_ef",
                                                                      "int8")}
     assert at_10["topk_ef"] > at_10["data_parallel"] and at_10["int8"] < at_10["topk_ef"]
-
-
-def modelled_bytes(strategy):
-    from course_utils.training.part_four import TOPK_FRACTION
-
-    extra = {"topk_ef": {"topk": round(TOPK_FRACTION * N)}}
-    return strategy_traffic(strategy, N, Topology(H, D), **extra.get(strategy, {})).link_bytes

@@ -170,6 +170,25 @@ def median_compute_s(results: TrainingResults, strategy: str, batch_size: int) -
     return statistics.median(times)
 
 
+def part_four_traffic(strategy: str, hosts: int, devices: int):
+    """The step model's ``Traffic`` of one optimizer step of a part-four row's ``strategy`` on
+    hosts × devices: ``PART_FOUR``'s padded n with the settings of ``training.part_four``
+    (accumulation sends data parallelism's bytes)."""
+    from course_utils.models.cost_model import Topology
+    from course_utils.models.step import strategy_traffic
+    from course_utils.problems.classification import PART_FOUR, padded_size
+    from course_utils.training.part_four import LOCAL_STEPS, STEPS, TOPK_FRACTION
+
+    if STEPS.get(strategy) is None:
+        raise ValueError(f"no step model for {strategy!r}; use one of {', '.join(STEPS)}")
+    n = padded_size(hosts * devices, PART_FOUR)
+    return strategy_traffic(
+        {"accumulation": "data_parallel"}.get(strategy, strategy), n, Topology(hosts, devices),
+        topk=max(1, round(TOPK_FRACTION * n)),
+        matrices=[s for _, s in PART_FOUR.layers if len(s) == 2],
+        dense=sum(s[0] for _, s in PART_FOUR.layers if len(s) == 1), local_steps=LOCAL_STEPS)
+
+
 def modelled_step_s(row: TrainingRow, hosts: int, devices: int, *, alpha_s: float = 0.0,
                     own_s: float = 0.0, compute_s: float | None = None) -> float:
     """The step model's seconds for ``row``: its compute (``compute_s``, by default the row's
@@ -181,20 +200,10 @@ def modelled_step_s(row: TrainingRow, hosts: int, devices: int, *, alpha_s: floa
         >>> round(modelled_step_s(row, 2, 2), 3)  # 0.05 + 1.5 · 4.27 MiB / (25 MB/s · 0.956)
         0.331
     """
-    from course_utils.models.cost_model import Topology
     from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
-    from course_utils.models.step import step_time, strategy_traffic
-    from course_utils.problems.classification import PART_FOUR, padded_size
-    from course_utils.training.part_four import LOCAL_STEPS, STEPS, TOPK_FRACTION
+    from course_utils.models.step import step_time
 
-    n = padded_size(hosts * devices, PART_FOUR)
-    model = {"accumulation": "data_parallel"}.get(row.strategy, row.strategy)
-    if STEPS.get(row.strategy) is None:
-        raise ValueError(f"no step model for {row.strategy!r}; use one of {', '.join(STEPS)}")
-    traffic = strategy_traffic(
-        model, n, Topology(hosts, devices), topk=max(1, round(TOPK_FRACTION * n)),
-        matrices=[s for _, s in PART_FOUR.layers if len(s) == 2],
-        dense=sum(s[0] for _, s in PART_FOUR.layers if len(s) == 1), local_steps=LOCAL_STEPS)
+    traffic = part_four_traffic(row.strategy, hosts, devices)
     rate = rate_bytes_per_s(row.link_rate) * FRAME_SHARE
     compute = row.compute_s if compute_s is None else compute_s
     return step_time(traffic, compute + own_s, alpha_s=alpha_s, bytes_per_s=rate).step_s
