@@ -332,7 +332,8 @@ def check_two_level(fn, mesh: Mesh) -> None:
                             f"jax.shard_map (or jax.jit) of it ({error_line(error)})")
         dims = ("; x is this device's 1-D vector here, f32[m]: its only dimension is 0 "
                 "(scatter_dimension and axis keep their default)"
-                if isinstance(error, IndexError) and "tuple index" in text else "")
+                if ("tuple index" in text or "out of bounds for array of dimension" in text)
+                else "")
         fail(exercise, f"running my_two_level on every device raised {error_line(error)}"
                         f"{tiled_hint(error, 'local')}{dims}")
     if got.ndim != 2:
