@@ -6,6 +6,7 @@ import nbformat
 import pytest
 
 from course_utils.tools.cli import COMMANDS, main
+from course_utils.tools.notebooks import run as run_module
 from course_utils.tools.notebooks.run import find_notebooks, merge_streams, run_one, set_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,33 @@ def test_run_one_reports_success_figures_and_errors_without_touching_the_origina
     )
     result = run_one(bad, tmp_path / "out")
     assert result.error == "ValueError: broken on purpose"
+
+
+@pytest.mark.parametrize(
+    "message, starts", [(run_module.KERNEL_DIED_AT_START, 2), ("kernel refused on purpose", 1)]
+)
+def test_only_a_kernel_that_died_at_start_is_started_again(monkeypatch, tmp_path, message, starts):
+    import nbclient
+
+    started = []
+
+    class DiesOnce:
+        def __init__(self, nb, **_):
+            pass
+
+        def execute(self, **_):
+            started.append(1)
+            if len(started) == 1:
+                raise RuntimeError(message)
+
+    monkeypatch.setattr(nbclient, "NotebookClient", DiesOnce)
+    nb = nbformat.v4.new_notebook()
+    if starts == 1:
+        with pytest.raises(RuntimeError, match=message):
+            run_module.run_in_fresh_kernel(nb, tmp_path, 60)
+    else:
+        run_module.run_in_fresh_kernel(nb, tmp_path, 60)
+    assert len(started) == starts
 
 
 def test_course_run_in_place_saves_outputs(tmp_path):

@@ -18,6 +18,11 @@ from course_utils.tools.cli import positive_int_arg, progress_bar
 from course_utils.tools.errors import CourseError, usage
 
 PARAMETERS_TAG = "parameters"
+# Kernels started side by side can race for the same ZeroMQ port (jupyter_client picks free ports,
+# closes them, then the kernel binds them); the loser dies before it answers kernel_info, with no
+# cell run. Such a start is tried again; any other failure is reported at once.
+KERNEL_DIED_AT_START = "Kernel died before replying to kernel_info"
+START_ATTEMPTS = 3
 
 
 @dataclass
@@ -71,15 +76,21 @@ def run_in_fresh_kernel(nb, cwd: Path, timeout: int, **options) -> None:
     """
     from nbclient import NotebookClient
 
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        record_timing=False,
-        resources={"metadata": {"path": str(cwd)}},
-        **options,
-    )
-    client.execute(stderr=subprocess.DEVNULL)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            record_timing=False,
+            resources={"metadata": {"path": str(cwd)}},
+            **options,
+        )
+        try:
+            client.execute(stderr=subprocess.DEVNULL)
+            return
+        except RuntimeError as exc:
+            if KERNEL_DIED_AT_START not in str(exc) or attempt == START_ATTEMPTS:
+                raise
 
 
 def merge_streams(nb) -> None:
