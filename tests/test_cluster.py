@@ -28,10 +28,13 @@ from course_utils.results.cluster import (
     saved_cluster_results,
     summary_lines,
 )
+from course_utils.results.overlap import OverlapResults, saved_overlap_results
+from course_utils.results.overlap import rates as overlap_rates
 from course_utils.results.records import from_json, to_json
 from course_utils.results.training import TrainingResults
 from course_utils.tools.cli import main
 from course_utils.tools.cluster.netns import Cluster, check_can_run, host_command, leftovers
+from course_utils.tools.cluster.overlap import OVERLAP_PLANS
 from course_utils.tools.cluster.training import TRAINING_PLANS
 
 CAN_RUN = check_can_run() is None
@@ -163,6 +166,9 @@ def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
     (["--link-rate", "fast"], "--link-rate must look like 200mbit"),
     (["--hosts", "1"], "--hosts must be from 2 to 200"),
     (["--tcp", "vegas"], "--tcp must be one of reno, cubic, bbr"),
+    (["--measure", "overlap", "--devices-per-host", "1"],
+     "--measure overlap needs --devices-per-host 2"),
+    (["--runs", "2"], "--runs is for --measure overlap"),
 ])
 def test_bad_arguments_get_one_line(capsys, argv, message):
     assert main(["cluster", *argv]) == 2
@@ -316,3 +322,36 @@ def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_pat
         assert len(curve.heldout_loss) == plan["steps"][curve.batch_size] // plan["every"]
         assert curve.heldout_loss[-1][1] < curve.heldout_loss[0][1]
     assert leftovers() == []
+
+
+@needs_root
+def test_the_quick_overlap_plan_writes_overlap_json_and_leaves_nothing(tmp_path):
+    done = subprocess.run(
+        [*COURSE, "--measure", "overlap", "--hosts", "2", "--devices-per-host", "2",
+         "--link-rate", "200mbit,1gbit", "--plan", "quick", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = from_json(OverlapResults, json.loads((tmp_path / "overlap.json").read_text()))
+    tower = OVERLAP_PLANS["quick"]["tower"]
+    assert [(r.link_rate, r.run) for r in results.backward] == [("200mbit", 0), ("1gbit", 0)]
+    assert [(r.link_rate, r.run) for r in results.matmul] == [("200mbit", 0), ("1gbit", 0)]
+    for row in results.backward:
+        # each host sends every bucket once: gloo's two-rank all-reduce, plus TCP's framing
+        assert row.link_bytes == pytest.approx(tower.layers * tower.bucket_bytes, rel=0.1)
+    assert (results.meta.layers, results.meta.runs, results.meta.cores) == (
+        tower.layers, 1, os.cpu_count())
+    assert leftovers() == []
+
+
+def test_the_saved_overlap_runs_are_three_full_plans_of_the_current_code():
+    results = saved_overlap_results()
+    plan, meta = OVERLAP_PLANS["full"], saved_overlap_results().meta
+    assert (meta.plan, meta.runs, meta.hosts, meta.devices_per_host) == ("full", 3, 2, 2)
+    assert (meta.width, meta.layers, meta.rows) == (
+        plan["tower"].width, plan["tower"].layers, plan["tower"].rows)
+    assert tuple(meta.matmul) == plan["matmul"]
+    for rows in (results.backward, results.matmul):
+        assert sorted(r.run for r in rows) == sorted(list(range(3)) * len(overlap_rates(results)))
+    for row in results.backward:
+        assert row.link_bytes == pytest.approx(
+            plan["tower"].layers * plan["tower"].bucket_bytes, rel=0.1)

@@ -3,6 +3,7 @@ run through its check, which must fail with the message the page quotes."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from course_utils import data_mesh, node_local_mesh, ring_permutation
@@ -15,6 +16,7 @@ from course_utils.checks import (
     check_link_prediction,
     check_local_sgd_bytes,
     check_memory_prediction,
+    check_overlapped_backward,
     check_ring_step,
     check_stored_bytes_rule,
     check_two_level,
@@ -23,6 +25,24 @@ from course_utils.checks.helpers import ExerciseFailed
 from course_utils.models.latency import collective_time, plan_buckets
 from course_utils.tools.notebooks.outline import MISTAKES
 from course_utils.training.run import Memory
+
+
+def _host_mesh():
+    from jax.sharding import Mesh
+
+    return Mesh(np.asarray(jax.devices()).reshape(2, 2), ("host", "device"))
+
+
+def _overlap(serial=False, moved=True):
+    def loop(progs, hs, ws, y):
+        g, grads, summed = progs.top(hs[-1], y), [], []
+        for i in reversed(range(len(ws))):
+            grad, g = progs.backward(hs[i], hs[i + 1], g, ws[i])
+            grad = jax.device_put(grad, progs.stream) if moved else grad
+            (grads if serial else summed).append(grad if serial else progs.all_reduce(grad))
+        return [progs.all_reduce(grad) for grad in grads][::-1] if serial else summed[::-1]
+
+    return loop
 
 
 def _bucket(ready_by_count=False, wait=True):
@@ -200,6 +220,12 @@ CASES = {
     ),
     (18, "the all-reduce's time returned instead of rows"): lambda: check_balanced_rows(
         _balanced(per_row=False), **STEP18
+    ),
+    (19, "every bucket sent after the loop"): lambda: check_overlapped_backward(
+        _overlap(serial=True), _host_mesh()
+    ),
+    (19, "the gradient sent from the computing device"): lambda: check_overlapped_backward(
+        _overlap(moved=False), _host_mesh()
     ),
     (20, "the rate left in bytes per second"): lambda: check_break_even(
         _break_even(bits=1), **STEP20

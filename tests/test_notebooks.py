@@ -36,6 +36,7 @@ def test_the_steps_are_there():
         "16_local_sgd",
         "17_simulated_cluster",
         "18_compute_vs_communication",
+        "19_overlap",
         "20_strategies_timed",
     ]
 
@@ -134,7 +135,7 @@ def test_solution_and_check_cells_carry_consistent_nbgrader_metadata():
             grade_ids.append(meta["grade_id"])
     assert len(grade_ids) == len(set(grade_ids)), "grade_ids are not unique"
     exercises = ["02", "03", "04", "05", "06", "07", "08", "11", "12", "13", "14", "15", "16",
-                 "17", "18", "20"]
+                 "17", "18", "19", "20"]
     assert points == {step: 1 for step in exercises}
 
 

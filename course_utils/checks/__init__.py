@@ -15,6 +15,7 @@ from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.links import check_link_prediction
+from course_utils.checks.overlap import check_overlapped_backward
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
 from course_utils.checks.training import (
     check_error_feedback,
@@ -34,6 +35,7 @@ __all__ = [
     "check_link_prediction",
     "check_local_sgd_bytes",
     "check_memory_prediction",
+    "check_overlapped_backward",
     "check_predicted_shard_shapes",
     "check_reduce_scatter",
     "check_ring_step",

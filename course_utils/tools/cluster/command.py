@@ -92,23 +92,32 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
         check_congestion_control(args.tcp)
         if not 2 <= args.hosts <= 200:
             raise ValueError(f"--hosts must be from 2 to 200, got {args.hosts}")
+        if _measure(args) == "overlap" and args.devices_per_host != 2:
+            raise ValueError("--measure overlap needs --devices-per-host 2: each host computes "
+                             "on one device and sends from the other")
+        if getattr(args, "runs", 1) > 1 and _measure(args) != "overlap":
+            raise ValueError("--runs is for --measure overlap; the other measurements run "
+                             "their plan once (see scripts/median_training_runs.py)")
     except ValueError as exc:
         raise usage(exc) from None
     # SIGTERM leaves through the same cleanup as Ctrl-C
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.monotonic()
     runs, flops = [], []
+    repeats = getattr(args, "runs", 1)
     try:
-        for rate in rates:
+        for run, rate in ((r, rate) for r in range(repeats) for rate in rates):
             result = _host_result(args, rate, started + args.timeout)
-            if _measure(args) == "training":
+            if _measure(args) == "overlap":  # the runs interleave: every rate, then again
+                runs.append({"link_rate": rate, "run": run, **result})
+            elif _measure(args) == "training":
                 runs += [{**row, "link_rate": rate} for row in result["rows"]]
                 flops.append(result["flops_per_s"])
             else:
                 runs.append(from_json(ClusterRun, {
                     "hosts": args.hosts, "devices_per_host": args.devices_per_host,
                     "link_rate": rate, "tcp": args.tcp, **result}, "host 0's results"))
-            say(f"{rate}: done")
+            say(f"{rate}: done" + (f" (run {run + 1} of {repeats})" if repeats > 1 else ""))
     except TimeoutError:
         raise CourseError(f"the plan ran past --timeout {args.timeout:.0f} s; the processes "
                           "were stopped and everything was removed (try --plan quick or a "
@@ -122,6 +131,8 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
         signal.signal(signal.SIGTERM, previous)
     if _measure(args) == "training":
         return runs, statistics.median(flops)
+    if _measure(args) == "overlap":
+        return runs
     return ClusterResults(hosts=args.hosts, devices_per_host=args.devices_per_host,
                           plan=args.plan, tcp=args.tcp,
                           default_tcp=default_congestion_control(), versions=_versions(),
@@ -143,7 +154,15 @@ def _run(args: argparse.Namespace) -> int:
     results = run_cluster(args, lambda line: print(line, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.measure == "training":
+    if args.measure == "overlap":
+        results = _overlap_results(args, results, started)
+        (out / "overlap.json").write_text(json.dumps(to_json(results), indent=1))
+        written = "overlap.json"
+        for row in results.backward:
+            print(f"{row.link_rate:>8s} run {row.run + 1}: backward {row.compute_s * 1e3:7.1f} "
+                  f"ms, all-reduces {row.communication_s * 1e3:7.1f} ms, one after the other "
+                  f"{row.serial_s * 1e3:7.1f} ms, overlapped {row.overlapped_s * 1e3:7.1f} ms")
+    elif args.measure == "training":
         results = _training_results(args, *results, started)
         (out / "training.json").write_text(json.dumps(to_json(results), indent=1))
         written = "training.json"
@@ -195,6 +214,30 @@ def _training_results(args: argparse.Namespace, rows: list[dict], flops_per_s: f
                                        "own_work": own_work}, "the training run")
 
 
+def _overlap_results(args: argparse.Namespace, runs: list[dict], started: float):
+    """Every run's backward and matmul rows, and how the runs were made."""
+    import os
+
+    from course_utils.results.overlap import OverlapResults
+    from course_utils.tools.cluster.netns import default_congestion_control
+    from course_utils.tools.cluster.overlap import OVERLAP_PLANS
+
+    plan = OVERLAP_PLANS[args.plan]
+    tower, versions = plan["tower"], _versions()
+    meta = {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "plan": args.plan,
+            "runs": args.runs, "width": tower.width, "layers": tower.layers,
+            "rows": tower.rows, "matmul": list(plan["matmul"]), "python": versions.python,
+            "jax": versions.jax, "jaxlib": versions.jaxlib, "cores": os.cpu_count(),
+            "tcp": args.tcp, "default_tcp": default_congestion_control(),
+            "seconds": time.monotonic() - started}
+    keys = ("link_rate", "run")
+    return from_json(OverlapResults, {
+        "meta": meta,
+        "backward": [{**{k: r[k] for k in keys}, **r["backward"]} for r in runs],
+        "matmul": [{**{k: r[k] for k in keys}, **r["matmul"]} for r in runs]},
+        "the overlap run")
+
+
 def add_cluster_parser(sub) -> None:
     """Register ``course cluster``."""
     cluster = sub.add_parser(
@@ -216,11 +259,15 @@ def add_cluster_parser(sub) -> None:
                          help="quick: 3 sizes up to 4 MiB (training: data parallelism and "
                          "accumulation at one batch size); full: 5 sizes up to 16 MiB "
                          "(training: every strategy at 4 batch sizes)")
-    cluster.add_argument("--measure", choices=("collectives", "training"),
+    cluster.add_argument("--measure", choices=("collectives", "training", "overlap"),
                          default="collectives",
                          help="collectives (default): step 17's timings, cluster.json; "
                          "training: part four's training steps and held-out curves, "
-                         "training.json")
+                         "training.json; overlap: step 19's backward pass and collective "
+                         "matmul, overlap.json (needs --devices-per-host 2)")
+    cluster.add_argument("--runs", type=positive_int_arg, default=1,
+                         help="--measure overlap: run the plan this many times, every rate "
+                         "in turn each time (default 1)")
     cluster.add_argument("--tcp", default="reno",
                          help="TCP congestion control between the hosts: reno (default; a "
                          "standing queue keeps the link busy while there is data), cubic or bbr")

@@ -35,7 +35,8 @@ def _parse(argv):
     parser.add_argument("--devices", type=int, required=True)
     parser.add_argument("--coordinator", required=True)
     parser.add_argument("--plan", choices=PLANS, default="quick")
-    parser.add_argument("--measure", choices=("collectives", "training"), default="collectives")
+    parser.add_argument("--measure", choices=("collectives", "training", "overlap"),
+                        default="collectives")
     return parser.parse_args(argv)
 
 
@@ -206,6 +207,11 @@ def main(argv=None) -> int:
         plan = TRAINING_PLANS[args.plan]
         timed = _timer(plan["repeats"])[1]
         result = {"rows": measure_training(plan, timed), "flops_per_s": flops_per_s(timed)}
+    elif args.measure == "overlap":
+        from course_utils.tools.cluster.overlap import OVERLAP_PLANS, measure_overlap
+
+        plan = OVERLAP_PLANS[args.plan]
+        result = measure_overlap(plan, _timer(plan["repeats"])[1])
     else:
         result = measure(PLANS[args.plan], args.processes)
     if args.process_id == 0:

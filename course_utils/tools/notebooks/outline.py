@@ -49,7 +49,8 @@ WORDS_PER_MINUTE = 200  # a reading pace for prose with code
 # step → minutes for its exercises, for a student who has read the step: a planning figure set by
 # the authors from the size of each exercise, not measured with a class (the page says so)
 EXERCISE_MINUTES = {2: 10, 3: 10, 4: 10, 5: 15, 6: 15, 7: 15, 8: 15, 11: 30, 12: 25, 13: 20,
-                    14: 25, 15: 25, 16: 20, 17: 20, 18: 15, 20: 20}
+                    14: 25, 15: 25, 16: 20, 17: 20, 18: 15, 19: 15,
+                    20: 20}
 
 # step → (a common wrong answer, what its check says): tests/test_mistakes.py runs each of them
 MISTAKES = {
@@ -85,6 +86,9 @@ MISTAKES = {
           "the rate is in bits per second: divide it by 8 for bytes"),
          ("the all-reduce's time returned instead of rows",
           "that is the all-reduce's time; divide it by one row's compute time")),
+    19: (("every bucket sent after the loop", "that is the schedule one after the other"),
+         ("the gradient sent from the computing device",
+          "move each gradient there first, jax.device_put(grad, progs.stream)")),
     20: (("the rate left in bytes per second", "that is bytes per second"),
          ("one step of each compared, not the steps to the target",
           "count each one's steps to the target")),
@@ -121,6 +125,9 @@ LINES = {  # step → one line on what the student sees (the README's series tab
     18: ('a data-parallel step and its accumulated form on the page; its compute from FLOPs, its'
          ' communication from the link model with α; the batch where the two balance, predicted'
          ' and read off the cluster'),
+    19: ('the backward pass of a tower of layers, each bucket all-reduced on a second device '
+         'while the first computes; one program, one device and two devices timed on the '
+         'cluster against the bucketed model; the collective matmul three ways'),
     20: ('HSDP on a `("host", "device")` mesh against data parallelism; every strategy timed on'
          ' the cluster from 50 Mbit/s to 10 Gbit/s: time per step and to a target loss, against'
          ' the models; where each compression scheme pays'),
