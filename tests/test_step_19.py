@@ -33,7 +33,8 @@ def test_the_matmul_readings_hold(rate):
     mm = SAVED.matmul
     products, shifts = _median(mm, rate, "compute_s"), _median(mm, rate, "shift_s")
     looped, by_hand = _median(mm, rate, "looped_s"), _median(mm, rate, "by_hand_s")
-    assert looped < products + shifts  # a product hides behind the shift, in one program
+    if rate in ("100mbit", "200mbit"):  # part of a shift beside a product, in one program
+        assert looped < 0.85 * (products + shifts)
     assert 0.8 <= by_hand / looped <= 1.1  # by hand: about as fast
     assert _median(mm, rate, "gathered_s") <= 1.1 * by_hand  # gathering: as fast or faster
     m, k, _ = SAVED.meta.matmul

@@ -5,8 +5,8 @@ every host's rows of ``A``.
 Three ways (each ``(a, b) -> c``, ``c`` split by columns as ``b``):
 ``gathered_matmul`` all-gathers ``A``, then multiplies: nothing to compute until the gather ends.
 ``looped_matmul`` is the shard_map documentation's form, in one program: p steps, each
-multiplying the block a host holds while ``ppermute`` passes it on (XLA:CPU runs the two one
-after the other). ``by_hand_matmul`` runs the same steps as separate programs: the partial
+multiplying the block a host holds while ``ppermute`` passes it on (XLA:CPU's runtime may run
+the two at once). ``by_hand_matmul`` runs the same steps as separate programs: the partial
 product on the compute device, dispatched first, and the ``ppermute`` on the stream.
 """
 

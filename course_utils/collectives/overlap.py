@@ -1,11 +1,11 @@
 """Overlap: the all-reduce of one bucket of gradients while the backward pass computes the next.
 
-XLA:CPU has no latency-hiding scheduler, and a collective inside a program blocks the thread
-that runs it, so one program holding the backward pass and its all-reduces runs them one after
-the other. Between programs, JAX's CPU client keeps one queue per device: the programs of one
-device run in the order they were dispatched (as a CUDA stream runs its kernels), and programs
-of two devices can run at the same time. So each host computes on its first device and sends
-from its second, its communication stream (``stream_meshes``): the package's copy of step 19.
+In one program XLA combines the layers' all-reduces into one, of every gradient, which waits for
+the whole backward pass (``one_program_backward``). Between programs, JAX's CPU client keeps one
+queue per device: the programs of one device run in the order they were dispatched (as a CUDA
+stream runs its kernels), and programs of two devices can run at the same time. So each host
+computes on its first device and sends from its second, its communication stream
+(``stream_meshes``): the package's copy of step 19.
 
 The model is a tower of tanh layers (``TOWER``) whose gradient arrives one layer, one bucket, at
 a time, the last layer first, as DDP's buckets do. A host's loss is its share of the mean over
@@ -159,7 +159,8 @@ def serial_backward(progs: Programs, hs, ws, y) -> list:
 
 def one_program_backward(compute: Mesh, total_rows: int) -> Callable:
     """``(hs, ws, y) -> gradients`` as ONE jitted program on ``compute``, each layer's ``psum``
-    written right after its gradient (what XLA:CPU runs one thunk after another)."""
+    written right after its gradient; XLA's all-reduce combiner merges them into one all-reduce
+    at the end, so nothing is sent before the backward pass ends."""
     rows = P("host", None)
 
     def body(hs, ws, y):
