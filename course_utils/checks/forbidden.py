@@ -128,7 +128,7 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
     uses are resolved through its globals and closure, and the functions it reaches that were
     defined beside it (same globals: the notebook) are followed, ``depth`` calls deep."""
     banned = [f for f in forbidden if not isinstance(f, str)]
-    codes = {_shape(f.__code__) for f in banned if hasattr(f, "__code__")}
+    codes = {_shape(f.__code__): f.__name__ for f in banned if hasattr(f, "__code__")}
     names = {f for f in forbidden if isinstance(f, str)}
     home = getattr(getattr(fn, "__code__", None), "co_filename", None)
     student = getattr(_unwrapped(fn), "__globals__", None)  # the namespace of the student's code
@@ -140,8 +140,10 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
                 return None
             seen.add(id(obj))
             code = getattr(obj, "__code__", None)
-            if any(obj is f for f in banned) or (code is not None and _shape(code) in codes):
-                return getattr(obj, "__name__", repr(obj))
+            if (hit := next((f for f in banned if obj is f), None)) is not None:
+                return getattr(hit, "__name__", repr(hit))
+            if code is not None and (copied := codes.get(_shape(code))) is not None:
+                return copied  # the package's name, not the copy's
             if (code is not None and code.co_name in names and code.co_filename != home
                     and getattr(obj, "__globals__", None) is student):
                 return code.co_name

@@ -5,9 +5,11 @@ every host's rows of ``A``.
 Three ways (each ``(a, b) -> c``, ``c`` split by columns as ``b``):
 ``gathered_matmul`` all-gathers ``A``, then multiplies: nothing to compute until the gather ends.
 ``looped_matmul`` is the shard_map documentation's form, in one program: p steps, each
-multiplying the block a host holds while ``ppermute`` passes it on (XLA:CPU's runtime may run
-the two at once). ``by_hand_matmul`` runs the same steps as separate programs: the partial
-product on the compute device, dispatched first, and the ``ppermute`` on the stream.
+multiplying the block a host holds while ``ppermute`` passes it on. On two hosts XLA:CPU runs
+it one operation after another (a program of at most 8 thunks runs sequentially:
+``thunk_executor.h``), so nothing in it overlaps there. ``by_hand_matmul`` runs the same steps
+as separate programs: the partial product on the compute device, dispatched first, and the
+``ppermute`` on the stream.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def gathered_matmul(compute: Mesh) -> Callable:
 
 
 def looped_matmul(compute: Mesh) -> Callable:
-    """One program: p partial products, each block passed on by ``ppermute`` meanwhile."""
+    """One program: p partial products, each block passed on by ``ppermute`` for the next (on
+    XLA:CPU at two hosts, one after the other: see the module's docstring)."""
 
     def body(a, b):
         p = jax.lax.axis_size("host")

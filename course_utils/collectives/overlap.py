@@ -61,7 +61,8 @@ def stream_meshes(mesh: Mesh) -> tuple[Mesh, Mesh]:
 def move(x, sharding: NamedSharding):
     """``x`` on ``sharding``'s devices, each of this process's shards copied to the device that
     holds the same index there (a copy inside each host). ``jax.device_put`` does this in one
-    process; across processes JAX refuses a reshard between different sets of devices."""
+    process; across processes jax 0.10.2 on CPU refused a reshard between different sets of
+    devices."""
 
     def key(index):
         return tuple((s.start, s.stop, s.step) for s in index)
