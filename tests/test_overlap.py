@@ -182,6 +182,17 @@ def test_the_overlap_check_names_each_mistake(fn, message):
         check_overlapped_backward(fn, mesh)
 
 
+@pytest.mark.parametrize("hosts, per_host", [(1, 1), (1, 2)])
+def test_on_one_host_the_check_passes_the_loop_and_still_tells_a_wait(hosts, per_host, capsys):
+    from course_utils.checks import ExerciseFailed, check_overlapped_backward
+
+    mesh = Mesh(np.asarray(jax.devices()[: hosts * per_host]).reshape(hosts, per_host), ov.AXES)
+    check_overlapped_backward(_right, mesh)  # one host: the gate must not run in this thread
+    assert "PASSED: the overlapped backward pass" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match="your loop waits for a result"):
+        check_overlapped_backward(_reading, mesh)
+
+
 def test_the_overlap_check_passes_the_loop_even_if_it_waits_once_all_is_dispatched(capsys):
     from course_utils.checks import check_overlapped_backward
 

@@ -5,7 +5,7 @@ every host's rows of ``A``.
 Three ways (each ``(a, b) -> c``, ``c`` split by columns as ``b``):
 ``gathered_matmul`` all-gathers ``A``, then multiplies: nothing to compute until the gather ends.
 ``looped_matmul`` is the shard_map documentation's form, in one program: p steps, each
-multiplying the block a host holds while ``ppermute`` passes it on. On two hosts XLA:CPU runs
+multiplying the block a host holds, then ``ppermute`` passing it on. On two hosts XLA:CPU runs
 it one operation after another (a program of at most 8 thunks runs sequentially:
 ``thunk_executor.h``), so nothing in it overlaps there. ``by_hand_matmul`` runs the same steps
 as separate programs: the partial product on the compute device, dispatched first, and the
