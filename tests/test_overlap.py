@@ -171,6 +171,9 @@ def _g_in_sent(progs, hs, ws, y):
     (_first_layer_first, r"starts at the top.*layers \[0, 1, 2, 3\]"),
     (_grad_returned, "gradient 0 is not what progs.all_reduce returned"),
     (lambda *a: [np.asarray(g) for g in _right(*a)], "gradient 0 is a numpy.ndarray"),
+    (lambda *a: [(o := _right(*a))[0], o[0], o[2], o[3]], "gradient 1 is layer 0's all-reduce"),
+    (lambda p, *a: [jax.device_put(g, p.stream) for g in _right(p, *a)],
+     r"gradient 0 is split over devices \[1, 3\]"),
     (_g_in_sent, r"gradient 0 should be one array f32\[32, 32\]"),
     (lambda *a: _right(*a)[:2], "return a list of 4 gradients"),
 ])

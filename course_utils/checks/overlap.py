@@ -152,14 +152,22 @@ def check_overlapped_backward(fn, mesh: Mesh) -> None:
         if g.shape != want[i].shape:
             fail(exercise, f"gradient {i} should be one array f32{list(want[i].shape)}, the "
                            f"whole sum (progs.all_reduce's result); got {g.shape}")
-        if {d.id for d in g.sharding.device_set} != stream_ids or not (
-                g.sharding.is_fully_replicated):
-            fail(exercise, f"gradient {i} lies on devices "
-                           f"{sorted(d.id for d in g.sharding.device_set)}; the all-reduced "
-                           f"sum lies whole on each host's stream device, {sorted(stream_ids)}")
+        where = sorted(d.id for d in g.sharding.device_set)
+        if set(where) != stream_ids:
+            fail(exercise, f"gradient {i} lies on devices {where}; the all-reduced sum lies "
+                           f"whole on each host's stream device, {sorted(stream_ids)}")
+        if not g.sharding.is_fully_replicated:
+            fail(exercise, f"gradient {i} is split over devices {where}; the all-reduced sum "
+                           "lies whole on each of them: return progs.all_reduce's result as "
+                           "it is")
     if TOWER.layers > 1 and all(g is s for g, s in zip(got, log.sent)):
         fail(exercise, "your list is last layer first (the order the backward pass makes "
                        "them): return it first layer first, as jax.grad does")
+    layer_of = {id(s): TOWER.layers - 1 - j for j, s in enumerate(log.sent)}
+    for i, g in enumerate(got):
+        if layer_of.get(id(g), i) != i:
+            fail(exercise, f"gradient {i} is layer {layer_of[id(g)]}'s all-reduce: return each "
+                           "layer's own, once, first layer first")
     values = [np.asarray(g) for g in got]
     for i, (v, w) in enumerate(zip(values, want)):
         if not np.allclose(v, w, rtol=1e-4, atol=1e-6):
