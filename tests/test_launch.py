@@ -10,6 +10,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from terminal import as_from_a_terminal
 
 from course_utils import data_mesh, placements, shard_error
 from course_utils.tools.errors import CourseError
@@ -128,24 +129,15 @@ def global_inputs(mesh):
 """
 
 
-def _as_from_a_terminal():
-    """SIGINT as a shell gives it to a command it starts: handled, not blocked. A child keeps
-    its parent's ignored and blocked signals, and a pytest worker may have either (a background
-    job of a script ignores SIGINT), so the launch would never see the test's Ctrl-C."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def test_interrupt_stops_the_workers_and_exits_130(tmp_path):
     port = free_port()
     program = tmp_path / "waiting.py"
     program.write_text(WAITING)
     launch = subprocess.Popen(
-        [*COURSE, *TWO_BY_TWO, "--port", str(port), "--program", str(program)],
+        as_from_a_terminal([*COURSE, *TWO_BY_TWO, "--port", str(port), "--program", str(program)]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_as_from_a_terminal,
     )
     deadline = time.monotonic() + 60
     while len(workers_on(port)) < 2 and launch.poll() is None and time.monotonic() < deadline:
