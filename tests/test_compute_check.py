@@ -2,7 +2,10 @@
 notebook's numbers and at unseen ones, each common slip named, the package's model refused."""
 
 import math
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from course_utils.checks import check_balanced_rows, check_break_even
@@ -39,6 +42,7 @@ def test_the_right_rows_pass_and_each_slip_is_named(capsys):
         (lambda *args: "many", "must return one finite number of rows"),
         (_rows(seconds=True), "that is the all-reduce's time; divide it by one row's"),
         (_rows(per_byte=8), "bits per second: divide it by 8"),
+        (_rows(per_byte=1 / 64), "bits per second: divide it by 8"),  # rate_bits * 8
         (_rows(bytes_per_weight=1), "4 bytes per float32 weight"),
         (_rows(passes=1), "two passes of the ring"),
         (_rows(own=False), "never sends its own chunk"),
@@ -98,6 +102,8 @@ def test_the_break_even_rate_passes_and_each_slip_is_named(capsys):
         (None, "my_break_even is not defined"),
         (lambda *args: "fast", "must return one number of bit/s"),
         (_break_even(bits=1), "that is bytes per second"),
+        (_break_even(bits=1 / 8), "× 8, not ÷ 8"),
+        (_break_even(bits=8e-6), "that is Mbit/s: return bit/s"),
         (_break_even(steps=False), "count each one's steps to the target"),
         (_break_even(compute=False), "count the compute of every step"),
         (_break_even(ends=False), "return math.inf"),
@@ -119,3 +125,44 @@ def test_an_answer_wrong_only_where_the_scheme_has_no_own_work_gets_a_message():
 
     with pytest.raises(ExerciseFailed, match="right at this notebook's numbers, but not at"):
         check_break_even(wrong_at_the_edges, **STEP_20)
+
+
+class _Holder:  # a class is not a container the name search opens
+    rate = staticmethod(break_even_bits)
+
+
+_VECTORIZED = np.vectorize(break_even_bits)  # made outside the student's function
+
+
+def _subprocess_rate(*args):
+    code = f"from course_utils.models.step import break_even_bits as b; print(b(*{args!r}))"
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                text=True).stdout)
+
+
+def _swallowed(*args):
+    try:
+        return float(_VECTORIZED(*args))
+    except Exception:  # noqa: BLE001 - a student hiding the refusal
+        return 1.0
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda *args: float(_VECTORIZED(*args)), "uses the package's break_even_bits"),
+    (lambda *args: _Holder.rate(*args), "uses the package's break_even_bits"),
+    (_swallowed, "uses the package's break_even_bits"),
+    (_subprocess_rate, "starts another process"),
+])
+def test_the_package_reached_where_the_names_do_not_show_is_refused(fn, message):
+    """Held in an object the name search does not open, its error swallowed, or run in another
+    process: caught as it runs."""
+    with pytest.raises(ExerciseFailed, match=message):
+        check_break_even(fn, **STEP_20)
+
+
+def test_a_table_of_answers_made_beforehand_fails_at_the_fresh_case():
+    from course_utils.checks.compute import _UNSEEN, expected_rows
+
+    table = {case: expected_rows(*case) for case in (tuple(STEP_18.values()), *_UNSEEN)}
+    with pytest.raises(ExerciseFailed, match="raised KeyError"):
+        check_balanced_rows(lambda *case: table[case], **STEP_18)

@@ -4,6 +4,7 @@ as its all-reduce over the links."""
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 
@@ -36,14 +37,20 @@ _UNSEEN = ((10_000_000, 4, 8, 1e11, 5e-6, 2e12), (50_000, 3, 1, 5e7, 1e-3, 1e9),
            (2_000_000, 8, 2, 4e8, 0.0, 3e10))
 
 
+def _fresh_rows_case(rng: random.Random) -> tuple:
+    """One more case, drawn anew at every check: answers looked up in a table made beforehand
+    (from the package's model, or from the cases a failure message showed) cannot know it."""
+    return (int(10 ** rng.uniform(4, 8)), rng.randint(2, 8), rng.randint(1, 8),
+            10 ** rng.uniform(7, 11), rng.choice((0.0, 10 ** rng.uniform(-6, -3))),
+            10 ** rng.uniform(9, 13))
+
+
 def check_balanced_rows(fn, *, weights: int, hosts: int, devices: int, rate_bits: float,
                         alpha_s: float, flops_per_s: float) -> None:
     """Exercise 18: ``fn(weights, hosts, devices, rate_bits, alpha_s, flops_per_s)`` → the rows
-    per device at which one data-parallel step's compute (6 · rows · weights FLOPs) equals its
-    ring all-reduce over the hosts' links (2(p − 1) message steps of ``alpha_s`` and
-    2(p − 1)/p of the gradient's 4 · weights bytes at ``rate_bits`` / 8 bytes per second),
-    within ``TOLERANCE``, at the exercise's numbers and at cases the notebook never uses. ``fn``
-    must not call the package's step model."""
+    per device at which one data-parallel step's compute equals its ring all-reduce over the
+    hosts' links (``expected_rows``), within ``TOLERANCE``, at the exercise's numbers and at
+    cases the notebook never uses. ``fn`` must not call the package's step model."""
     exercise = "the balanced batch"
     function_given(exercise, "my_balanced_rows", fn)
     forbidden = (balanced_rows, strategy_traffic, step_time, mlp_flops, link_bytes_sent,
@@ -65,7 +72,8 @@ def check_balanced_rows(fn, *, weights: int, hosts: int, devices: int, rate_bits
     want = expected_rows(*case)
     if not np.isclose(value, want, rtol=TOLERANCE):
         fail(exercise, f"{off_by(value, want)}; {_slip(value, *case) or _WHAT}")
-    for unseen in _UNSEEN:
+    unseens = (*_UNSEEN, _fresh_rows_case(random.Random()))
+    for unseen in unseens:
         got, want = rows(unseen), expected_rows(*unseen)
         if not np.isclose(got, want, rtol=TOLERANCE):
             where = ("right at this notebook's numbers, but not at {} weights, {} hosts × {} "
@@ -73,7 +81,7 @@ def check_balanced_rows(fn, *, weights: int, hosts: int, devices: int, rate_bits
             why = _slip(got, *unseen)  # a slip too small to show at the notebook's numbers
             fail(exercise, f"{where}: {off_by(got, want)}; {why}" if why else
                  f"{where}: write the rows from the arguments, not numbers worked out once")
-    passed(exercise, f"{value:,.0f} rows per device; and at {len(_UNSEEN)} other cases")
+    passed(exercise, f"{value:,.0f} rows per device; and at {len(unseens)} other cases")
 
 
 def _slip(value: float, weights: int, hosts: int, devices: int, rate_bits: float,
@@ -90,7 +98,7 @@ def _slip(value: float, weights: int, hosts: int, devices: int, rate_bits: float
     if near(link_s + latency_s, 1.0) or near((link_s + latency_s) * 1e3, 1.0):
         return ("that is the all-reduce's time; divide it by one row's compute time for the "
                 "rows that take as long")
-    if near(link_s * 8 + latency_s) or near(link_s / 8 + latency_s):
+    if any(near(link_s * f + latency_s) for f in (8, 1 / 8, 1 / 64)):  # 1/64: × 8 for ÷ 8
         return "the rate is in bits per second: divide it by 8 for bytes"
     if near(link_s / 4 + latency_s):
         return "the gradient has 4 bytes per float32 weight"
@@ -139,6 +147,15 @@ _UNSEEN_RATES = ((140, 6.7e6, 100, 2.7e5, 0.03, 0.04), (80, 6.7e6, 120, 3.4e6, 0
                  (50, 6.7e6, 40, 2.1e6, 0.1, 0.0), (50, 6.7e6, 50, 7e6, 0.1, 0.01))
 
 
+def _fresh_rate_case(rng: random.Random) -> tuple:
+    """One more case, drawn anew at every check (as ``_fresh_rows_case``). The scheme sends
+    fewer bytes per step, so it never both sends more to the target and computes less."""
+    dp_bytes = 10 ** rng.uniform(6, 8)
+    return (rng.randint(20, 200), dp_bytes, rng.randint(20, 200),
+            dp_bytes * 10 ** rng.uniform(-2.5, -0.05), 10 ** rng.uniform(-2, -0.5),
+            10 ** rng.uniform(-3, -1))
+
+
 def check_break_even(fn, *, dp_steps: int, dp_bytes: float, scheme_steps: int,
                      scheme_bytes: float, compute_s: float, own_s: float) -> None:
     """Exercise 20: ``fn(dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s)`` →
@@ -184,9 +201,10 @@ def check_break_even(fn, *, dp_steps: int, dp_bytes: float, scheme_steps: int,
     typed = None
     value = typed = judge((dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s),
                           True)
-    for unseen in _UNSEEN_RATES:
+    unseens = (*_UNSEEN_RATES, _fresh_rate_case(random.Random()))
+    for unseen in unseens:
         judge(unseen, False)
-    passed(exercise, f"{value / 1e6:,.0f} Mbit/s; and at {len(_UNSEEN_RATES)} other cases")
+    passed(exercise, f"{value / 1e6:,.0f} Mbit/s; and at {len(unseens)} other cases")
 
 
 def _rate_slip(got, dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s) -> str:
@@ -199,6 +217,10 @@ def _rate_slip(got, dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, o
 
     if near(saved / extra):
         return "that is bytes per second: the rate is in bits per second, 8 per byte"
+    if near(saved / extra / 8):
+        return "bytes to bits is × 8, not ÷ 8: the rate is in bits per second"
+    if near(8 * saved / extra / 1e6):
+        return "that is Mbit/s: return bit/s"
     if own_s > 0 and near(8 * (dp_bytes - scheme_bytes) / own_s):
         return ("that compares one step of each; count each one's steps to the target: their "
                 "bytes and their compute differ in number of steps")

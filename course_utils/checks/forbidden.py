@@ -5,7 +5,9 @@ asks the student not to call (named in the code, or looked up only at call time)
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import threading
 import traceback
 import types
 
@@ -108,6 +110,47 @@ def tripwires(fn, forbidden):
     finally:
         for space, key, value in saved:
             space[key] = value
+
+
+# the C functions every way of starting another process goes through (subprocess, os.system,
+# multiprocessing, os.exec*): another process could run anything, the package included
+_SPAWNS = tuple(f for f in (getattr(os, n, None) for n in (
+    "system", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp",
+    "execvpe", "spawnv", "spawnve")) if f is not None)
+ANOTHER_PROCESS = "another process"
+
+
+@contextlib.contextmanager
+def watched(forbidden):
+    """While the check calls the student's function: a forbidden function's own code run by any
+    path (a reference held where the name search does not look: ``np.vectorize``, a class
+    attribute, a default argument), and another process started, are caught as they happen, in
+    this thread and in threads started meanwhile. Yields the list of what was caught (the
+    function's name, or ``ANOTHER_PROCESS``); the first catch also raises ``ForbiddenCall``."""
+    import _posixsubprocess  # the fork that subprocess and multiprocessing use
+
+    codes = {f.__code__: f.__name__ for f in forbidden
+             if isinstance(getattr(f, "__code__", None), types.CodeType)}
+    spawns = (*_SPAWNS, _posixsubprocess.fork_exec)
+    caught: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            caught.append(codes[frame.f_code])
+        elif event == "c_call" and any(arg is f for f in spawns):
+            caught.append(ANOTHER_PROCESS)
+        else:
+            return
+        raise ForbiddenCall(caught[-1])  # (Python then stops profiling: one catch decides)
+
+    before = sys.getprofile()
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        yield caught
+    finally:
+        sys.setprofile(before)
+        threading.setprofile(None)
 
 
 def _tripwire(name: str):

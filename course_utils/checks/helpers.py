@@ -11,10 +11,12 @@ import jax
 import numpy as np
 
 from course_utils.checks.forbidden import (
+    ANOTHER_PROCESS,
     ForbiddenCall,
     through_package_kernel,
     tripwires,
     uses_forbidden,
+    watched,
 )
 from course_utils.constants import ATOL
 from course_utils.display import error_line
@@ -260,14 +262,27 @@ def call_without(exercise: str, fn, args: tuple, *, forbidden, refusal: str, cal
     any other error fails with one line that starts with ``call``."""
     if (name := uses_forbidden(fn, forbidden)) is not None:
         fail(exercise, refusal.format(name))
+    caught: list[str] = []
     try:
-        with tripwires(fn, forbidden):
-            return fn(*args)
+        with tripwires(fn, forbidden), watched(forbidden) as caught:
+            result = fn(*args)
     except ForbiddenCall as error:  # looked up only at call time
-        failure = refusal.format(error.args[0])
+        failure = _refused(refusal, error.args[0])
     except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
-        failure = f"{call} raised {error_line(error)}"
+        failure = (_refused(refusal, caught[0]) if caught else
+                   f"{call} raised {error_line(error)}")
+    else:
+        if not caught:  # caught, then swallowed by the student's code: refused all the same
+            return result
+        failure = _refused(refusal, caught[0])
     fail(exercise, failure)  # outside the except: no traceback chained into the package
+
+
+def _refused(refusal: str, name: str) -> str:
+    if name == ANOTHER_PROCESS:
+        return ("your function starts another process, which could run anything (the "
+                "package's answer too): compute the answer in the function itself")
+    return refusal.format(name)
 
 
 def function_given(exercise: str, name: str, value) -> None:
