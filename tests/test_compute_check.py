@@ -160,6 +160,11 @@ def test_the_package_reached_where_the_names_do_not_show_is_refused(fn, message)
         check_break_even(fn, **STEP_20)
 
 
+def test_rows_rounded_to_whole_rows_pass_at_every_case():
+    for _ in range(20):  # the fresh case is drawn anew each time
+        check_balanced_rows(lambda *case: int(_rows()(*case)), **STEP_18)
+
+
 def test_a_table_of_answers_made_beforehand_fails_at_the_fresh_case():
     from course_utils.checks.compute import _UNSEEN, expected_rows
 
