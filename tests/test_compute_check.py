@@ -2,8 +2,10 @@
 notebook's numbers and at unseen ones, each common slip named, the package's model refused."""
 
 import math
+import numbers
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -147,8 +149,39 @@ def _swallowed(*args):
         return 1.0
 
 
+def _off_then_call(*args, _b=break_even_bits):
+    sys.setprofile(None)
+    return _b(*args)
+
+
+def _retried(*args):
+    for _ in range(2):  # the first try's error swallowed, then again
+        try:
+            return float(_VECTORIZED(*args))
+        except Exception:  # noqa: BLE001 - a student hiding the refusal
+            pass
+    return 1.0
+
+
+class _Later:  # a number read only after the check's call returns
+    def __init__(self, args):
+        self.args = args
+
+    def __float__(self):
+        return float(_Holder.rate(*self.args))
+
+
+numbers.Real.register(_Later)
+_SHIFTED = types.FunctionType(break_even_bits.__code__.replace(co_firstlineno=1),
+                              break_even_bits.__globals__)  # a copy on other lines
+
+
 @pytest.mark.parametrize("fn, message", [
     (lambda *args: float(_VECTORIZED(*args)), "uses the package's break_even_bits"),
+    (_off_then_call, "turned off the check's watch"),
+    (_retried, "uses the package's break_even_bits"),
+    (lambda *args: _Later(args), "uses the package's break_even_bits"),
+    (lambda *args, _f=_SHIFTED: _f(*args), "uses the package's break_even_bits"),
     (lambda *args: _Holder.rate(*args), "uses the package's break_even_bits"),
     (_swallowed, "uses the package's break_even_bits"),
     (_subprocess_rate, "starts another process"),
@@ -163,6 +196,15 @@ def test_the_package_reached_where_the_names_do_not_show_is_refused(fn, message)
 def test_rows_rounded_to_whole_rows_pass_at_every_case():
     for _ in range(20):  # the fresh case is drawn anew each time
         check_balanced_rows(lambda *case: int(_rows()(*case)), **STEP_18)
+
+
+def test_rates_rounded_to_whole_mbit_pass_at_every_case():
+    def rounded(*case):
+        rate = _break_even()(*case)
+        return round(rate / 1e6) * 1e6 if math.isfinite(rate) else rate
+
+    for _ in range(50):  # the fresh case is drawn anew each time
+        check_break_even(rounded, **STEP_20)
 
 
 def test_a_table_of_answers_made_beforehand_fails_at_the_fresh_case():

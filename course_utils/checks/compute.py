@@ -66,7 +66,7 @@ def check_balanced_rows(fn, *, weights: int, hosts: int, devices: int, rate_bits
         got = call_without(exercise, fn, case, forbidden=forbidden,
                            refusal="my_balanced_rows uses the package's {}, which computes the "
                                    "answer: write the all-reduce's time and the compute per row "
-                                   "yourself", call=call)
+                                   "yourself", call=call, settle=number)
         value = number(got)
         if value is None or not np.isfinite(value):
             fail(exercise, f"{call} must return one finite number of rows, got {got!r}")
@@ -153,12 +153,18 @@ _UNSEEN_RATES = ((140, 6.7e6, 100, 2.7e5, 0.03, 0.04), (80, 6.7e6, 120, 3.4e6, 0
 
 
 def _fresh_rate_case(rng: random.Random) -> tuple:
-    """One more case, drawn anew at every check (as ``_fresh_rows_case``). The scheme sends
-    fewer bytes per step, so it never both sends more to the target and computes less."""
-    dp_bytes = 10 ** rng.uniform(6, 8)
-    return (rng.randint(20, 200), dp_bytes, rng.randint(20, 200),
-            dp_bytes * 10 ** rng.uniform(-2.5, -0.05), 10 ** rng.uniform(-2, -0.5),
-            10 ** rng.uniform(-3, -1))
+    """One more case, drawn anew at every check (as ``_fresh_rows_case``), drawn again until its
+    rate is an end or at least 100 Mbit/s, so an answer rounded to whole Mbit/s passes. The
+    scheme sends fewer bytes per step, so it never both sends more to the target and computes
+    less."""
+    while True:
+        dp_bytes = 10 ** rng.uniform(6, 8)
+        case = (rng.randint(20, 200), dp_bytes, rng.randint(20, 200),
+                dp_bytes * 10 ** rng.uniform(-2.5, -0.05), 10 ** rng.uniform(-2, -0.5),
+                10 ** rng.uniform(-3, -1))
+        rate = break_even_bits(*case)  # an end, or 100 Mbit/s to 1 Tbit/s as the fixed cases
+        if math.isinf(rate) or rate == 0 or 1e8 <= rate <= 1e12:
+            return case
 
 
 def check_break_even(fn, *, dp_steps: int, dp_bytes: float, scheme_steps: int,
@@ -176,7 +182,8 @@ def check_break_even(fn, *, dp_steps: int, dp_bytes: float, scheme_steps: int,
         call = "my_break_even({}, {:.3g}, {}, {:.3g}, {:g}, {:g})".format(*case)
         raw = call_without(exercise, fn, case, forbidden=(break_even_bits,),
                            refusal="my_break_even uses the package's {}, which computes "
-                                   "the answer: write both times yourself", call=call)
+                                   "the answer: write both times yourself", call=call,
+                           settle=number)
         got, want = number(raw), break_even_bits(*case)
         if got is None or math.isnan(got):
             fail(exercise, f"{call} must return one number of bit/s (math.inf or 0.0 at the "
