@@ -7,6 +7,7 @@ from pathlib import Path
 
 import course_utils
 import course_utils.checks
+from course_utils.tools.notebooks.pages import exercise_table, series_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -42,9 +43,10 @@ def test_the_api_table_is_the_export_list():
     assert sorted(named) == sorted(course_utils.__all__)
 
 
-def test_the_exercise_table_lists_every_exercise_with_its_check():
-    rows = _table_rows(_section("## Exercises").split("### Instructors")[0])
-    listed = {row[0]: re.match(r"`(check_\w+)`", row[2])[1] for row in rows}
+def test_the_exercise_table_is_the_one_the_outline_writes():
+    table = exercise_table()
+    assert table in _section("## Exercises"), f"put the outline's table in README.md:\n{table}"
+    listed = {row[0]: re.match(r"`(check_\w+)`", row[2])[1] for row in _table_rows(table)}
     assert listed == _graded()
     assert set(listed.values()) <= set(course_utils.checks.__all__)
 
@@ -57,11 +59,10 @@ def test_the_nbgrader_recipe_copies_every_graded_notebook():
     assert copied == sorted(_graded())
 
 
-def test_the_series_table_lists_every_step():
-    rows = _table_rows(_section("## The series"))
-    assert [f"{row[0]}_{row[1].strip('`').split('_', 1)[1]}" for row in rows] == [
-        p.stem for p in NOTEBOOKS
-    ]
+def test_the_series_table_is_the_one_the_outline_writes():
+    # the outline lists every notebook (tests/test_notebooks.py); a new step's row comes from it
+    table = series_table()
+    assert table in _section("## The series"), f"put the outline's table in README.md:\n{table}"
 
 
 def test_course_student_and_the_readme_say_it_needs_the_instructor_extra(capsys):
