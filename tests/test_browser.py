@@ -57,7 +57,7 @@ DISMISS = """() => {
 # generous: two busy processes beside the suite slow JupyterLab down many times over
 CLICK_S, LOAD_MS, RUN_MS = 120, 180_000, 900_000
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")

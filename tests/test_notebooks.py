@@ -144,6 +144,7 @@ def test_solution_and_check_cells_carry_consistent_nbgrader_metadata():
 AT_8_DEVICES = sample(NOTEBOOKS, {"01", "03", "04", "09"})
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("n_devices", [8])
 def test_the_series_runs_green_with_other_device_counts(tmp_path, n_devices):
     done = subprocess.run(

@@ -3,6 +3,7 @@
 import fnmatch
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import course_utils
@@ -76,3 +77,13 @@ def test_course_student_and_the_readme_say_it_needs_the_instructor_extra(capsys)
     assert "`course student` uses nbgrader's own preprocessors, so it needs the `instructor`" in (
         README
     )
+
+
+def test_the_readme_names_the_end_to_end_command_and_ci_runs_it():
+    quick_start = README.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```")[0]
+    commands = [line.split("#")[0].strip() for line in quick_start.splitlines()]
+    assert "pytest" in commands and "pytest -m e2e" in commands
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "pytest" in ci and "pytest -m e2e" in ci
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert "-m 'not e2e'" in addopts["ini_options"]["addopts"]  # the README's pytest leaves them

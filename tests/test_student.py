@@ -201,6 +201,7 @@ def test_course_student_without_nbgrader_says_how_to_install(course, without_nbg
 STOPS = sample(EXERCISES, {"03", "07", "17"})
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("path", STOPS, ids=lambda p: p.stem)
 def test_student_notebook_stops_at_its_first_exercise(edition, path):
     nb = nbformat.read(edition / path.name, as_version=4)
