@@ -1,4 +1,5 @@
-"""The README is the truth: its tables and recipes follow the package and the notebooks."""
+"""The README and the pages under docs/ are the truth: their tables and recipes follow the package,
+the outline and the notebooks."""
 
 import fnmatch
 import json
@@ -12,13 +13,14 @@ from course_utils.tools.notebooks.pages import exercise_table, series_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def _section(heading: str) -> str:
-    start = README.index(heading + "\n")
-    end = README.find("\n## ", start + len(heading))
-    return README[start:end if end >= 0 else None]
+def _section(heading: str, text: str = README) -> str:
+    start = text.index(heading + "\n")
+    end = text.find("\n## ", start + len(heading))
+    return text[start:end if end >= 0 else None]
 
 
 def _table_rows(text: str) -> list[list[str]]:
@@ -38,7 +40,8 @@ def _graded() -> dict[str, str]:
 
 
 def test_the_api_table_is_the_export_list():
-    first_column = [row[0] for row in _table_rows(_section("## The `course_utils` API"))]
+    api = (DOCS / "api.md").read_text()
+    first_column = [row[0] for row in _table_rows(_section("# The `course_utils` API", api))]
     named = [name for cell in first_column for name in re.findall(r"`(\w+)`", cell)]
     assert len(named) == len(set(named)), "a name is listed twice"
     assert sorted(named) == sorted(course_utils.__all__)
@@ -46,7 +49,8 @@ def test_the_api_table_is_the_export_list():
 
 def test_the_exercise_table_is_the_one_the_outline_writes():
     table = exercise_table()
-    assert table in _section("## Exercises"), f"put the outline's table in README.md:\n{table}"
+    exercises = (DOCS / "exercises.md").read_text()
+    assert table in exercises, f"put the outline's table in docs/exercises.md:\n{table}"
     listed = {row[0]: re.match(r"`(check_\w+)`", row[2])[1] for row in _table_rows(table)}
     assert listed == _graded()
     assert set(listed.values()) <= set(course_utils.checks.__all__)
@@ -87,3 +91,16 @@ def test_the_readme_names_the_end_to_end_command_and_ci_runs_it():
     assert "pytest" in ci and "pytest -m e2e" in ci
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
     assert "-m 'not e2e'" in addopts["ini_options"]["addopts"]  # the README's pytest leaves them
+
+
+def test_the_readme_names_every_page_under_docs_and_no_other():
+    named = set(re.findall(r"`(docs/[\w.-]+\.md)`", README))
+    assert named == {f"docs/{p.name}" for p in DOCS.glob("*.md")}
+    assert len(README.encode()) < 13_000, "the README is read in five minutes: move reference out"
+
+
+def test_the_readme_says_what_a_self_check_is_as_the_instructor_page_does():
+    from course_utils.tools.notebooks.pages import FEEDBACK
+
+    grading = " ".join(_section("## Instructors").split())
+    assert " ".join(FEEDBACK.split()) in grading
