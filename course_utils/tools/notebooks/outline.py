@@ -1,5 +1,6 @@
-"""The course's outline: one record per step (its notebook, part, title, one line on what the
-student sees, and its exercise: the task, the self-check, minutes and common wrong answers).
+"""The course's outline: one record per step (``records.py``: its notebook, part, title, one line
+on what the student sees, and its exercise: the task, the self-check, minutes and common wrong
+answers).
 
 Everything that lists the steps reads it: the site's landing and instructor pages
 (``pages.py``), the README's series table and ``docs/exercises.md`` (generated from it, a test
@@ -9,9 +10,8 @@ entry here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from course_utils.tools.errors import usage
+from course_utils.tools.notebooks.records import Exercise, Mistake, StepOutline
 
 PART_ONE = "Part one: one gradient, three ways to communicate it"
 PART_TWO = "Part two: the ring by hand, latency and buckets, hierarchy"
@@ -19,42 +19,6 @@ PART_THREE = "Part three: ZeRO and FSDP, compression, local SGD"
 CAPSTONE = "Capstone: a cluster on one machine"
 PART_FOUR = "Part four: compute against communication, every strategy timed"
 WHERE = "OUTLINE in course_utils/tools/notebooks/outline.py"
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """A common wrong answer to an exercise and what its check says to it
-    (``tests/test_mistakes.py`` writes each one out and runs it through the check)."""
-
-    wrong: str
-    said: str
-
-
-@dataclass(frozen=True)
-class Exercise:
-    """A step's exercise: what the student writes and the self-check that judges it."""
-
-    task: str
-    check: str  # the self-check its check cell calls, from course_utils.checks
-    # minutes for a student who has read the step: a planning figure set by the authors from the
-    # size of the exercise, not measured with a class (the instructor page says so)
-    minutes: int
-    judges: str = ""  # what the check tests besides the answer's values, if worth saying
-    mistakes: tuple[Mistake, ...] = ()
-
-
-@dataclass(frozen=True)
-class StepOutline:
-    """One step of the series: its notebook (``notebooks/<notebook>.ipynb``, whose first heading
-    is ``# Step <number> — <title>``), its part, one line and its exercise, if it has one."""
-
-    number: int
-    notebook: str
-    part: str
-    title: str
-    line: str  # what the student sees
-    exercise: Exercise | None = None
-
 
 OUTLINE = (
     StepOutline(

@@ -11,7 +11,8 @@ import nbformat
 
 from course_utils.tools.errors import usage
 from course_utils.tools.notebooks.chapters import Step
-from course_utils.tools.notebooks.outline import OUTLINE, WHERE, StepOutline, outline_step, parts
+from course_utils.tools.notebooks.outline import OUTLINE, WHERE, outline_step, parts
+from course_utils.tools.notebooks.records import StepOutline
 from course_utils.tools.notebooks.site import CHECK_TAG
 
 WHO = """\
