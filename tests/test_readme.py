@@ -9,7 +9,7 @@ from pathlib import Path
 
 import course_utils
 import course_utils.checks
-from course_utils.tools.notebooks.pages import exercise_table, series_table
+from course_utils.tools.notebooks.pages import exercise_table, series_table, with_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -50,24 +50,30 @@ def test_the_api_table_is_the_export_list():
 def test_the_exercise_table_is_the_one_the_outline_writes():
     table = exercise_table()
     exercises = (DOCS / "exercises.md").read_text()
-    assert table in exercises, f"put the outline's table in docs/exercises.md:\n{table}"
+    assert with_table(exercises, table) == exercises, f"docs/exercises.md's table: {WRITE}"
     listed = {row[0]: re.match(r"`(check_\w+)`", row[2])[1] for row in _table_rows(table)}
     assert listed == _graded()
     assert set(listed.values()) <= set(course_utils.checks.__all__)
 
 
 def test_the_nbgrader_recipe_copies_every_graded_notebook():
+    # the notebooks holding a solution, found by grep, whatever their numbers
     (line,) = [line for line in README.splitlines() if line.startswith("cp ") and "source/" in line]
-    patterns = [Path(word).name for word in line.split()[1:-1]]
-    copied = sorted(p.name[:2] for p in NOTEBOOKS if any(fnmatch.fnmatch(p.name, pat)
-                                                          for pat in patterns))
+    grep = re.fullmatch(r'cp \$\(grep -l "([^"]+)" \$R/(\S+)\) source/ps1/ +#.*', line)
+    assert grep, line
+    copied = sorted(p.name[:2] for p in NOTEBOOKS
+                    if fnmatch.fnmatch(p.name, grep[2]) and grep[1] in p.read_text())
     assert copied == sorted(_graded())
+
+
+WRITE = "python scripts/write_outline_tables.py writes it"
 
 
 def test_the_series_table_is_the_one_the_outline_writes():
     # the outline lists every notebook (tests/test_notebooks.py); a new step's row comes from it
     table = series_table()
-    assert table in _section("## The series"), f"put the outline's table in README.md:\n{table}"
+    assert table in _section("## The series")
+    assert with_table(README, table) == README, f"the README's series table: {WRITE}"
 
 
 def test_course_student_and_the_readme_say_it_needs_the_instructor_extra(capsys):

@@ -3,9 +3,9 @@ on what the student sees, and its exercise: the task, the self-check, minutes an
 answers).
 
 Everything that lists the steps reads it: the site's landing and instructor pages
-(``pages.py``), the README's series table and ``docs/exercises.md`` (generated from it, a test
-keeps them equal) and the tests' step lists. Adding a step is its notebook, its check and one
-entry here.
+(``pages.py``), the README's series table and ``docs/exercises.md``'s table (written from it by
+``scripts/write_outline_tables.py``, a test keeps them equal) and the tests' step lists. Adding a
+step is its notebook, its check and one entry here.
 """
 
 from __future__ import annotations

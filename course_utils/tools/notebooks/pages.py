@@ -175,3 +175,24 @@ def exercise_table(outline: tuple[StepOutline, ...] = OUTLINE) -> str:
             rows.append(f"| {s.number:02d} | {_cell(s.exercise.task)} | "
                         f"`{s.exercise.check}`{_cell(judges)} |")
     return "\n".join(["| step | exercise | self-check |", "|---|---|---|", *rows])
+
+
+def with_table(text: str, table: str) -> str:
+    """``text`` (markdown) with the table that has ``table``'s header line replaced by ``table``.
+
+    Examples:
+        >>> with_table("a\\n\\n| x |\\n|---|\\n| 1 |\\n\\nb\\n", "| x |\\n|---|\\n| 2 |")
+        'a\\n\\n| x |\\n|---|\\n| 2 |\\n\\nb\\n'
+
+    Raises:
+        ValueError: ``text`` has no table with that header line.
+    """
+    header = table.splitlines()[0]
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.rstrip("\n") == header]
+    if len(starts) != 1:
+        raise ValueError(f"{len(starts)} tables start with {header!r}; expected one")
+    end = starts[0]
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "".join(lines[:starts[0]]) + table + "\n" + "".join(lines[end:])
