@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Every per-notebook path on every step; the suite (pytest) runs each on the few steps that cover
-# its kinds of cell (tests/sample.py). CI runs this once:
-#   - the series at 1, 2, 3 and 6 devices (scripts/test_device_counts.sh) and at 8 (the suite's
-#     test, which also checks what 01 and 04 print),
+# Every per-notebook path on every step; the end-to-end tests (pytest -m e2e) run each on the few
+# steps that cover its kinds of cell (tests/sample.py). CI runs this once:
+#   - the series at 1, 2, 3 and 6 devices (scripts/test_device_counts.sh) and at 8 (the
+#     end-to-end test, which also checks what 01 and 04 print),
 #   - the student edition of every notebook run up to its first exercise,
 #   - the nbgrader release of every exercise notebook,
 #   - check-submission of every exercise notebook with its reference solutions put back,
@@ -25,7 +25,7 @@ else
     summary+=("the series at 1, 2, 3 and 6 devices: FAILED (see build/devices-*.log)")
     status=1
 fi
-if COURSE_ALL_NOTEBOOKS=1 python -m pytest -q \
+if COURSE_ALL_NOTEBOOKS=1 python -m pytest -q -m e2e \
     "tests/test_notebooks.py::test_the_series_runs_green_with_other_device_counts" \
     "tests/test_student.py::test_student_notebook_stops_at_its_first_exercise" \
     "tests/test_nbgrader.py" \

@@ -24,4 +24,5 @@ def require_chromium() -> None:
     if os.environ.get("CI"):
         pytest.fail("Debian's chromium is not installed (apt-get install chromium); "
                     ".ci/run installs it")
-    pytest.skip("no /usr/bin/chromium; install Debian's chromium or run pytest -m 'not browser'")
+    pytest.skip("no /usr/bin/chromium; install Debian's chromium or run "
+                "pytest -m 'e2e and not browser'")

@@ -1,9 +1,9 @@
-"""Which notebooks the suite runs each per-notebook path on (a few), and the switch for all of them.
+"""Which notebooks the tests run each per-notebook path on (a few), and the switch for all of them.
 
 Strict nbval runs the whole series once. Every other path whose cost grows with the number of
 notebooks (another device count, the student edition, nbgrader, the browser, the book) runs in the
-suite on the few steps that cover its kinds of cell, chosen in each test file; with
-``COURSE_ALL_NOTEBOOKS=1`` the same tests run on every step
+end-to-end tests (``pytest -m e2e``) on the few steps that cover its kinds of cell, chosen in each
+test file; with ``COURSE_ALL_NOTEBOOKS=1`` the same tests run on every step
 (``scripts/test_all_notebooks.sh``, which CI runs once).
 """
 

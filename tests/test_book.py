@@ -1,13 +1,15 @@
 """``course book``: the static site of the series, read in headless Chromium with no network.
 
-The site is built once (Jupyter Book, committed outputs) and served from 127.0.0.1: in the suite,
-of the first step (no math, no figure), step 03 (math, one figure) and the last (two figures);
-with ``COURSE_ALL_NOTEBOOKS=1`` (``scripts/test_all_notebooks.sh``) of every step. Every page
-must show its title and every figure its notebook has, log no console error, resolve every
-internal link, render its math, show code cells without sideways scrolling, and send no request
-anywhere but 127.0.0.1. Chromium is Debian's package (/usr/bin/chromium) driven by playwright; no
-browser is ever downloaded. Skip locally with ``pytest -m "not browser"``; in CI (``CI`` set) a
-missing Chromium is a failure, not a skip.
+The site is built once (Jupyter Book, committed outputs) and served from 127.0.0.1: in the
+end-to-end tests (``pytest -m e2e``; the README's ``pytest`` leaves them out, CI runs them as a
+step of their own), of the first step (no math, no figure), step 03 (math, one figure) and the
+last (two figures); with ``COURSE_ALL_NOTEBOOKS=1`` (``scripts/test_all_notebooks.sh
+--browser``) of every step. Every page must show its title and every figure its notebook has,
+log no console error, resolve every internal link, render its math, show code cells without
+sideways scrolling, and send no request anywhere but 127.0.0.1. Chromium is Debian's package
+(/usr/bin/chromium) driven by playwright; no browser is ever downloaded. Without it, run
+``pytest -m "e2e and not browser"``; in CI (``CI`` set) a missing Chromium is a failure, not a
+skip.
 """
 
 import base64
@@ -189,12 +191,14 @@ def open_page(browser, server):
         page.close()
 
 
+@pytest.mark.e2e
 def test_the_build_has_no_warnings(site):
     _, built = site
     assert [s.path.name for s in built.steps] == [p.name for p in NOTEBOOKS]
     assert built.warnings == [], f"first warning: {built.warnings[0]}; log: {built.log}"
 
 
+@pytest.mark.e2e
 def test_the_site_has_a_page_per_step_and_fetches_nothing_remote(site):
     out, _ = site
     steps = sorted(p.name for p in out.glob("[0-9][0-9]_*.html"))
@@ -209,8 +213,9 @@ def test_the_site_has_a_page_per_step_and_fetches_nothing_remote(site):
     assert remote == []
 
 
+@pytest.mark.e2e
 def test_the_landing_page_lists_every_step_by_part(open_page):
-    from course_utils.tools.notebooks.outline import LINES, PARTS
+    from course_utils.tools.notebooks.outline import outline_step, parts
 
     visit = open_page("index.html")
     page = visit.page
@@ -223,11 +228,10 @@ def test_the_landing_page_lists_every_step_by_part(open_page):
         link = cells.nth(1).locator("a")
         assert link.inner_text().strip() == title
         assert link.get_attribute("href") == f"{path.stem}.html"
-        assert cells.nth(2).inner_text().strip() == LINES[int(number)].replace("`", "")
+        assert cells.nth(2).inner_text().strip() == outline_step(int(number)).line.replace("`", "")
     headings = page.locator("article h2").all_inner_texts()
-    shown = {int(p.name[:2]) for p in NOTEBOOKS}
-    assert [h.strip() for h in headings] == [
-        name for name, first, last in PARTS if shown & set(range(first, last + 1))]
+    shown = [outline_step(int(p.name[:2])) for p in NOTEBOOKS]
+    assert [h.strip() for h in headings] == [part for part, _ in parts(shown)]
     text = page.locator("article").inner_text()
     for words in ("Who it is for.", "How to start.", "course student --out student/",
                   "jupyter lab student/"):
@@ -237,6 +241,7 @@ def test_the_landing_page_lists_every_step_by_part(open_page):
     visit.assert_clean()
 
 
+@pytest.mark.e2e
 def test_the_instructor_page_lists_each_exercise_and_no_solution(site, open_page):
     visit = open_page("instructors.html")
     text = visit.page.locator("article").inner_text()
@@ -263,6 +268,7 @@ def _solution_lines() -> set[str]:
     return lines
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "name, title, figures, has_math", PAGES, ids=[name.removesuffix(".html") for name, *_ in PAGES]
 )
@@ -343,6 +349,7 @@ def test_page(site, server, open_page, name, title, figures, has_math):
     visit.assert_clean()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", [p[0] for p in PAGES] + ["instructors.html"])
 def test_on_a_phone_no_page_is_wider_than_the_screen(browser, server, name):
     page = browser.new_page(viewport={"width": 420, "height": 800})
@@ -403,6 +410,7 @@ def test_the_site_never_goes_into_the_notebooks_folder(course):
     assert not (ROOT / "notebooks" / "site").exists()
 
 
+@pytest.mark.e2e
 def test_a_failed_build_says_why_in_one_line(course, monkeypatch, tmp_path):
     config = book.book_config()
     config["sphinx"]["config"]["extensions"].append("no_such_extension")

@@ -6,8 +6,9 @@ processes) shows there; every step's execution and outputs are checked by strict
 step runs in the browser with ``COURSE_ALL_NOTEBOOKS=1`` (``scripts/test_all_notebooks.sh``).
 JupyterLab runs on 127.0.0.1 with a random token over a copy of the notebooks (Run All must not
 touch the committed ones). Chromium is Debian's package (/usr/bin/chromium) driven by playwright;
-no browser is ever downloaded. Screenshots go to build/browser/. Skip locally with
-``pytest -m "not browser"``; in CI (``CI`` set) a missing Chromium is a failure, not a skip.
+no browser is ever downloaded. Screenshots go to build/browser/. End to end: ``pytest -m e2e``
+runs it (the README's ``pytest`` leaves it out); without Chromium, ``pytest -m "e2e and not
+browser"``. In CI (``CI`` set) a missing Chromium is a failure, not a skip.
 """
 
 import json
@@ -57,7 +58,7 @@ DISMISS = """() => {
 # generous: two busy processes beside the suite slow JupyterLab down many times over
 CLICK_S, LOAD_MS, RUN_MS = 120, 180_000, 900_000
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,14 @@ from course_utils.tools.cluster.overlap import OVERLAP_PLANS
 from course_utils.tools.cluster.training import TRAINING_PLANS
 
 CAN_RUN = check_can_run() is None
-needs_root = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
+
+
+def needs_root(test):
+    """A test that builds hosts as network namespaces: root only, and end to end (``-m e2e``)."""
+    skip = pytest.mark.skipif(not CAN_RUN, reason="needs root and iproute2 (CI runs as root)")
+    return pytest.mark.e2e(skip(test))
+
+
 COURSE = [sys.executable, "-m", "course_utils.tools.cli", "cluster"]
 SMALL = ["--hosts", "2", "--devices-per-host", "1", "--plan", "quick"]
 # `course cluster` whose last host dies or hangs: FAULTY + ["die" | "hang", *arguments]

@@ -1,5 +1,5 @@
-"""The instructor page's common wrong answers (``outline.MISTAKES``): each one written out and
-run through its check, which must fail with the message the page quotes."""
+"""The instructor page's common wrong answers (each exercise's ``mistakes`` in the outline): each
+one written out and run through its check, which must fail with the message the page quotes."""
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,7 @@ from course_utils.checks import (
 )
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.models.latency import collective_time, plan_buckets
-from course_utils.tools.notebooks.outline import MISTAKES
+from course_utils.tools.notebooks.outline import OUTLINE
 from course_utils.training.run import Memory
 
 
@@ -238,7 +238,7 @@ CASES = {
 
 @pytest.mark.parametrize(
     "step, wrong, said",
-    [(n, w, s) for n, found in MISTAKES.items() for w, s in found],
+    [(s.number, m.wrong, m.said) for s in OUTLINE if s.exercise for m in s.exercise.mistakes],
     ids=lambda v: str(v)[:40],
 )
 def test_each_common_wrong_answer_gets_the_message_the_page_quotes(step, wrong, said):
@@ -248,4 +248,5 @@ def test_each_common_wrong_answer_gets_the_message_the_page_quotes(step, wrong, 
 
 
 def test_every_case_is_on_the_page():
-    assert set(CASES) == {(n, w) for n, found in MISTAKES.items() for w, _ in found}
+    assert set(CASES) == {(s.number, m.wrong) for s in OUTLINE if s.exercise
+                          for m in s.exercise.mistakes}

@@ -23,7 +23,8 @@ from course_utils.tools.notebooks.run import find_notebooks
 from course_utils.tools.notebooks.student import BEGIN, END, build
 from course_utils.tools.notebooks.submission import FAILED, check_submission
 
-pytestmark = pytest.mark.instructor  # nbgrader builds the student edition
+# nbgrader builds the student edition; the round trip is end to end (CI's `pytest -m e2e`)
+pytestmark = [pytest.mark.instructor, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = [p for p in find_notebooks(ROOT / "notebooks") if BEGIN in p.read_text()]
 # released: solutions that define a kernel (03), a dict (08) and numbers (17), besides the two

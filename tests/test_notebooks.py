@@ -9,36 +9,37 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 from sample import sample
 
+from course_utils.tools.notebooks.outline import (
+    CAPSTONE,
+    OUTLINE,
+    PART_FOUR,
+    PART_ONE,
+    PART_THREE,
+    PART_TWO,
+    parts,
+)
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SECRETS = re.compile(r"/(tmp|root|home|work|Users)/|ipykernel_\d+")
+PART_ORDER = [PART_ONE, PART_TWO, PART_THREE, CAPSTONE, PART_FOUR]
 
 
-def test_the_steps_are_there():
-    assert [p.stem for p in NOTEBOOKS] == [
-        "01_mesh_setup",
-        "02_partial_gradients",
-        "03_collectives",
-        "04_placement_checks",
-        "05_timing",
-        "06_sliced_update",
-        "07_row_permutation_exercise",
-        "08_communication_budget",
-        "09_beyond_one_process",
-        "10_performance_lab",
-        "11_ring_by_hand",
-        "12_latency_and_bucketing",
-        "13_hierarchical_all_reduce",
-        "14_zero_stages",
-        "15_compressed_communication",
-        "16_local_sgd",
-        "17_simulated_cluster",
-        "18_compute_vs_communication",
-        "19_overlap",
-        "20_strategies_timed",
-    ]
+def test_the_outline_lists_every_step_with_its_title_and_check():
+    from course_utils.tools.notebooks.chapters import read_step
+    from course_utils.tools.notebooks.pages import graded
+
+    assert [s.notebook for s in OUTLINE] == [p.stem for p in NOTEBOOKS]
+    assert [s.number for s in OUTLINE] == list(range(1, len(NOTEBOOKS) + 1))
+    assert [s.title for s in OUTLINE] == [read_step(p).title for p in NOTEBOOKS]
+    for step, path in zip(OUTLINE, NOTEBOOKS):
+        called, _ = graded(nbformat.read(path, as_version=4))
+        assert called == ([step.exercise.check] if step.exercise else []), path.name
+    assert set(PART_ORDER) == {s.part for s in OUTLINE}
+    assert [part for part, _ in parts(list(OUTLINE))] == PART_ORDER  # each part in one run
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -134,9 +135,7 @@ def test_solution_and_check_cells_carry_consistent_nbgrader_metadata():
             assert re.fullmatch(rf"{path.stem[:2]}-{kind}(-\d+)?", meta["grade_id"]), where
             grade_ids.append(meta["grade_id"])
     assert len(grade_ids) == len(set(grade_ids)), "grade_ids are not unique"
-    exercises = ["02", "03", "04", "05", "06", "07", "08", "11", "12", "13", "14", "15", "16",
-                 "17", "18", "19", "20"]
-    assert points == {step: 1 for step in exercises}
+    assert points == {f"{s.number:02d}": 1 for s in OUTLINE if s.exercise}
 
 
 # at 8 devices: the mesh setup (01), the first kernels, exercise and figure (03), shapes derived
@@ -145,6 +144,7 @@ def test_solution_and_check_cells_carry_consistent_nbgrader_metadata():
 AT_8_DEVICES = sample(NOTEBOOKS, {"01", "03", "04", "09"})
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("n_devices", [8])
 def test_the_series_runs_green_with_other_device_counts(tmp_path, n_devices):
     done = subprocess.run(

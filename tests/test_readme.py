@@ -1,22 +1,26 @@
-"""The README is the truth: its tables and recipes follow the package and the notebooks."""
+"""The README and the pages under docs/ are the truth: their tables and recipes follow the package,
+the outline and the notebooks."""
 
 import fnmatch
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import course_utils
 import course_utils.checks
+from course_utils.tools.notebooks.pages import exercise_table, series_table, with_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def _section(heading: str) -> str:
-    start = README.index(heading + "\n")
-    end = README.find("\n## ", start + len(heading))
-    return README[start:end if end >= 0 else None]
+def _section(heading: str, text: str = README) -> str:
+    start = text.index(heading + "\n")
+    end = text.find("\n## ", start + len(heading))
+    return text[start:end if end >= 0 else None]
 
 
 def _table_rows(text: str) -> list[list[str]]:
@@ -36,32 +40,40 @@ def _graded() -> dict[str, str]:
 
 
 def test_the_api_table_is_the_export_list():
-    first_column = [row[0] for row in _table_rows(_section("## The `course_utils` API"))]
+    api = (DOCS / "api.md").read_text()
+    first_column = [row[0] for row in _table_rows(_section("# The `course_utils` API", api))]
     named = [name for cell in first_column for name in re.findall(r"`(\w+)`", cell)]
     assert len(named) == len(set(named)), "a name is listed twice"
     assert sorted(named) == sorted(course_utils.__all__)
 
 
-def test_the_exercise_table_lists_every_exercise_with_its_check():
-    rows = _table_rows(_section("## Exercises").split("### Instructors")[0])
-    listed = {row[0]: re.match(r"`(check_\w+)`", row[2])[1] for row in rows}
+def test_the_exercise_table_is_the_one_the_outline_writes():
+    table = exercise_table()
+    exercises = (DOCS / "exercises.md").read_text()
+    assert with_table(exercises, table) == exercises, f"docs/exercises.md's table: {WRITE}"
+    listed = {row[0]: re.match(r"`(check_\w+)`", row[2])[1] for row in _table_rows(table)}
     assert listed == _graded()
     assert set(listed.values()) <= set(course_utils.checks.__all__)
 
 
 def test_the_nbgrader_recipe_copies_every_graded_notebook():
+    # the notebooks holding a solution, found by grep, whatever their numbers
     (line,) = [line for line in README.splitlines() if line.startswith("cp ") and "source/" in line]
-    patterns = [Path(word).name for word in line.split()[1:-1]]
-    copied = sorted(p.name[:2] for p in NOTEBOOKS if any(fnmatch.fnmatch(p.name, pat)
-                                                          for pat in patterns))
+    grep = re.fullmatch(r'cp \$\(grep -l "([^"]+)" \$R/(\S+)\) source/ps1/ +#.*', line)
+    assert grep, line
+    copied = sorted(p.name[:2] for p in NOTEBOOKS
+                    if fnmatch.fnmatch(p.name, grep[2]) and grep[1] in p.read_text())
     assert copied == sorted(_graded())
 
 
-def test_the_series_table_lists_every_step():
-    rows = _table_rows(_section("## The series"))
-    assert [f"{row[0]}_{row[1].strip('`').split('_', 1)[1]}" for row in rows] == [
-        p.stem for p in NOTEBOOKS
-    ]
+WRITE = "python scripts/write_outline_tables.py writes it"
+
+
+def test_the_series_table_is_the_one_the_outline_writes():
+    # the outline lists every notebook (tests/test_notebooks.py); a new step's row comes from it
+    table = series_table()
+    assert table in _section("## The series")
+    assert with_table(README, table) == README, f"the README's series table: {WRITE}"
 
 
 def test_course_student_and_the_readme_say_it_needs_the_instructor_extra(capsys):
@@ -75,3 +87,26 @@ def test_course_student_and_the_readme_say_it_needs_the_instructor_extra(capsys)
     assert "`course student` uses nbgrader's own preprocessors, so it needs the `instructor`" in (
         README
     )
+
+
+def test_the_readme_names_the_end_to_end_command_and_ci_runs_it():
+    quick_start = README.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```")[0]
+    commands = [line.split("#")[0].strip() for line in quick_start.splitlines()]
+    assert "pytest" in commands and "pytest -m e2e" in commands
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "pytest" in ci and "pytest -m e2e" in ci
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert "-m 'not e2e'" in addopts["ini_options"]["addopts"]  # the README's pytest leaves them
+
+
+def test_the_readme_names_every_page_under_docs_and_no_other():
+    named = set(re.findall(r"`(docs/[\w.-]+\.md)`", README))
+    assert named == {f"docs/{p.name}" for p in DOCS.glob("*.md")}
+    assert len(README.encode()) < 13_000, "the README is read in five minutes: move reference out"
+
+
+def test_the_readme_says_what_a_self_check_is_as_the_instructor_page_does():
+    from course_utils.tools.notebooks.pages import FEEDBACK
+
+    grading = " ".join(_section("## Instructors").split())
+    assert " ".join(FEEDBACK.split()) in grading

@@ -2,11 +2,17 @@
 student site each exercise as the student edition has it, the instructor site the solutions,
 both without the harness cells."""
 
+import functools
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from course_utils.tools.errors import CourseError
+from course_utils.tools.notebooks.chapters import read_step
+from course_utils.tools.notebooks.outline import OUTLINE
 from course_utils.tools.notebooks.site import FOLD, LEFT_OUT, REMOVE, site_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,18 +71,47 @@ def test_the_student_site_shows_the_stub_the_student_edition_has(path):
     assert [c.source for c in _tagged(site_notebook(nb), "solution")] == edition
 
 
-def test_the_instructor_page_gives_each_exercise_a_time_and_asks_for_a_missing_one(monkeypatch):
-    from course_utils.tools.notebooks import outline
-    from course_utils.tools.notebooks.chapters import Step
+def test_the_instructor_page_gives_each_exercise_its_time_and_check_from_the_outline():
+    from course_utils.tools.notebooks.pages import instructor_page
 
-    steps = [Step(int(p.name[:2]), p.stem, p) for p in SERIES]
-    rows = {int(line.split("|")[1]): line.split("|")[4].strip()
-            for line in outline.instructor_page(steps).splitlines()
+    steps = [read_step(p) for p in SERIES]
+    rows = {int(line.split("|")[1]): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in instructor_page(steps).splitlines()
             if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
-    for step in steps:
-        has_exercise = bool(outline.exercises(step, nbformat.read(step.path, as_version=4)))
-        assert rows[step.number] == (
-            f"{outline.EXERCISE_MINUTES[step.number]} min" if has_exercise else "—")
-    monkeypatch.delitem(outline.EXERCISE_MINUTES, 7)
-    with pytest.raises(ValueError, match="step 7 has an exercise but no time"):
-        outline.instructor_page(steps)
+    assert sorted(rows) == [s.number for s in OUTLINE]
+    for entry in OUTLINE:
+        title, _, minutes, work = rows[entry.number]
+        assert title == entry.title
+        if entry.exercise:
+            assert minutes == f"{entry.exercise.minutes} min"
+            assert work == f"{entry.exercise.task} (`{entry.exercise.check}`, 1 point)"
+        else:
+            assert (minutes, work) == ("—", "none")
+
+
+def test_a_step_the_outline_lacks_or_gets_wrong_is_refused_with_where_to_fix_it(monkeypatch):
+    from course_utils.tools.notebooks import outline, pages
+
+    steps = [read_step(p) for p in SERIES[:8]]
+    monkeypatch.setattr(outline, "OUTLINE", tuple(
+        replace(s, exercise=None) if s.number == 7 else s for s in OUTLINE))
+    with pytest.raises(CourseError, match=re.escape(
+            "07_row_permutation_exercise.ipynb: its check cells call ['check_joint_permutation'],"
+            f" its outline entry says no exercise: make them agree ({outline.WHERE})")):
+        pages.instructor_page(steps)
+    monkeypatch.setattr(outline, "OUTLINE", OUTLINE[:6])
+    for page in (pages.instructor_page, functools.partial(pages.landing_page, "title")):
+        with pytest.raises(CourseError, match=re.escape(
+                f"step 7 is not in the course's outline: add its entry to {outline.WHERE}")):
+            page(steps)
+
+
+def test_the_landing_page_lists_the_steps_by_part_with_their_lines():
+    from course_utils.tools.notebooks.outline import parts
+    from course_utils.tools.notebooks.pages import landing_page
+
+    page = landing_page("title", [read_step(p) for p in SERIES]).splitlines()
+    assert [line[3:] for line in page if line.startswith("## ")] == [
+        part for part, _ in parts(list(OUTLINE))]
+    assert [line for line in page if line.startswith("| ") and line[2].isdigit()] == [
+        f"| {s.number} | [{s.title}]({s.notebook}.ipynb) | {s.line} |" for s in OUTLINE]

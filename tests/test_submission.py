@@ -78,12 +78,14 @@ def test_solutions_put_back_give_the_solution_notebooks_code(edition, tmp_path, 
 
 # the verdict "passed" on one step in the suite; on every exercise notebook with
 # COURSE_ALL_NOTEBOOKS=1 (scripts/test_all_notebooks.sh)
+@pytest.mark.e2e
 @pytest.mark.parametrize("solution", sample(EXERCISES, {"07"}), ids=lambda p: p.stem)
 def test_reference_solutions_put_back_pass(edition, tmp_path, solution):
     results = check_submission(_restore_solutions(edition, tmp_path, solution), SOLUTIONS)
     assert results and all(r.status == PASSED for r in results), results
 
 
+@pytest.mark.e2e
 def test_unsolved_is_not_attempted_and_exits_1(course, edition, without_nbgrader):
     # check-submission does not need nbgrader (the instructor extra): here it cannot import it
     path = edition / "07_row_permutation_exercise.ipynb"
@@ -123,6 +125,7 @@ def _tiny_step(folder: Path, setup: str, solution: str, check: bool = True) -> P
     return folder / "50_tiny.ipynb"
 
 
+@pytest.mark.e2e
 def test_a_loop_is_stopped_by_the_timeout_and_the_check_after_it_runs(tmp_path):
     # the only test with a short cell timeout: its setup cell cannot take 10 s, the solution
     # cell never ends
@@ -134,6 +137,7 @@ def test_a_loop_is_stopped_by_the_timeout_and_the_check_after_it_runs(tmp_path):
     assert result.message == "the solution cell ran longer than 10 s and was stopped"
 
 
+@pytest.mark.e2e
 def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
     path = _answer(edition, tmp_path, "08_communication_budget.ipynb", WRONG_BUDGET_ROW)
     nb = nbformat.read(path, as_version=4)
@@ -146,6 +150,7 @@ def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
     assert "that is N; in each of its two passes" in result.message
 
 
+@pytest.mark.e2e
 def test_a_solution_that_rebinds_the_check_does_not_pass(edition, tmp_path):
     cheat = ("predicted = [(0, 0)]\n"
              "check_predicted_shard_shapes = lambda *args: print('PASSED: trust me')")
@@ -213,6 +218,7 @@ my_reduce_scatter = jax.jit(
 g_mine = my_reduce_scatter(x, y, w)"""
 
 
+@pytest.mark.e2e
 def test_a_jax_error_is_shown_whole(edition, tmp_path):
     (result,) = check_submission(_answer(edition, tmp_path, "03_collectives.ipynb", SCATTER_INTO_P))
     assert result.status == FAILED and result.message.startswith("the solution cell raised")

@@ -35,7 +35,7 @@ from course_utils.tools.notebooks.chapters import (
     read_appendix,
     read_step,
 )
-from course_utils.tools.notebooks.outline import instructor_page, landing_page
+from course_utils.tools.notebooks.pages import instructor_page, landing_page
 from course_utils.tools.notebooks.site import site_notebook
 
 UNIT_TITLE = "Communication-efficient algorithms"

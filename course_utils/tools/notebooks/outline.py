@@ -1,241 +1,336 @@
-"""The course's outline for its site: who it is for, how to start, its parts, and one line per
-step (the README's series table says the same, a test keeps them equal); and the instructor
-page, built from the notebooks themselves (each exercise, its check and points, a reading time)."""
+"""The course's outline: one record per step (``records.py``: its notebook, part, title, one line
+on what the student sees, and its exercise: the task, the self-check, minutes and common wrong
+answers).
+
+Everything that lists the steps reads it: the site's landing and instructor pages
+(``pages.py``), the README's series table and ``docs/exercises.md``'s table (written from it by
+``scripts/write_outline_tables.py``, a test keeps them equal) and the tests' step lists. Adding a
+step is its notebook, its check and one entry here.
+"""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from course_utils.tools.errors import usage
+from course_utils.tools.notebooks.records import Exercise, Mistake, StepOutline
 
-import nbformat
+PART_ONE = "Part one: one gradient, three ways to communicate it"
+PART_TWO = "Part two: the ring by hand, latency and buckets, hierarchy"
+PART_THREE = "Part three: ZeRO and FSDP, compression, local SGD"
+CAPSTONE = "Capstone: a cluster on one machine"
+PART_FOUR = "Part four: compute against communication, every strategy timed"
+WHERE = "OUTLINE in course_utils/tools/notebooks/outline.py"
 
-from course_utils.tools.notebooks.chapters import Step
-from course_utils.tools.notebooks.site import CHECK_TAG, SOLUTION_TAG
-
-# (title, first step, last step)
-PARTS = (
-    ("Part one: one gradient, three ways to communicate it", 1, 10),
-    ("Part two: the ring by hand, latency and buckets, hierarchy", 11, 13),
-    ("Part three: ZeRO and FSDP, compression, local SGD", 14, 16),
-    ("Capstone: a cluster on one machine", 17, 17),
-    ("Part four: compute against communication, every strategy timed", 18, 20),
+OUTLINE = (
+    StepOutline(
+        1, "01_mesh_setup", PART_ONE,
+        title="Logical devices, one mesh, three placements",
+        line="four logical CPU devices, the mesh, the three placements, who holds what",
+    ),
+    StepOutline(
+        2, "02_partial_gradients", PART_ONE,
+        title="Partial gradients: what each device can compute alone",
+        line="each device's partial gradient from its rows; their sum is the reference",
+        exercise=Exercise(
+            task="a function that computes each device's share on the host, called on fresh data",
+            check="check_shares", minutes=10,
+        ),
+    ),
+    StepOutline(
+        3, "03_collectives", PART_ONE,
+        title="Three collectives: all-reduce, reduce-scatter, all-gather",
+        line="`psum`, `psum_scatter`, `all_gather` next to a NumPy version of the same semantics",
+        exercise=Exercise(
+            task="write the reduce-scatter kernel",
+            check="check_reduce_scatter", minutes=10,
+            judges="your jitted function: its values, placement, and a `reduce-scatter` in its "
+                   "compiled program",
+        ),
+    ),
+    StepOutline(
+        4, "04_placement_checks", PART_ONE,
+        title="One gradient, different local storage: checking placement",
+        line="shard shapes (8,), (2,), (8,); the collectives in StableHLO and compiled HLO",
+        exercise=Exercise(
+            task='read the shard shapes of `P("data")` on a transposed array',
+            check="check_predicted_shard_shapes", minutes=10,
+            judges="names a wrong dimension or a wrong array",
+        ),
+    ),
+    StepOutline(
+        5, "05_timing", PART_ONE,
+        title="Timing completed calls, and the idealized ring payload",
+        line="timing completed calls; the idealized ring payload (48 and 24 bytes); the figure",
+        exercise=Exercise(
+            task="write the rule for the bytes one device stores after each collective, for any "
+                 "size and p",
+            check="check_stored_bytes_rule", minutes=15,
+            judges="runs the kernels on meshes and sizes the notebook never used, reads device "
+                   "0's shards",
+            mistakes=(
+                Mistake("the whole vector counted as stored after a reduce-scatter",
+                        "after reduce-scatter each device keeps one slice of the sum"),
+                Mistake("what a ring sends counted instead of what a device stores",
+                        "that is what a ring sends per rank, not what a device keeps"),
+            ),
+        ),
+    ),
+    StepOutline(
+        6, "06_sliced_update", PART_ONE,
+        title="Update the slices, then gather (ZeRO-style)",
+        line="the ZeRO-style momentum update on slices, then gathered",
+        exercise=Exercise(
+            task="the sliced update with two optimizer states",
+            check="check_two_state_update", minutes=15,
+        ),
+    ),
+    StepOutline(
+        7, "07_row_permutation_exercise", PART_ONE,
+        title="Exercise: shuffle the rows, keep the gradient",
+        line="the exercise: joint row permutations leave the gradient unchanged",
+        exercise=Exercise(
+            task="joint row permutation (the seed's exercise)",
+            check="check_joint_permutation", minutes=15,
+        ),
+    ),
+    StepOutline(
+        8, "08_communication_budget", PART_ONE,
+        title="The communication budget for 2, 4 and 8 ranks",
+        line="bytes per rank for p = 2, 4, 8 at 2^20 bytes",
+        exercise=Exercise(
+            task="a function that predicts a budget row for any size and p, then the row read off "
+                 "the compiled program",
+            check="check_budget_row", minutes=15,
+            mistakes=(
+                Mistake("one pass of the ring counted for the all-reduce",
+                        "count both passes, reduce-scatter and all-gather"),
+            ),
+        ),
+    ),
+    StepOutline(
+        9, "09_beyond_one_process", PART_ONE,
+        title="Beyond one process: the same kernels on JAX's multi-process runtime",
+        line="the same kernels on two processes with `jax.distributed` (gloo), against one process",
+    ),
+    StepOutline(
+        10, "10_performance_lab", PART_ONE,
+        title="Performance lab: measured collectives against the model",
+        line="a live mini-sweep and the saved `course bench` run, read against the α-β and ring "
+             "models",
+    ),
+    StepOutline(
+        11, "11_ring_by_hand", PART_TWO,
+        title="The ring, built by hand from ppermute",
+        line="reduce-scatter and all-gather built from `ppermute` in p − 1 steps; the ring's "
+             "bytes read from the compiled program; the latency term",
+        exercise=Exercise(
+            task="write one step of the ring (send, receive, add)",
+            check="check_ring_step", minutes=30,
+            judges="runs the whole ring with your step on every device, and reads the compiled "
+                   "program: only `collective-permute`, p − 1 of them",
+            mistakes=(
+                Mistake("the partial sum passed on, but nothing added",
+                        "it is passed on but nothing is added"),
+                Mistake("the ring sent the wrong way round", "the ring runs backwards"),
+            ),
+        ),
+    ),
+    StepOutline(
+        12, "12_latency_and_bucketing", PART_TWO,
+        title="The latency term, and why gradients travel in buckets",
+        line="four all-reduce algorithms in one α-β model and where they cross; 64 small "
+             "gradients as 64 calls, one program, one flat bucket (measured); the bucket-size "
+             "trade-off",
+        exercise=Exercise(
+            task="write the bucketed step-time model",
+            check="check_bucket_model", minutes=25,
+            judges="against `bucketed_step_time` on models the notebook never shows; the "
+                   "package's copy refused",
+            mistakes=(
+                Mistake("a bucket's ready time counted in gradients, not bytes",
+                        "ready in proportion to the bytes produced so far"),
+                Mistake("a bucket that does not wait for the previous all-reduce",
+                        "a bucket also waits for the previous bucket's all-reduce"),
+            ),
+        ),
+    ),
+    StepOutline(
+        13, "13_hierarchical_all_reduce", PART_TWO,
+        title="Hierarchical all-reduce on a two-axis mesh",
+        line="a `(\"node\", \"local\")` mesh; reduce-scatter in the node, all-reduce across "
+             "nodes, all-gather in the node; who talks to whom in the compiled program; when the "
+             "two levels pay (model)",
+        exercise=Exercise(
+            task="the two-level all-reduce from three collectives",
+            check="check_two_level", minutes=20,
+            judges="every device against a flat sum, and the compiled program's device groups",
+            mistakes=(
+                Mistake("pmean across the nodes instead of psum",
+                        "use jax.lax.psum over 'node', not pmean"),
+                Mistake("the all-reduce across the nodes left out",
+                        "the all-reduce across the nodes (jax.lax.psum over 'node') is missing"),
+            ),
+        ),
+    ),
+    StepOutline(
+        14, "14_zero_stages", PART_THREE,
+        title="ZeRO stages and FSDP: sharding what data parallelism repeats",
+        line="one training run under data parallelism and ZeRO-1/2/3: the same loss, the memory "
+             "per device read from the shards, the bytes from the compiled program; `jax.grad` "
+             "through an all-gather gives a reduce-scatter; ZeRO-3's second gather, merged by XLA "
+             "or kept",
+        exercise=Exercise(
+            task="predict the bytes per device of data parallelism and ZeRO-1/2/3",
+            check="check_memory_prediction", minutes=25,
+            judges="against the memory read from the shards of each run",
+            mistakes=(
+                Mistake("values counted instead of bytes",
+                        "count bytes (4 per float32 value), not values"),
+                Mistake("ZeRO-1 counted with its momentum whole",
+                        "zero1 keeps the momentum (optimizer state) in slices of n/p"),
+            ),
+        ),
+    ),
+    StepOutline(
+        15, "15_compressed_communication", PART_THREE,
+        title="Compressed communication: fewer bytes per gradient, and what they cost",
+        line="bf16 compiled to f32 on CPU, and sent as u16; int8, top-k with and without error "
+             "feedback, PowerSGD: bytes, gradient error, loss against steps and bytes",
+        exercise=Exercise(
+            task="error feedback around top-k: what is sent, what is kept for the next step",
+            check="check_error_feedback", minutes=25,
+            judges="your function on gradients whose top-k is known",
+            mistakes=(
+                Mistake("the top k of g alone, not of g + residual",
+                        "you send the top k of g alone"),
+                Mistake("the new residual forgets the old one",
+                        "the new residual forgets the old one"),
+            ),
+        ),
+    ),
+    StepOutline(
+        16, "16_local_sgd", PART_THREE,
+        title="Local SGD: communicating less often",
+        line="H local steps, then `pmean`: bytes divided by H; drift on skewed shards; every "
+             "strategy of the unit on one picture",
+        exercise=Exercise(
+            task="the bytes one device sends over a run of local SGD with H local steps",
+            check="check_local_sgd_bytes", minutes=20,
+            judges="your model against the package's on sizes, p and run lengths the notebook "
+                   "never used; calling `local_sgd_bytes` or `train` is refused",
+            mistakes=(
+                Mistake("an averaging after every step",
+                        "the devices average once every h steps, not after every step"),
+                Mistake("one pass of the ring counted", "count both passes of the ring all-reduce"),
+            ),
+        ),
+    ),
+    StepOutline(
+        17, "17_simulated_cluster", CAPSTONE,
+        title="A cluster on one machine: when the link costs time",
+        line="hosts as network namespaces joined by rate-limited links (`course cluster`, root): "
+             "the collectives, the two-level all-reduce across link rates, 16- against 32-bit "
+             "rings and bucketing, timed against the link model",
+        exercise=Exercise(
+            task="a function that predicts the flat and the two-level all-reduce's time from the "
+                 "link rate",
+            check="check_link_prediction", minutes=20,
+            judges="within 3 %, at the saved run and at shapes never shown; the package's link "
+                   "model refused; names unit slips and tbf's headers",
+            mistakes=(
+                Mistake("the link rate in bits taken for bytes",
+                        "the rate is in bits per second: divide it by 8 for bytes"),
+                Mistake("the devices of a host not sharing its link",
+                        "devices of a host share its one link"),
+            ),
+        ),
+    ),
+    StepOutline(
+        18, "18_compute_vs_communication", PART_FOUR,
+        title="Compute against communication: when is a step communication-bound?",
+        line="a data-parallel step and its accumulated form on the page; its compute from FLOPs, "
+             "its communication from the link model with α; the batch where the two balance, "
+             "predicted and read off the cluster",
+        exercise=Exercise(
+            task="the rows per device at which a data-parallel step's compute takes as long as "
+                 "its all-reduce over the links",
+            check="check_balanced_rows", minutes=15,
+            judges="within 2 %, at the saved run's numbers and at cases never shown; the step "
+                   "model refused; names unit slips, the ring's passes and α's message steps",
+            mistakes=(
+                Mistake("the rate in bits taken for bytes",
+                        "the rate is in bits per second: divide it by 8 for bytes"),
+                Mistake("the all-reduce's time returned instead of rows",
+                        "that is the all-reduce's time; divide it by one row's compute time"),
+            ),
+        ),
+    ),
+    StepOutline(
+        19, "19_overlap", PART_FOUR,
+        title="Overlap: hiding the all-reduce behind the backward pass",
+        line="the backward pass of a tower of layers, each bucket all-reduced on a second device "
+             "while the first computes; one program, one device and two devices timed on the "
+             "cluster against the bucketed model; the collective matmul three ways",
+        exercise=Exercise(
+            task="the overlapped loop: each bucket's all-reduce dispatched on the second device "
+                 "right after its backward program",
+            check="check_overlapped_backward", minutes=15,
+            judges="your loop with the check's own programs: `jax.grad`, where each sum lies, the "
+                   "order the programs went out, no wait inside the loop; the package's loop "
+                   "refused",
+            mistakes=(
+                Mistake("every bucket sent after the loop",
+                        "that is the schedule one after the other"),
+                Mistake("the gradient sent from the computing device",
+                        "move each gradient there first, jax.device_put(grad, progs.stream)"),
+            ),
+        ),
+    ),
+    StepOutline(
+        20, "20_strategies_timed", PART_FOUR,
+        title="Every strategy timed: which one pays on which link",
+        line="HSDP on a `(\"host\", \"device\")` mesh against data parallelism; every strategy "
+             "timed on the cluster from 50 Mbit/s to 10 Gbit/s: time per step and to a target "
+             "loss, against the models; where each compression scheme pays",
+        exercise=Exercise(
+            task="the link rate below which a compression scheme reaches a target loss sooner "
+                 "than data parallelism",
+            check="check_break_even", minutes=20,
+            judges="within 2 %, at the saved run's numbers and at cases never shown, the two ends "
+                   "included; `break_even_bits` refused",
+            mistakes=(
+                Mistake("the rate left in bytes per second", "that is bytes per second"),
+                Mistake("one step of each compared, not the steps to the target",
+                        "count each one's steps to the target"),
+            ),
+        ),
+    ),
 )
 
-WHO = """\
-**Who it is for.** Students who know NumPy and the basics of JAX (`jit`, arrays) and want to learn
-how data-parallel training communicates; instructors who teach it. On one laptop with four
-logical CPU devices, the same gradient is moved between the devices with each of JAX's
-collectives, placements and bytes are checked, and then the algorithms that make training
-communicate less are built and measured.
-"""
 
-START = """\
-**How to start.** Work in the *student edition* of the notebooks, where each exercise is left
-for you: your instructor hands it out, or you make it from the course's repository (Python 3.11
-to 3.13; the `notebooks/` folder itself holds the solutions):
+def outline_step(number: int) -> StepOutline:
+    """The outline's entry for step ``number``.
 
-```bash
-pip install -e ".[instructor]"
-course student --out student/
-jupyter lab student/
-```
+    Examples:
+        >>> outline_step(16).notebook
+        '16_local_sgd'
 
-Open step 01 and use *Run ▸ Run All Cells*; each exercise has a check cell that says what is
-wrong or prints `PASSED`. These pages show each notebook with the outputs it was committed with,
-the exercises left open as in the student edition.
-"""
-
-WORDS_PER_MINUTE = 200  # a reading pace for prose with code
-# step → minutes for its exercises, for a student who has read the step: a planning figure set by
-# the authors from the size of each exercise, not measured with a class (the page says so)
-EXERCISE_MINUTES = {2: 10, 3: 10, 4: 10, 5: 15, 6: 15, 7: 15, 8: 15, 11: 30, 12: 25, 13: 20,
-                    14: 25, 15: 25, 16: 20, 17: 20, 18: 15, 19: 15,
-                    20: 20}
-
-# step → (a common wrong answer, what its check says): tests/test_mistakes.py runs each of them
-MISTAKES = {
-    5: (("the whole vector counted as stored after a reduce-scatter",
-         "after reduce-scatter each device keeps one slice of the sum"),
-        ("what a ring sends counted instead of what a device stores",
-         "that is what a ring sends per rank, not what a device keeps")),
-    8: (("one pass of the ring counted for the all-reduce",
-         "count both passes, reduce-scatter and all-gather"),),
-    11: (("the partial sum passed on, but nothing added",
-          "it is passed on but nothing is added"),
-         ("the ring sent the wrong way round", "the ring runs backwards")),
-    12: (("a bucket's ready time counted in gradients, not bytes",
-          "ready in proportion to the bytes produced so far"),
-         ("a bucket that does not wait for the previous all-reduce",
-          "a bucket also waits for the previous bucket's all-reduce")),
-    13: (("pmean across the nodes instead of psum", "use jax.lax.psum over 'node', not pmean"),
-         ("the all-reduce across the nodes left out",
-          "the all-reduce across the nodes (jax.lax.psum over 'node') is missing")),
-    14: (("values counted instead of bytes", "count bytes (4 per float32 value), not values"),
-         ("ZeRO-1 counted with its momentum whole",
-          "zero1 keeps the momentum (optimizer state) in slices of n/p")),
-    15: (("the top k of g alone, not of g + residual", "you send the top k of g alone"),
-         ("the new residual forgets the old one", "the new residual forgets the old one")),
-    16: (("an averaging after every step",
-          "the devices average once every h steps, not after every step"),
-         ("one pass of the ring counted", "count both passes of the ring all-reduce")),
-    17: (("the link rate in bits taken for bytes",
-          "the rate is in bits per second: divide it by 8 for bytes"),
-         ("the devices of a host not sharing its link",
-          "devices of a host share its one link")),
-    18: (("the rate in bits taken for bytes",
-          "the rate is in bits per second: divide it by 8 for bytes"),
-         ("the all-reduce's time returned instead of rows",
-          "that is the all-reduce's time; divide it by one row's compute time")),
-    19: (("every bucket sent after the loop", "that is the schedule one after the other"),
-         ("the gradient sent from the computing device",
-          "move each gradient there first, jax.device_put(grad, progs.stream)")),
-    20: (("the rate left in bytes per second", "that is bytes per second"),
-         ("one step of each compared, not the steps to the target",
-          "count each one's steps to the target")),
-}
-LINES = {  # step → one line on what the student sees (the README's series table says the same)
-    1: 'four logical CPU devices, the mesh, the three placements, who holds what',
-    2: "each device's partial gradient from its rows; their sum is the reference",
-    3: '`psum`, `psum_scatter`, `all_gather` next to a NumPy version of the same semantics',
-    4: 'shard shapes (8,), (2,), (8,); the collectives in StableHLO and compiled HLO',
-    5: 'timing completed calls; the idealized ring payload (48 and 24 bytes); the figure',
-    6: 'the ZeRO-style momentum update on slices, then gathered',
-    7: 'the exercise: joint row permutations leave the gradient unchanged',
-    8: 'bytes per rank for p = 2, 4, 8 at 2^20 bytes',
-    9: 'the same kernels on two processes with `jax.distributed` (gloo), against one process',
-    10: ('a live mini-sweep and the saved `course bench` run, read against the α-β and ring '
-         'models'),
-    11: ("reduce-scatter and all-gather built from `ppermute` in p − 1 steps; the ring's bytes "
-         'read from the compiled program; the latency term'),
-    12: ('four all-reduce algorithms in one α-β model and where they cross; 64 small gradients '
-         'as 64 calls, one program, one flat bucket (measured); the bucket-size trade-off'),
-    13: ('a `("node", "local")` mesh; reduce-scatter in the node, all-reduce across nodes, '
-         'all-gather in the node; who talks to whom in the compiled program; when the two levels'
-         ' pay (model)'),
-    14: ('one training run under data parallelism and ZeRO-1/2/3: the same loss, the memory per '
-         'device read from the shards, the bytes from the compiled program; `jax.grad` through '
-         "an all-gather gives a reduce-scatter; ZeRO-3's second gather, merged by XLA or kept"),
-    15: ('bf16 compiled to f32 on CPU, and sent as u16; int8, top-k with and without error '
-         'feedback, PowerSGD: bytes, gradient error, loss against steps and bytes'),
-    16: ('H local steps, then `pmean`: bytes divided by H; drift on skewed shards; every '
-         'strategy of the unit on one picture'),
-    17: ('hosts as network namespaces joined by rate-limited links (`course cluster`, root): the'
-         ' collectives, the two-level all-reduce across link rates, 16- against 32-bit rings and'
-         ' bucketing, timed against the link model'),
-    18: ('a data-parallel step and its accumulated form on the page; its compute from FLOPs, its'
-         ' communication from the link model with α; the batch where the two balance, predicted'
-         ' and read off the cluster'),
-    19: ('the backward pass of a tower of layers, each bucket all-reduced on a second device '
-         'while the first computes; one program, one device and two devices timed on the '
-         'cluster against the bucketed model; the collective matmul three ways'),
-    20: ('HSDP on a `("host", "device")` mesh against data parallelism; every strategy timed on'
-         ' the cluster from 50 Mbit/s to 10 Gbit/s: time per step and to a target loss, against'
-         ' the models; where each compression scheme pays'),
-}
+    Raises:
+        CourseError: the outline has no such step (the message says where to add it).
+    """
+    for step in OUTLINE:
+        if step.number == number:
+            return step
+    raise usage(f"step {number} is not in the course's outline: add its entry to {WHERE}")
 
 
-@dataclass(frozen=True)
-class Exercise:
-    """A step's exercise as the instructor page lists it."""
+def parts(steps: list[StepOutline]) -> list[tuple[str, list[StepOutline]]]:
+    """``steps`` grouped by part, the parts in the order their first step comes.
 
-    step: int
-    heading: str  # the exercise's own markdown heading
-    check: str  # the check its check cell calls
-    points: float  # nbgrader's points for that cell
-
-
-def exercises(step: Step, nb) -> list[Exercise]:
-    """The exercises of a step notebook ``nb``: the heading above each solution cell, and the
-    check its check cell calls with its points."""
-    found, heading, exercise = [], "", ""
-    for cell in nb.cells:
-        tags = cell.metadata.get("tags", [])
-        if cell.cell_type == "markdown":  # an "Exercise" heading of any level, else a "## "
-            lines = [line for line in cell.source.splitlines() if line.startswith("#")]
-            named = [line for line in lines if "Exercise" in line] or [
-                line for line in lines if line.startswith("## ")]
-            heading = named[0].lstrip("#").strip() if named else heading
-        elif SOLUTION_TAG in tags:
-            exercise = heading  # the exercise's heading is the one above its solution cell
-        elif CHECK_TAG in tags:
-            check = re.search(r"(check_\w+)\(", cell.source)
-            points = cell.metadata.get("nbgrader", {}).get("points", 0)
-            found.append(Exercise(step.number, exercise or heading, check[1] if check else "",
-                                  points))
-    return found
-
-
-def reading_minutes(nb) -> int:
-    """Minutes to read a notebook's prose and code at ``WORDS_PER_MINUTE`` (at least 1)."""
-    words = sum(len(cell.source.split()) for cell in nb.cells)
-    return max(1, round(words / WORDS_PER_MINUTE))
-
-
-def landing_page(title: str, steps: list[Step]) -> str:
-    """The MyST source of the landing page: who it is for, how to start, the parts with one line
-    per step."""
-    parts = []
-    for name, first, last in PARTS:
-        inside = [s for s in steps if first <= s.number <= last]
-        if not inside:
-            continue
-        rows = [f"| {s.number} | [{s.title.replace('|', chr(92) + '|')}]({s.path.name}) | "
-                f"{LINES.get(s.number, '').replace('|', chr(92) + '|')} |" for s in inside]
-        parts.append("\n".join([f"## {name}", "", "| Step | Title | What you see |",
-                                "| ---: | :--- | :--- |", *rows]))
-    guide = "For instructors: [objectives, times, grading and common mistakes](instructors.md)."
-    return "\n\n".join([f"# {title}", WHO, START, *parts, guide]) + "\n"
-
-
-def instructor_page(steps: list[Step]) -> str:
-    """The MyST source of the instructor page: prerequisites, each step's reading time and
-    exercise with its check and points, how grading works. No solution is shown."""
-    rows = []
+    Examples:
+        >>> [(part[:8], [s.number for s in inside]) for part, inside in parts(OUTLINE[8:14])]
+        [('Part one', [9, 10]), ('Part two', [11, 12, 13]), ('Part thr', [14])]
+    """
+    grouped: dict[str, list[StepOutline]] = {}
     for step in steps:
-        nb = nbformat.read(step.path, as_version=4)
-        found = exercises(step, nb)
-        work = "; ".join(f"{e.heading} (`{e.check}`, {e.points:g} point"
-                         f"{'' if e.points == 1 else 's'})" for e in found) or "none"
-        if found and step.number not in EXERCISE_MINUTES:
-            raise ValueError(f"step {step.number} has an exercise but no time in "
-                             "EXERCISE_MINUTES (course_utils/tools/notebooks/outline.py): add one")
-        minutes = f"{EXERCISE_MINUTES[step.number]} min" if found else "—"
-        rows.append(f"| {step.number} | {step.title} | {reading_minutes(nb)} min | {minutes} | "
-                    f"{work} |")
-    table = "\n".join(["| Step | Title | Reading | Exercise time | Exercise (check, points) |",
-                       "| ---: | :--- | ---: | ---: | :--- |", *rows])
-    shown = {s.number for s in steps}
-    mistakes = "\n".join(f"- Step {n}, {wrong}: *{said}*" for n, found in MISTAKES.items()
-                         if n in shown for wrong, said in found)
-    return f"""# For instructors
-
-**Prerequisites.** NumPy and the basics of JAX (`jit`, arrays, `jax.numpy`); for part two on,
-`jax.shard_map`. No accelerator: every step runs on four logical CPU devices of one laptop.
-
-**Objectives.** A student who finishes the unit can place arrays on a mesh and say who holds
-what; write a collective inside `jax.shard_map` and check its values and placement; read the
-collectives and their bytes off the compiled program; derive the ring's payload and latency; and
-build, measure and compare the algorithms that communicate less: buckets, the two-level
-all-reduce, ZeRO and FSDP, compression with error feedback and local SGD.
-
-**Time.** The reading time below counts the words of each notebook's prose and code at
-{WORDS_PER_MINUTE} words a minute. The exercise time is a suggestion for a student who has read the
-step, set from the size of each exercise, not measured with a class; running the cells adds a
-minute or two a step.
-
-{table}
-
-**Grading.** `course student --out student/` makes the student edition (each solution replaced by
-a stub, outputs cleared); `course check-submission <notebook>` runs a returned notebook and reports
-each check; with nbgrader, the check cells are its autograded tests, worth the points above. A check
-names the likely mistake (a unit slip, a wrong axis, a missing wait, a call of the package function
-the exercise refuses) without giving the answer away. Some common wrong answers and what their
-check says (`tests/test_*checks.py` tests many more):
-
-{mistakes or "- (none of this site's steps has an exercise)"}
-
-This page and the student site show no reference solution; the instructor site
-(`course book --instructor`) adds them. Some lessons show code close to an exercise's answer on
-purpose (the package's copy a step compares with); the checks still test each answer at inputs
-no page shows.
-"""
+        grouped.setdefault(step.part, []).append(step)
+    return list(grouped.items())
