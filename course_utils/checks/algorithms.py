@@ -194,7 +194,7 @@ def check_bucket_model(model) -> None:
             refusal="my_step_time uses the package's {0}: write the recurrence yourself "
                     "(plan_buckets and collective_time are allowed)",
             call="my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
-                 "backward_s)", settle=number))
+                 "backward_s)"))
         if got is None:
             fail(exercise, "my_step_time must return one number, the step time in seconds")
         expected = bucketed_step_time(args[0], args[1], ranks=args[2], alpha_s=args[3],

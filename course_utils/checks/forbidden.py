@@ -5,9 +5,7 @@ asks the student not to call (named in the code, or looked up only at call time)
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import threading
 import traceback
 import types
 
@@ -110,57 +108,6 @@ def tripwires(fn, forbidden):
     finally:
         for space, key, value in saved:
             space[key] = value
-
-
-# the C functions every way of starting another process goes through (subprocess, os.system,
-# multiprocessing, os.exec*): another process could run anything, the package included
-_SPAWNS = tuple(f for f in (getattr(os, n, None) for n in (
-    "system", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp",
-    "execvpe", "spawnv", "spawnve")) if f is not None)
-ANOTHER_PROCESS = "another process"
-WATCH_OFF = "the watch turned off"
-
-
-@contextlib.contextmanager
-def watched(forbidden):
-    """While the check calls the student's function: a forbidden function's code run by any path
-    (a reference held where the name search does not look: ``np.vectorize``, a class attribute,
-    a default argument; or a copy of its code on other lines), another process started, and the
-    watch itself turned off, are recorded as they happen, in this thread and in threads started
-    meanwhile. Yields the list of what was caught (a function's name, ``ANOTHER_PROCESS`` or
-    ``WATCH_OFF``), complete when the block ends. Nothing is raised (Python would stop
-    profiling), so a second try after a swallowed error is caught too."""
-    import _posixsubprocess  # the fork that subprocess and multiprocessing use
-
-    codes = {_code_key(f.__code__): f.__name__ for f in forbidden
-             if isinstance(getattr(f, "__code__", None), types.CodeType)}
-    spawns = (*_SPAWNS, _posixsubprocess.fork_exec)
-    caught: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call" and (name := codes.get(_code_key(frame.f_code))) is not None:
-            caught.append(name)
-        elif event == "c_call" and any(arg is f for f in spawns):
-            caught.append(ANOTHER_PROCESS)
-
-    before = sys.getprofile()
-    sys.setprofile(profile)
-    threading.setprofile(profile)
-    try:
-        yield caught
-    finally:
-        if sys.getprofile() is not profile:
-            caught.append(WATCH_OFF)
-        sys.setprofile(before)
-        threading.setprofile(None)
-
-
-def _code_key(code: types.CodeType) -> tuple:
-    """What a code object runs, without its name or lines: a copy compiled from the same source
-    on other lines, or renamed, has the key of the original. The cheap form of ``_shape``, fast
-    enough for every call the watch sees (the same Python compiles both, so the bytecode is
-    equal)."""
-    return code.co_code, code.co_names, code.co_varnames
 
 
 def _tripwire(name: str):
