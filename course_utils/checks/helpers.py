@@ -10,12 +10,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from course_utils.checks.forbidden import (
-    ForbiddenCall,
-    through_package_kernel,
-    tripwires,
-    uses_forbidden,
-)
+from course_utils.checks.forbidden import through_package_kernel, uses_forbidden
 from course_utils.constants import ATOL
 from course_utils.display import error_line
 
@@ -256,15 +251,12 @@ def same_device_count(exercise: str, count: int, name: str = "N_DEVICES") -> Non
 
 def call_without(exercise: str, fn, args: tuple, *, forbidden, refusal: str, call: str):
     """The student's ``fn(*args)``, refused as ``refusal.format(name)`` if ``fn`` is or calls a
-    ``forbidden`` function (``uses_forbidden``), or reaches one at call time (``tripwires``);
-    any other error fails with one line that starts with ``call``."""
+    ``forbidden`` function (``uses_forbidden``); any error it raises fails with one line that
+    starts with ``call``."""
     if (name := uses_forbidden(fn, forbidden)) is not None:
         fail(exercise, refusal.format(name))
     try:
-        with tripwires(fn, forbidden):
-            return fn(*args)
-    except ForbiddenCall as error:  # looked up only at call time
-        failure = refusal.format(error.args[0])
+        return fn(*args)
     except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
         failure = f"{call} raised {error_line(error)}"
     fail(exercise, failure)  # outside the except: no traceback chained into the package
