@@ -55,11 +55,6 @@ def _wrapper(partial, chunks, s, axis_name):
     return reduce_scatter_step(partial, chunks, s, axis_name)
 
 
-def _looked_up(partial, chunks, s, axis_name):
-    """The package's step found by name only when called."""
-    return globals()["reduce_scatter_" + "step"](partial, chunks, s, axis_name)
-
-
 PREBUILT = encoded_step(lambda c: c, lambda c: c)  # the package's step, built outside my_step
 
 
@@ -80,7 +75,6 @@ WRONG = [
     (reduce_scatter_step, "uses the package's reduce_scatter_step"),
     (_wrapper, "uses the package's reduce_scatter_step"),
     (jax.jit(reduce_scatter_step, static_argnums=(2, 3)), "uses the package's reduce_scatter_s"),
-    (_looked_up, "uses the package's reduce_scatter_step"),
     (PREBUILT, "uses the package's encoded_step"),
     (_around_prebuilt, "uses the package's encoded_step"),
     (None, "my_step is not defined"),

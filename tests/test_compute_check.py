@@ -2,12 +2,7 @@
 notebook's numbers and at unseen ones, each common slip named, the package's model refused."""
 
 import math
-import numbers
-import subprocess
-import sys
-import types
 
-import numpy as np
 import pytest
 
 from course_utils.checks import check_balanced_rows, check_break_even
@@ -127,70 +122,6 @@ def test_an_answer_wrong_only_where_the_scheme_has_no_own_work_gets_a_message():
 
     with pytest.raises(ExerciseFailed, match="right at this notebook's numbers, but not at"):
         check_break_even(wrong_at_the_edges, **STEP_20)
-
-
-class _Holder:  # a class is not a container the name search opens
-    rate = staticmethod(break_even_bits)
-
-
-_VECTORIZED = np.vectorize(break_even_bits)  # made outside the student's function
-
-
-def _subprocess_rate(*args):
-    code = f"from course_utils.models.step import break_even_bits as b; print(b(*{args!r}))"
-    return float(subprocess.run([sys.executable, "-c", code], capture_output=True,
-                                text=True).stdout)
-
-
-def _swallowed(*args):
-    try:
-        return float(_VECTORIZED(*args))
-    except Exception:  # noqa: BLE001 - a student hiding the refusal
-        return 1.0
-
-
-def _off_then_call(*args, _b=break_even_bits):
-    sys.setprofile(None)
-    return _b(*args)
-
-
-def _retried(*args):
-    for _ in range(2):  # the first try's error swallowed, then again
-        try:
-            return float(_VECTORIZED(*args))
-        except Exception:  # noqa: BLE001 - a student hiding the refusal
-            pass
-    return 1.0
-
-
-class _Later:  # a number read only after the check's call returns
-    def __init__(self, args):
-        self.args = args
-
-    def __float__(self):
-        return float(_Holder.rate(*self.args))
-
-
-numbers.Real.register(_Later)
-_SHIFTED = types.FunctionType(break_even_bits.__code__.replace(co_firstlineno=1),
-                              break_even_bits.__globals__)  # a copy on other lines
-
-
-@pytest.mark.parametrize("fn, message", [
-    (lambda *args: float(_VECTORIZED(*args)), "uses the package's break_even_bits"),
-    (_off_then_call, "turned off the check's watch"),
-    (_retried, "uses the package's break_even_bits"),
-    (lambda *args: _Later(args), "uses the package's break_even_bits"),
-    (lambda *args, _f=_SHIFTED: _f(*args), "uses the package's break_even_bits"),
-    (lambda *args: _Holder.rate(*args), "uses the package's break_even_bits"),
-    (_swallowed, "uses the package's break_even_bits"),
-    (_subprocess_rate, "starts another process"),
-])
-def test_the_package_reached_where_the_names_do_not_show_is_refused(fn, message):
-    """Held in an object the name search does not open, its error swallowed, or run in another
-    process: caught as it runs."""
-    with pytest.raises(ExerciseFailed, match=message):
-        check_break_even(fn, **STEP_20)
 
 
 def test_rows_rounded_to_whole_rows_pass_at_every_case():

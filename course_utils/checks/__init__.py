@@ -3,6 +3,10 @@
 Each check computes the expected answer from the exercise's own inputs, says what is wrong
 without giving the answer away (``ExerciseFailed``, shown without a traceback), or prints one
 ``PASSED: …`` line. ``helpers`` holds what every check shares.
+
+A check is feedback a student runs, not a guard: it refuses a function that is, wraps or names in
+its code a function the exercise forbids, but the student's code runs in the same kernel and could
+change anything there. Grading rests on nbgrader's autograde and on reading the solution cells.
 """
 
 from course_utils.checks.algorithms import (

@@ -9,7 +9,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from course_utils.checks.forbidden import ForbiddenCall, tripwires, uses_forbidden
+from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.helpers import (
     call_without,
     fail,
@@ -25,15 +25,11 @@ from course_utils.models.latency import bucketed_step_time, collective_time, pla
 from course_utils.observe.ir import collectives_in
 
 
-def _run(exercise: str, ring, blocks: np.ndarray, step=None, axis: str = "") -> np.ndarray:
-    """``ring(blocks)`` on the host, with the package's step refused (``tripwires``), or the
-    student's error in one line, with a hint for the likely mistake."""
-    failure = None
+def _run(exercise: str, ring, blocks: np.ndarray, step, axis: str) -> np.ndarray:
+    """``ring(blocks)`` on the host, or the student's error in one line, with a hint for the
+    likely mistake."""
     try:
-        with tripwires(step, _PACKAGE_STEPS):
-            return np.asarray(ring(blocks))
-    except ForbiddenCall as error:  # the package's step, looked up only at call time
-        failure = _REFUSAL.format(error.args[0])
+        return np.asarray(ring(blocks))
     except Exception as error:  # noqa: BLE001 - the student's step failed: say how, in a line
         hint = ""
         text = f"{type(error).__name__}: {error}"
@@ -194,7 +190,7 @@ def check_bucket_model(model) -> None:
             refusal="my_step_time uses the package's {0}: write the recurrence yourself "
                     "(plan_buckets and collective_time are allowed)",
             call="my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
-                 "backward_s)", settle=number))
+                 "backward_s)"))
         if got is None:
             fail(exercise, "my_step_time must return one number, the step time in seconds")
         expected = bucketed_step_time(args[0], args[1], ranks=args[2], alpha_s=args[3],

@@ -66,7 +66,7 @@ def check_balanced_rows(fn, *, weights: int, hosts: int, devices: int, rate_bits
         got = call_without(exercise, fn, case, forbidden=forbidden,
                            refusal="my_balanced_rows uses the package's {}, which computes the "
                                    "answer: write the all-reduce's time and the compute per row "
-                                   "yourself", call=call, settle=number)
+                                   "yourself", call=call)
         value = number(got)
         if value is None or not np.isfinite(value):
             fail(exercise, f"{call} must return one finite number of rows, got {got!r}")
@@ -182,8 +182,7 @@ def check_break_even(fn, *, dp_steps: int, dp_bytes: float, scheme_steps: int,
         call = "my_break_even({}, {:.3g}, {}, {:.3g}, {:g}, {:g})".format(*case)
         raw = call_without(exercise, fn, case, forbidden=(break_even_bits,),
                            refusal="my_break_even uses the package's {}, which computes "
-                                   "the answer: write both times yourself", call=call,
-                           settle=number)
+                                   "the answer: write both times yourself", call=call)
         got, want = number(raw), break_even_bits(*case)
         if got is None or math.isnan(got):
             fail(exercise, f"{call} must return one number of bit/s (math.inf or 0.0 at the "

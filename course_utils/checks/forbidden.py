@@ -1,13 +1,11 @@
 """What a student's function is, calls or runs, for the checks that forbid something: the
-package's own kernels (however wrapped, or run inside a jitted program) and functions an exercise
-asks the student not to call (named in the code, or looked up only at call time)."""
+package's own kernels (however wrapped, or run inside a jitted program) and the functions an
+exercise asks the student not to call (the function is one, wraps one, or names one in its code).
+Feedback on honest slips, not a guard: the student's code runs in the checks' own kernel, so a
+function looked up only at call time is not seen, and grading does not rest on these."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import threading
 import traceback
 import types
 
@@ -60,11 +58,20 @@ def _code_objects(code: types.CodeType):
 
 def _named_objects(fn) -> list:
     """What the names in ``fn``'s code (nested code too) refer to: its globals, builtins excluded,
-    and the cells of its closure."""
-    found, scope = [], getattr(fn, "__globals__", {})
-    for code in _code_objects(fn.__code__):
-        found += [scope[n] for n in code.co_names if n in scope]
+    the cells of its closure, and what the code's names name on a module among those
+    (``ov.overlapped_backward``, ``course_utils.collectives.overlap.overlapped_backward``)."""
+    scope = getattr(fn, "__globals__", {})
+    names = list(dict.fromkeys(n for code in _code_objects(fn.__code__) for n in code.co_names))
+    found = [scope[n] for n in names if n in scope]
     found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+    modules = [m for m in found if isinstance(m, types.ModuleType)]
+    seen = {id(m) for m in modules}
+    while modules:  # vars(), not getattr: a module's lazy __getattr__ is not run
+        space = vars(modules.pop())
+        named = [space[n] for n in names if n in space]
+        found += named
+        modules += [v for v in named if isinstance(v, types.ModuleType) and id(v) not in seen]
+        seen.update(id(v) for v in modules)
     # one level into the containers those names hold: a copy kept in a dict and called through it
     found += [v for obj in found if isinstance(obj, (dict, list, tuple, set))
               for v in (obj.values() if isinstance(obj, dict) else obj) if callable(v)]
@@ -77,97 +84,6 @@ def _filled(cell) -> bool:
     except ValueError:
         return False
     return True
-
-
-class ForbiddenCall(Exception):
-    """Raised by a forbidden function while ``tripwires`` holds it: ``args[0]`` is its name."""
-
-
-@contextlib.contextmanager
-def tripwires(fn, forbidden):
-    """While the check calls ``fn``: every binding of a forbidden function (``forbidden`` as in
-    ``uses_forbidden``) in the student's namespace and in the course's modules raises
-    ``ForbiddenCall`` instead, so a name looked up only at call time (``globals()[...]``,
-    ``getattr(course_utils, ...)``) is caught too. The bindings are restored afterwards."""
-    banned = [f for f in forbidden if not isinstance(f, str)]
-    names = {f for f in forbidden if isinstance(f, str)}
-    student = getattr(_unwrapped(fn), "__globals__", None)
-    home = getattr(getattr(_unwrapped(fn), "__code__", None), "co_filename", None)
-    spaces = [m.__dict__ for n, m in list(sys.modules.items())
-              if n.split(".")[0] == "course_utils" and m is not None]
-    spaces += [student] if student is not None else []
-    saved = []
-    for space in spaces:
-        for key, value in list(space.items()):
-            notebook_own = (space is student and key in names
-                            and isinstance(value, types.FunctionType)
-                            and value.__code__.co_filename != home)
-            if notebook_own or any(value is f for f in banned):
-                saved.append((space, key, value))
-                space[key] = _tripwire(getattr(value, "__name__", key))
-    try:
-        yield
-    finally:
-        for space, key, value in saved:
-            space[key] = value
-
-
-# the C functions every way of starting another process goes through (subprocess, os.system,
-# multiprocessing, os.exec*): another process could run anything, the package included
-_SPAWNS = tuple(f for f in (getattr(os, n, None) for n in (
-    "system", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp",
-    "execvpe", "spawnv", "spawnve")) if f is not None)
-ANOTHER_PROCESS = "another process"
-WATCH_OFF = "the watch turned off"
-
-
-@contextlib.contextmanager
-def watched(forbidden):
-    """While the check calls the student's function: a forbidden function's code run by any path
-    (a reference held where the name search does not look: ``np.vectorize``, a class attribute,
-    a default argument; or a copy of its code on other lines), another process started, and the
-    watch itself turned off, are recorded as they happen, in this thread and in threads started
-    meanwhile. Yields the list of what was caught (a function's name, ``ANOTHER_PROCESS`` or
-    ``WATCH_OFF``), complete when the block ends. Nothing is raised (Python would stop
-    profiling), so a second try after a swallowed error is caught too."""
-    import _posixsubprocess  # the fork that subprocess and multiprocessing use
-
-    codes = {_code_key(f.__code__): f.__name__ for f in forbidden
-             if isinstance(getattr(f, "__code__", None), types.CodeType)}
-    spawns = (*_SPAWNS, _posixsubprocess.fork_exec)
-    caught: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call" and (name := codes.get(_code_key(frame.f_code))) is not None:
-            caught.append(name)
-        elif event == "c_call" and any(arg is f for f in spawns):
-            caught.append(ANOTHER_PROCESS)
-
-    before = sys.getprofile()
-    sys.setprofile(profile)
-    threading.setprofile(profile)
-    try:
-        yield caught
-    finally:
-        if sys.getprofile() is not profile:
-            caught.append(WATCH_OFF)
-        sys.setprofile(before)
-        threading.setprofile(None)
-
-
-def _code_key(code: types.CodeType) -> tuple:
-    """What a code object runs, without its name or lines: a copy compiled from the same source
-    on other lines, or renamed, has the key of the original. The cheap form of ``_shape``, fast
-    enough for every call the watch sees (the same Python compiles both, so the bytecode is
-    equal)."""
-    return code.co_code, code.co_names, code.co_varnames
-
-
-def _tripwire(name: str):
-    def tripped(*args, **kwargs):
-        raise ForbiddenCall(name)
-
-    return tripped
 
 
 def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:

@@ -10,15 +10,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from course_utils.checks.forbidden import (
-    ANOTHER_PROCESS,
-    WATCH_OFF,
-    ForbiddenCall,
-    through_package_kernel,
-    tripwires,
-    uses_forbidden,
-    watched,
-)
+from course_utils.checks.forbidden import through_package_kernel, uses_forbidden
 from course_utils.constants import ATOL
 from course_utils.display import error_line
 
@@ -257,41 +249,17 @@ def same_device_count(exercise: str, count: int, name: str = "N_DEVICES") -> Non
              f"{jax.device_count()} devices): do not rebind the course's names in your answer")
 
 
-def call_without(exercise: str, fn, args: tuple, *, forbidden, refusal: str, call: str,
-                 settle=None):
+def call_without(exercise: str, fn, args: tuple, *, forbidden, refusal: str, call: str):
     """The student's ``fn(*args)``, refused as ``refusal.format(name)`` if ``fn`` is or calls a
-    ``forbidden`` function (``uses_forbidden``), or reaches one at call time (``tripwires``,
-    ``watched``); any other error fails with one line that starts with ``call``. ``settle``, if
-    given, is applied to the result while still watched, so a result that computes only when
-    read (a ``__float__`` that calls the package) is read there."""
+    ``forbidden`` function (``uses_forbidden``); any error it raises fails with one line that
+    starts with ``call``."""
     if (name := uses_forbidden(fn, forbidden)) is not None:
         fail(exercise, refusal.format(name))
-    caught: list[str] = []
     try:
-        with tripwires(fn, forbidden), watched(forbidden) as caught:
-            result = fn(*args)
-            if settle is not None:
-                settle(result)
-    except ForbiddenCall as error:  # looked up only at call time
-        failure = _refused(refusal, error.args[0])
+        return fn(*args)
     except Exception as error:  # noqa: BLE001 - the student's error, shown as one line
-        failure = (_refused(refusal, caught[0]) if caught else
-                   f"{call} raised {error_line(error)}")
-    else:
-        if not caught:
-            return result
-        failure = _refused(refusal, caught[0])
+        failure = f"{call} raised {error_line(error)}"
     fail(exercise, failure)  # outside the except: no traceback chained into the package
-
-
-def _refused(refusal: str, name: str) -> str:
-    if name == ANOTHER_PROCESS:
-        return ("your function starts another process, which could run anything (the "
-                "package's answer too): compute the answer in the function itself")
-    if name == WATCH_OFF:
-        return ("your function turned off the check's watch (sys.setprofile): leave it on, "
-                "and compute the answer in the function itself")
-    return refusal.format(name)
 
 
 def function_given(exercise: str, name: str, value) -> None:

@@ -195,7 +195,7 @@ def check_local_sgd_bytes(fn) -> None:
             got = number(call_without(
                 exercise, fn, (nbytes, p, steps, h), forbidden=(local_sgd_bytes, train),
                 refusal="my_local_sgd_bytes calls {}, which this exercise asks you not to call: "
-                "write the bytes from p, nbytes, steps and h", call=call, settle=number))
+                "write the bytes from p, nbytes, steps and h", call=call))
             want = local_sgd_bytes(nbytes, p, steps, h)
             if got is None or not np.isfinite(got):
                 fail(exercise, f"{call} must return a finite number of bytes")
