@@ -21,7 +21,8 @@ from typing import Any, Callable, Generic, Mapping, NamedTuple, Sequence, TypeVa
 
 from course_utils.tools.cluster.timing import Timed
 
-# name: (where its description is, what --measure's help says of it)
+# name: (where its description is, what --measure's help says of it). A description's module
+# imports JAX: only the measurement being run is imported (as ``cli.COMMANDS`` does).
 MEASUREMENTS = {
     "collectives": ("course_utils.tools.cluster.collectives:COLLECTIVES",
                     "step 17's timings (the default), cluster.json and cluster.png"),
