@@ -188,7 +188,6 @@ def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
     (["--tcp", "vegas"], "--tcp must be one of reno, cubic, bbr"),
     (["--measure", "overlap", "--devices-per-host", "1"],
      "--measure overlap needs --devices-per-host 2"),
-    (["--runs", "2"], "--runs is for --measure overlap"),
 ])
 def test_bad_arguments_get_one_line(capsys, argv, message):
     assert main(["cluster", *argv]) == 2
@@ -263,7 +262,7 @@ def test_the_rates_are_fitted_from_the_counted_bytes_when_a_run_has_them():
 @pytest.mark.parametrize("shape, hosts, devices, tcp", [
     ("2x2", 2, 2, "reno"), ("2x4", 2, 4, "reno"), ("2x2_bbr", 2, 2, "bbr")])
 def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devices, tcp):
-    from course_utils.tools.cluster.worker import PLANS
+    from course_utils.tools.cluster.collectives import COLLECTIVES_PLANS as PLANS
 
     saved = saved_cluster_results(shape)
     assert (saved.hosts, saved.devices_per_host, saved.plan) == (hosts, devices, "full")
@@ -301,16 +300,16 @@ def test_a_file_that_is_not_a_cluster_run_says_so(tmp_path):
 
 
 def test_the_link_counter_is_read_once_it_stops_moving(monkeypatch):
-    from course_utils.tools.cluster import worker as cluster_worker
+    from course_utils.tools.cluster import timing
 
     readings = iter([100, 150, 180, 180, 999])  # bytes still draining, then still
-    monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: next(readings))
-    assert cluster_worker._settled_sent_bytes(every_s=0) == 180
-    monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: None)  # not inside a host
-    assert cluster_worker._settled_sent_bytes(every_s=0) is None
+    monkeypatch.setattr(timing, "sent_bytes", lambda: next(readings))
+    assert timing.settled_sent_bytes(every_s=0) == 180
+    monkeypatch.setattr(timing, "sent_bytes", lambda: None)  # not inside a host
+    assert timing.settled_sent_bytes(every_s=0) is None
     rising = iter(range(10**6))
-    monkeypatch.setattr(cluster_worker, "_sent_bytes", lambda: next(rising))
-    assert 0 < cluster_worker._settled_sent_bytes(limit_s=0.05, every_s=0.001) < 10**6
+    monkeypatch.setattr(timing, "sent_bytes", lambda: next(rising))
+    assert 0 < timing.settled_sent_bytes(limit_s=0.05, every_s=0.001) < 10**6
 
 
 ROW_KEYS = {"strategy", "link_rate", "batch_size", "step_s", "compute_s", "communication_s",

@@ -1,2 +1,3 @@
-"""``course cluster``: hosts as network namespaces (``netns``), the command, one host's process
-(``worker``)."""
+"""``course cluster``: hosts as network namespaces (``netns``), the command, the registered
+measurements (``measurements``; ``collectives``, ``training``, ``overlap``, one module each),
+one host's process (``worker``) and what it times with (``timing``)."""

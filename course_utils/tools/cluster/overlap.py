@@ -7,6 +7,8 @@ is the communication stream. Every process runs the same programs in the same or
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import jax
 import numpy as np
 from jax.sharding import Mesh
@@ -14,6 +16,10 @@ from jax.sharding import PartitionSpec as P
 
 from course_utils.collectives import collective_matmul as cm
 from course_utils.collectives import overlap as ov
+from course_utils.results.overlap import OverlapResults
+from course_utils.results.records import from_json
+from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
+from course_utils.tools.cluster.timing import Timed, placed
 
 OVERLAP_PLANS = {
     "quick": {"tower": ov.Tower(width=256, layers=4, rows=512), "matmul": (512, 256, 1024),
@@ -35,14 +41,12 @@ def measure_backward(plan: dict, timed) -> dict:
     after the other, overlapped on the stream, sent from the computing device, and in one
     program; with the bytes host 0's link sent per overlapped call. ``timed(fn)`` gives a
     call's median seconds and bytes sent."""
-    from course_utils.tools.cluster.worker import _placed
-
     compute, stream = ov.stream_meshes(host_mesh())
     tower = plan["tower"]
     x, y, ws = ov.tower_problem(tower, compute.size)
     rows = P("host", None)
-    xs, ys = _placed(compute, x, rows), _placed(compute, y, rows)
-    wss = [_placed(compute, w, P()) for w in ws]
+    xs, ys = placed(compute, x, rows), placed(compute, y, rows)
+    wss = [placed(compute, w, P()) for w in ws]
     progs = ov.programs(compute, stream, len(x))
     same = ov.programs(compute, compute, len(x))
     one = ov.one_program_backward(compute, len(x))
@@ -71,15 +75,13 @@ def measure_backward(plan: dict, timed) -> dict:
 def measure_matmul(plan: dict, timed) -> dict:
     """Seconds of the collective matmul's partial products alone, its ``ppermute`` steps alone,
     and the matmul gathered first, looped in one program and split by hand."""
-    from course_utils.tools.cluster.worker import _placed
-
     compute, stream = ov.stream_meshes(host_mesh())
     m, k, n = plan["matmul"]
     rng = np.random.default_rng(1)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    a_c, b_c = _placed(compute, a, cm.ROWS), _placed(compute, b, cm.COLUMNS)
-    a_s = _placed(stream, a, cm.ROWS)
+    a_c, b_c = placed(compute, a, cm.ROWS), placed(compute, b, cm.COLUMNS)
+    a_s = placed(stream, a, cm.ROWS)
     hand = cm.by_hand_programs(compute, stream)
     hosts = compute.size
     out = hand.zeros(a_c, b_c)
@@ -93,6 +95,41 @@ def measure_matmul(plan: dict, timed) -> dict:
     }
 
 
-def measure_overlap(plan: dict, timed) -> dict:
+def measure_overlap(plan: dict, timed: Timed) -> dict:
     """Both measurements of ``plan`` on the global devices."""
     return {"backward": measure_backward(plan, timed), "matmul": measure_matmul(plan, timed)}
+
+
+def needs_two_devices(setup: Setup) -> str | None:
+    """The problem with a cluster whose hosts do not have two devices each."""
+    if setup.devices_per_host != 2:
+        return ("--measure overlap needs --devices-per-host 2: each host computes on one device "
+                "and sends from the other")
+    return None
+
+
+def assemble_overlap(host_runs: Sequence[HostRun], setup: Setup) -> OverlapResults:
+    """Every run's backward and matmul rows, and how the runs were made: the record keeps each
+    run, and its readers take the median over the runs (``results.overlap.over_runs``)."""
+    plan = OVERLAP_PLANS[setup.plan]
+    tower = plan["tower"]
+    meta = {**setup.meta(), "runs": setup.runs, "width": tower.width, "layers": tower.layers,
+            "rows": tower.rows, "matmul": list(plan["matmul"])}
+    return from_json(OverlapResults, {
+        "meta": meta,
+        **{part: [{"link_rate": h.link_rate, "run": h.run, **h.result[part]} for h in host_runs]
+           for part in ("backward", "matmul")}}, "the overlap run")
+
+
+def overlap_lines(results: OverlapResults) -> list[str]:
+    """Each run's backward pass at each rate: alone, its all-reduces alone, both one after the
+    other and overlapped."""
+    return [f"{row.link_rate:>8s} run {row.run + 1}: backward {row.compute_s * 1e3:7.1f} ms, "
+            f"all-reduces {row.communication_s * 1e3:7.1f} ms, one after the other "
+            f"{row.serial_s * 1e3:7.1f} ms, overlapped {row.overlapped_s * 1e3:7.1f} ms"
+            for row in results.backward]
+
+
+OVERLAP = Measurement(
+    name="overlap", plans=OVERLAP_PLANS, measure=measure_overlap, assemble=assemble_overlap,
+    output="overlap.json", lines=overlap_lines, check=needs_two_devices)

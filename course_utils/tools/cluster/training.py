@@ -17,9 +17,18 @@ held-out curve and times each compression scheme's step where sending is only a 
 
 from __future__ import annotations
 
+import statistics
+import warnings
+from dataclasses import replace
+from typing import Sequence
+
 import numpy as np
 
 from course_utils.problems.classification import PART_FOUR
+from course_utils.results.records import from_json
+from course_utils.results.training import TrainingResults, median_of_runs
+from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
+from course_utils.tools.cluster.timing import Timed, placed, timer
 from course_utils.training.batches import HELDOUT_ROWS
 from course_utils.training.part_four import (
     ACCUMULATION,
@@ -42,12 +51,12 @@ TRAINING_PLANS = {
 FLOPS_ROWS = 1024  # rows of the timed matrix product (the model's first layer at batch 1024)
 
 
-def fits(name: str, batch_size: int, p: int, rows: int) -> bool:
+def step_fits(name: str, batch_size: int, p: int, rows: int) -> bool:
     """Whether one optimizer step of ``name`` at ``batch_size`` on ``p`` devices fits in
     ``rows`` rows (accumulation draws ``ACCUMULATION`` micro-batches per step).
 
     Examples:
-        >>> fits("accumulation", 512, 4, 12288), fits("accumulation", 1024, 4, 12288)
+        >>> step_fits("accumulation", 512, 4, 12288), step_fits("accumulation", 1024, 4, 12288)
         (True, False)
     """
     return p * batch_size * (ACCUMULATION if name == "accumulation" else 1) <= rows
@@ -64,7 +73,6 @@ def _program(mesh, name: str, batch_size: int):
         init_params,
         padded_size,
     )
-    from course_utils.tools.cluster.worker import _placed
     from course_utils.training.strategies import (
         STRATEGY_STEPS,
         Context,
@@ -82,10 +90,10 @@ def _program(mesh, name: str, batch_size: int):
 
         hosts = mesh.devices.reshape(jax.process_count(), -1)
         two = jax.sharding.Mesh(hosts, ("host", "device"))
-        state = (_placed(two, init_params(n, 0, PART_FOUR), SLICED),
-                 _placed(two, np.zeros(n, np.float32), SLICED))
+        state = (placed(two, init_params(n, 0, PART_FOUR), SLICED),
+                 placed(two, np.zeros(n, np.float32), SLICED))
         return (hsdp_program(two, rows=rows, mlp=PART_FOUR), state,
-                _placed(two, x[:rows], ROWS), _placed(two, y[:rows], ROWS))
+                placed(two, x[:rows], ROWS), placed(two, y[:rows], ROWS))
     ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR)
     strategy = STRATEGY_STEPS[STEPS[name]]
     state = strategy.init(init_params(n, 0, PART_FOUR), mesh, ctx)
@@ -102,7 +110,7 @@ def _program(mesh, name: str, batch_size: int):
 
     step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
                                  out_specs=specs, check_vma=False))
-    return step, state, _placed(mesh, x[:rows], P(axis, None)), _placed(mesh, y[:rows], P(axis))
+    return step, state, placed(mesh, x[:rows], P(axis, None)), placed(mesh, y[:rows], P(axis))
 
 
 def measure_training(plan: dict, timed) -> list[dict]:
@@ -123,7 +131,7 @@ def measure_training(plan: dict, timed) -> list[dict]:
         compute_s, _ = timed(step, state, x, y)
         averaging_s, averaging_bytes = timed(average, state.params)
         for name in plan["strategies"]:
-            if not fits(name, batch_size, mesh.size, HELDOUT_FREE_ROWS):
+            if not step_fits(name, batch_size, mesh.size, HELDOUT_FREE_ROWS):
                 continue
             if name == "local_sgd":  # its step, and one averaging spread over H steps
                 step_s = compute_s + averaging_s / LOCAL_STEPS
@@ -149,7 +157,7 @@ def heldout_curves(plan: dict, p: int) -> list[dict]:
     mesh, curves = data_mesh(), []
     for batch_size in plan["batch_sizes"]:
         for name in plan["strategies"]:
-            if not fits(name, batch_size, p, HELDOUT_FREE_ROWS):
+            if not step_fits(name, batch_size, p, HELDOUT_FREE_ROWS):
                 continue
             same = next((c for c in curves if name in SAME_CURVE and (
                 c["strategy"], c["batch_size"]) == (SAME_CURVE[name], batch_size)), None)
@@ -192,13 +200,60 @@ def flops_per_s(timed, rows: int = FLOPS_ROWS) -> float:
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
 
-    from course_utils.tools.cluster.worker import _placed
-
     mesh = Mesh(np.asarray(jax.devices()), ("d",))
     fan_in, fan_out = PART_FOUR.features, PART_FOUR.hidden
     rng = np.random.default_rng(0)
-    x = _placed(mesh, rng.standard_normal((mesh.size * rows, fan_in), np.float32), P("d"))
-    w = _placed(mesh, rng.standard_normal((mesh.size * fan_in, fan_out), np.float32), P("d"))
+    x = placed(mesh, rng.standard_normal((mesh.size * rows, fan_in), np.float32), P("d"))
+    w = placed(mesh, rng.standard_normal((mesh.size * fan_in, fan_out), np.float32), P("d"))
     product = jax.jit(jax.shard_map(jnp.matmul, mesh=mesh, in_specs=(P("d"), P("d")),
                                     out_specs=P("d")))
     return 2.0 * rows * fan_in * fan_out / timed(product, x, w)[0]
+
+
+def measure_steps(plan: dict, timed: Timed) -> dict:
+    """What host 0 reports: every (strategy, batch size) row of ``plan``
+    (``measure_training``) and one device's FLOP rate while every device computes."""
+    return {"rows": measure_training(plan, timed), "flops_per_s": flops_per_s(timed)}
+
+
+def assemble_training(host_runs: Sequence[HostRun], setup: Setup) -> TrainingResults:
+    """The rows of every rate, with the held-out curves and each scheme's own work (measured
+    here, without the links, once a run) and how the run was made; one device's FLOP rate is
+    the median over the rates. Over several runs, the median of the runs cell by cell
+    (``results.training.median_of_runs``: the times, own work and FLOP rate)."""
+    plan = TRAINING_PLANS[setup.plan]
+    curves = heldout_curves(plan, setup.hosts * setup.devices_per_host)  # sets up the devices
+    timed, runs = timer(plan["repeats"]), []
+    for run in sorted({h.run for h in host_runs}):
+        mine = [h for h in host_runs if h.run == run]
+        own_work = measure_own_work(plan, timed)
+        meta = {**setup.meta(),
+                "flops_per_s": statistics.median(h.result["flops_per_s"] for h in mine)}
+        runs.append(from_json(TrainingResults, {
+            "meta": meta, "curves": curves, "own_work": own_work,
+            "rows": [{**row, "link_rate": h.link_rate} for h in mine for row in h.result["rows"]]},
+            "the training run"))
+    if len(runs) == 1:
+        return runs[0]
+    median = median_of_runs(runs)
+    return replace(median, meta=replace(median.meta, seconds=runs[-1].meta.seconds))
+
+
+def training_lines(results: TrainingResults) -> list[str]:
+    """Each row's step and its compute alone."""
+    return [f"{row.strategy:14s} {row.link_rate:>8s} batch {row.batch_size:5d}: step "
+            f"{row.step_s * 1e3:8.1f} ms, compute {row.compute_s * 1e3:7.1f} ms"
+            for row in results.rows]
+
+
+TRAINING = Measurement(
+    name="training", plans=TRAINING_PLANS, measure=measure_steps, assemble=assemble_training,
+    output="training.json", lines=training_lines)
+
+
+def __getattr__(name: str):
+    if name == "fits":  # deprecated: renamed step_fits (issue 41); removed in the next release
+        warnings.warn("course_utils.tools.cluster.training.fits is now step_fits",
+                      DeprecationWarning, stacklevel=2)
+        return step_fits
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

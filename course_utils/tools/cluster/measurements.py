@@ -1,0 +1,155 @@
+"""The measurements ``course cluster`` can make, each one description (``Measurement``)
+registered once in ``MEASUREMENTS``: ``--measure``'s choices, the command and each host's
+process read it, and nothing else names a measurement.
+
+A measurement is its plans, what host 0 measures and reports (``measure``, in every host's
+process, on the global devices), how the command assembles host 0's reports of every run and
+link rate into one record (``assemble``: what its median over ``--runs`` is), the file it
+writes and the lines it prints. Adding one is a module with its description (and the record it
+writes) and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, Callable, Generic, Mapping, NamedTuple, Sequence, TypeVar
+
+from course_utils.tools.cluster.timing import Timed
+
+# name: (where its description is, what --measure's help says of it). A description's module
+# imports JAX: only the measurement being run is imported (as ``cli.COMMANDS`` does).
+MEASUREMENTS = {
+    "collectives": ("course_utils.tools.cluster.collectives:COLLECTIVES",
+                    "step 17's timings (the default), cluster.json and cluster.png"),
+    "training": ("course_utils.tools.cluster.training:TRAINING",
+                 "part four's training steps and held-out curves, training.json"),
+    "overlap": ("course_utils.tools.cluster.overlap:OVERLAP",
+                "step 19's backward pass and collective matmul, overlap.json (needs "
+                "--devices-per-host 2)"),
+}
+PLAN_NAMES = ("quick", "full")  # every measurement has these plans
+
+Record = TypeVar("Record")
+
+
+class HostRun(NamedTuple):
+    """What host 0 reported (``result``, its JSON) for one run of the plan at one link rate."""
+
+    run: int  # from 0
+    link_rate: str
+    result: dict
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How the runs were made: the cluster's shape, the plan, the TCP congestion control between
+    the hosts, how many times the plan ran (every rate each time), and when the command
+    started (``time.monotonic()``)."""
+
+    hosts: int
+    devices_per_host: int
+    plan: str
+    tcp: str
+    runs: int
+    started: float
+
+    def meta(self) -> dict:
+        """What every measurement records of how it was made, as JSON: the shape, the plan, the
+        Python, jax and jaxlib versions the hosts ran, the cores, the TCP congestion control
+        and the machine's default, and the seconds since the command started."""
+        from importlib.metadata import version
+
+        from course_utils.tools.cluster.netns import default_congestion_control
+
+        return {"hosts": self.hosts, "devices_per_host": self.devices_per_host,
+                "plan": self.plan, "python": sys.version.split()[0], "jax": version("jax"),
+                "jaxlib": version("jaxlib"), "cores": os.cpu_count(), "tcp": self.tcp,
+                "default_tcp": default_congestion_control(),
+                "seconds": time.monotonic() - self.started}
+
+
+def any_setup(setup: Setup) -> str | None:
+    """A measurement that runs on any cluster: no problem with ``setup``."""
+    return None
+
+
+@dataclass(frozen=True)
+class Measurement(Generic[Record]):
+    """One cluster measurement.
+
+    ``plans`` by name (each with the ``repeats`` a timed call is repeated); ``measure(plan,
+    timed)`` runs in every host's process on the global devices and returns host 0's report
+    (JSON), ``timed`` being ``timing.timer(plan["repeats"])``; ``assemble(host_runs, setup)``
+    turns host 0's reports of every run and rate into the record written to ``output``;
+    ``lines(record)`` is what the command prints; ``figure(record)``, if any, the figure data
+    drawn beside ``output`` (same name, ``.png``); ``check(setup)`` a problem with the cluster
+    asked for, or ``None``."""
+
+    name: str
+    plans: Mapping[str, dict]
+    measure: Callable[[dict, Timed], dict]
+    assemble: Callable[[Sequence[HostRun], Setup], Record]
+    output: str
+    lines: Callable[[Record], list[str]]
+    figure: Callable[[Record], dict] | None = None
+    check: Callable[[Setup], str | None] = any_setup
+
+
+def measurement(name: str) -> Measurement:
+    """The measurement registered as ``name``.
+
+    Raises:
+        ValueError: no measurement has that name (the message lists those that do).
+    """
+    if name not in MEASUREMENTS:
+        raise ValueError(f"no cluster measurement is called {name!r}; the measurements are "
+                         f"{', '.join(MEASUREMENTS)}")
+    module, attribute = MEASUREMENTS[name][0].split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def median_of_records(records: Sequence[Any]) -> Any:
+    """The cell-by-cell median of several runs' records (frozen dataclasses, and the tuples,
+    dicts and numbers inside them): a float cell is the median over the runs, and every other
+    cell (a size, a count, a name, ``None``) is the same in every run.
+
+    Raises:
+        ValueError: a cell other than a float differs between the runs (runs of different
+            plans or shapes).
+
+    Examples:
+        >>> median_of_records([(8, 1.0, "a"), (8, 3.0, "a"), (8, 2.0, "a")])
+        (8, 2.0, 'a')
+        >>> median_of_records([{"bytes": 8}, {"bytes": 16}])
+        Traceback (most recent call last):
+        ...
+        ValueError: the runs differ at bytes (8, 16): they must be runs of one plan and shape
+    """
+    return _median(list(records), "")
+
+
+def _median(values: list, where: str) -> Any:
+    first = values[0]
+    if all(isinstance(v, float) for v in values):
+        return statistics.median(values)
+    if is_dataclass(first) and all(type(v) is type(first) for v in values):
+        return replace(first, **{f.name: _median([getattr(v, f.name) for v in values],
+                                                 f"{where}.{f.name}".lstrip("."))
+                                 for f in fields(first)})
+    if isinstance(first, tuple) and all(isinstance(v, tuple) and len(v) == len(first)
+                                        for v in values):
+        cells = [_median(list(c), f"{where}[{i}]") for i, c in enumerate(zip(*values))]
+        return type(first)(*cells) if hasattr(first, "_fields") else tuple(cells)
+    if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys()
+                                       for v in values):
+        return {k: _median([v[k] for v in values], f"{where}.{k}".lstrip(".")) for k in first}
+    if any(v != first for v in values):
+        shown = ", ".join(map(repr, values))
+        raise ValueError(f"the runs differ at {where or 'the top'} ({shown}): they must be runs "
+                         "of one plan and shape")
+    return first

@@ -1,0 +1,70 @@
+"""What every cluster measurement times with, on a host: a call's median seconds and the bytes
+the host's link sent meanwhile (``timer``), and a value placed on the global devices
+(``placed``). Run inside a host's namespace, after the host joined JAX's multi-process runtime;
+``timer`` also runs in the parent, where no link counter exists and the bytes are ``None``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+# inside a host's namespace (``ip netns exec`` mounts its own /sys): what the host's link sent
+LINK_COUNTER = Path("/sys/class/net/eth0/statistics/tx_bytes")
+
+# timed(fn, *args): the median seconds of the completed calls, and the bytes sent per call
+Timed = Callable[..., tuple[float, float | None]]
+
+
+def sent_bytes() -> int | None:
+    """Bytes this host has sent over its link so far, or ``None`` outside a host's namespace."""
+    try:
+        return int(LINK_COUNTER.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def settled_sent_bytes(limit_s: float = 3.0, every_s: float = 0.02) -> int | None:
+    """The link counter once it has stopped moving (or after ``limit_s``): a call can return
+    while its last bytes still wait in TCP's buffers or the shaper's queue, and they belong to
+    that call, not to the next reading."""
+    last, deadline = sent_bytes(), time.monotonic() + limit_s
+    while last is not None and time.monotonic() < deadline:
+        time.sleep(every_s)
+        now = sent_bytes()
+        if now == last:
+            break
+        last = now
+    return last
+
+
+def timer(repeats: int) -> Timed:
+    """``timed(fn, *args)``: ``fn(*args)`` called once to compile and touch its inputs, then
+    ``repeats`` times, each waited for; the median seconds of those calls, and the bytes the
+    host's link sent per call meanwhile (``None`` without a counter)."""
+    import jax
+
+    def timed(fn, *args) -> tuple[float, float | None]:
+        jax.block_until_ready(fn(*args))  # compile, first touch
+        times, before = [], settled_sent_bytes()
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times.append(time.perf_counter() - start)
+        after = settled_sent_bytes()
+        sent = None if before is None or after is None else (after - before) / repeats
+        return float(np.median(times)), sent
+
+    return timed
+
+
+def placed(mesh, value: np.ndarray, spec):
+    """``value`` (the same on every process) as a global array; each process fills its own
+    shards."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec),
+                                        lambda i: value[i])
