@@ -17,7 +17,7 @@ from course_utils import (
 )
 from course_utils.problems.classification import init_params, loss_sum
 from course_utils.training.batches import micro_batch_rows, split_task
-from course_utils.training.strategies import Context, placements
+from course_utils.training.strategies import Context, state_specs
 
 EVERY_STRATEGY = """
 from course_utils import train, STRATEGIES
@@ -147,7 +147,7 @@ def test_zero1_and_zero2_differ_by_the_gradient_their_state_keeps(mesh):
     states = {s: STRATEGY_STEPS[s].init(init_params(n), mesh, ctx) for s in ("zero1", "zero2")}
     assert shard_shapes(states["zero1"].gradient) == [(n,)] * mesh.size
     assert shard_shapes(states["zero2"].gradient) == [(n // mesh.size,)] * mesh.size
-    assert placements(states["zero1"]).momentum == placements(states["zero2"]).momentum
+    assert state_specs(states["zero1"]).momentum == state_specs(states["zero2"]).momentum
     run = train(mesh, "zero2", steps=1)
     assert run.memory.total == sum(run.memory.parts().values()) == 4 * n * (1 + 2 / mesh.size)
 
