@@ -46,7 +46,7 @@ from course_utils.training.state import (
 __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "Strategy",
            "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "placements",
            "state_specs", "Parts", "Sync", "SavedRuns", "StrategySpec", "SPECS", "STRATEGIES",
-           "STRATEGY_STEPS", "ACCUMULATING", "spec"]
+           "STRATEGY_STEPS", "spec"]
 
 
 class Parts(NamedTuple):
@@ -201,10 +201,9 @@ _ENTRIES = (
 )
 
 SPECS: dict[str, StrategySpec] = {s.name: s for s in _ENTRIES}
-# the strategies ``train`` runs (on a one-axis mesh), their functions, those that accumulate
+# the strategies ``train`` runs (on a one-axis mesh) and their functions
 STRATEGIES = tuple(s.name for s in _ENTRIES if s.mesh_axes is None)
 STRATEGY_STEPS: dict[str, Strategy] = {name: SPECS[name].strategy for name in STRATEGIES}
-ACCUMULATING = tuple(s for s in STRATEGIES if SPECS[s].accumulates)
 
 
 def spec(name: str) -> StrategySpec:

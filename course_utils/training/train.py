@@ -62,9 +62,10 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
     if local_steps != 1 and sync.outer is None:
         every_h = ", ".join(s for s in _trainable() if SPECS[s].sync.outer is not None)
         raise ValueError(f"local_steps applies to {every_h} only; {strategy} syncs every step")
-    if (sync.fragments, sync.dtype, sync.stream) != (1, "float32", None):
-        raise ValueError(f"{strategy} syncs in fragments, fewer bits or on a stream device; "
-                         "train syncs the whole float32 parameters on the compute devices")
+    if (sync.axis, sync.fragments, sync.dtype, sync.stream) != (None, 1, "float32", None):
+        raise ValueError(f"{strategy} syncs over another axis, in fragments, in fewer bits or on a "
+                         "stream device; train syncs whole float32 values over its mesh's one "
+                         "axis on the compute devices")
     if isinstance(topk_fraction, bool) or not isinstance(topk_fraction, (int, float)) or not (
             0 < topk_fraction <= 1):
         raise ValueError(f"topk_fraction must be a number in (0, 1], got {topk_fraction!r}")
