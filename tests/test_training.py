@@ -110,7 +110,7 @@ def test_the_task_is_deterministic_and_its_skewed_shards_see_few_classes():
     [
         ({"strategy": "zero4"}, "unknown strategy 'zero4'; choose one of"),
         ({"steps": 0}, "steps"),
-        ({"local_steps": 4}, "local_steps applies to local_sgd only"),
+        ({"local_steps": 4}, "local_steps applies to local_sgd"),
         ({"topk_fraction": 2.0}, "topk_fraction must be a number in (0, 1]"),
         ({"skewed": "yes"}, "skewed must be True or False"),
     ],
