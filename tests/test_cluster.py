@@ -17,7 +17,6 @@ from terminal import as_from_a_terminal
 from course_utils import validate_figure_data
 from course_utils.models.cost_model import Topology
 from course_utils.models.links import rate_bytes_per_s
-from course_utils.models.step import strategy_traffic
 from course_utils.problems.classification import PART_FOUR, padded_size
 from course_utils.results.cluster import (
     ClusterResults,
@@ -43,6 +42,7 @@ from course_utils.tools.cluster.netns import (
 )
 from course_utils.tools.cluster.overlap import OVERLAP_PLANS
 from course_utils.tools.cluster.training import TRAINING_PLANS
+from course_utils.training.traffic import strategy_traffic
 
 CAN_RUN = check_can_run() is None
 

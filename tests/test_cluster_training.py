@@ -55,7 +55,7 @@ def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():
     assert work == pytest.approx(0.03)  # its step minus data parallelism's, in one process
     assert modelled_step_s(scheme, 2, 2, own_s=work) == pytest.approx(
         modelled_step_s(scheme, 2, 2) + 0.03)
-    with pytest.raises(ValueError, match="no step model for 'ddp'"):
+    with pytest.raises(ValueError, match="no part-four row 'ddp'"):
         modelled_step_s(TrainingRow("ddp", "50mbit", 64, 1.0, 0.05, 0.95), 2, 2)
 
 
@@ -65,7 +65,7 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy
     from course_utils.devices.setup import data_mesh
     from course_utils.results.training import saved_training_results
     from course_utils.tools.cluster.training import TRAINING_PLANS
-    from course_utils.training.part_four import ACCUMULATION, STEPS, TOPK_FRACTION
+    from course_utils.training.part_four import TOPK_FRACTION, find_row
     from course_utils.training.train import train
 
     saved = saved_training_results()
@@ -73,8 +73,8 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy
     curve = next(c for c in saved.curves if (c.strategy, c.batch_size) == (strategy, batch_size))
     mesh = data_mesh()
     assert mesh.size == saved.meta.hosts * saved.meta.devices_per_host
-    run = train(mesh, STEPS[strategy], steps=every, batch_size=batch_size,
-                accumulate=ACCUMULATION if strategy == "accumulation" else 1,
+    run = train(mesh, find_row(strategy).trained, steps=every, batch_size=batch_size,
+                accumulate=find_row(strategy).accumulate,
                 topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
     assert run.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
     assert run.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)

@@ -8,7 +8,8 @@ import pytest
 from course_utils.checks import check_balanced_rows, check_break_even
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.models.cost_model import Topology
-from course_utils.models.step import balanced_rows, break_even_bits, strategy_traffic
+from course_utils.models.step import balanced_rows, break_even_bits
+from course_utils.training.traffic import strategy_traffic
 
 STEP_18 = {"weights": 1_114_112, "hosts": 2, "devices": 2, "rate_bits": 200e6,
            "alpha_s": 4e-4, "flops_per_s": 3e10}

@@ -33,3 +33,27 @@ def test_one_hsdp_step_is_data_parallelism_s_with_the_parameters_sliced_in_each_
 def test_hsdp_needs_a_host_and_a_device_axis():
     with pytest.raises(ValueError, match="axes \\('host', 'device'\\)"):
         hsdp_program(Mesh(np.asarray(jax.devices()), ("d",)), rows=8, mlp=PART_FOUR)
+
+
+def test_the_registered_hsdp_step_is_hsdp_program_s_and_train_refuses_it():
+    from course_utils import data_mesh, train
+    from course_utils.problems.classification import classification_task, init_params, padded_size
+    from course_utils.training.hsdp import ROWS
+    from course_utils.training.strategies import Context, spec, state_specs
+
+    two = Mesh(np.asarray(jax.devices()).reshape(2, 2), ("host", "device"))
+    entry, n, rows = spec("hsdp"), padded_size(4, PART_FOUR), 64
+    ctx = Context("device", 2, n, rows, k=1, mlp=PART_FOUR)
+    state = entry.init(init_params(n, 0, PART_FOUR), two, ctx)
+    specs = state_specs(state)
+    assert (specs.params, specs.momentum, state.gradient) == (SLICED, SLICED, None)
+    x, y = (jax.device_put(a[:rows], NamedSharding(two, ROWS))
+            for a in classification_task(mlp=PART_FOUR))
+    step = jax.jit(jax.shard_map(lambda s, a, b: entry.step(s, a, b, ctx)[0], mesh=two,
+                                 in_specs=(specs, ROWS, ROWS), out_specs=specs, check_vma=False))
+    w, v = hsdp_program(two, rows=rows, mlp=PART_FOUR)((state.params, state.momentum), x, y)
+    new = step(state, x, y)
+    np.testing.assert_array_equal(np.asarray(new.params), np.asarray(w))
+    np.testing.assert_array_equal(np.asarray(new.momentum), np.asarray(v))
+    with pytest.raises(ValueError, match=r"hsdp runs on a mesh with axes \('host', 'device'\)"):
+        train(data_mesh(), "hsdp", steps=1)

@@ -5,17 +5,10 @@ worked by hand; the step time and the balance point, worked by hand."""
 import pytest
 
 from course_utils.models.cost_model import Topology
-from course_utils.models.step import (
-    STRATEGIES,
-    StepTime,
-    Traffic,
-    balanced_rows,
-    mlp_flops,
-    step_time,
-    strategy_traffic,
-)
+from course_utils.models.step import StepTime, Traffic, balanced_rows, mlp_flops, step_time
 from course_utils.problems.classification import LAYERS, N_PARAMS, padded_size
 from course_utils.results.strategies import find_run, saved_strategy_results
+from course_utils.training.traffic import MODELLED, strategy_traffic
 
 MATRICES = [shape for _, shape in LAYERS if len(shape) == 2]
 BIASES = sum(shape[0] for _, shape in LAYERS if len(shape) == 1)
@@ -115,7 +108,7 @@ def test_bad_input_gets_a_message_that_says_what_to_pass(call, message):
 
 def test_every_strategy_is_modelled():
     options = {"topk": 8, "matrices": MATRICES}
-    for strategy in STRATEGIES:
+    for strategy in MODELLED:
         assert strategy_traffic(strategy, padded_size(4), Topology(2, 2), **options).link_bytes > 0
 
 

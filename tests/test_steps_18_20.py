@@ -8,7 +8,7 @@ import math
 
 from course_utils.models.cost_model import Topology
 from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
-from course_utils.models.step import balanced_rows, break_even_bits, strategy_traffic
+from course_utils.models.step import balanced_rows, break_even_bits
 from course_utils.problems.classification import PART_FOUR, padded_size
 from course_utils.results.cluster import per_message_s, saved_cluster_results
 from course_utils.results.training import (
@@ -20,6 +20,7 @@ from course_utils.results.training import (
     steps_to,
 )
 from course_utils.training.part_four import COMPRESSED
+from course_utils.training.traffic import strategy_traffic
 
 SAVED = saved_training_results()
 H, D = SAVED.meta.hosts, SAVED.meta.devices_per_host

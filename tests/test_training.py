@@ -17,7 +17,7 @@ from course_utils import (
 )
 from course_utils.problems.classification import init_params, loss_sum
 from course_utils.training.batches import micro_batch_rows, split_task
-from course_utils.training.strategies import Context, placements
+from course_utils.training.strategies import Context, state_specs
 
 EVERY_STRATEGY = """
 from course_utils import train, STRATEGIES
@@ -110,7 +110,7 @@ def test_the_task_is_deterministic_and_its_skewed_shards_see_few_classes():
     [
         ({"strategy": "zero4"}, "unknown strategy 'zero4'; choose one of"),
         ({"steps": 0}, "steps"),
-        ({"local_steps": 4}, "local_steps applies to local_sgd only"),
+        ({"local_steps": 4}, "local_steps applies to local_sgd"),
         ({"topk_fraction": 2.0}, "topk_fraction must be a number in (0, 1]"),
         ({"skewed": "yes"}, "skewed must be True or False"),
     ],
@@ -147,7 +147,7 @@ def test_zero1_and_zero2_differ_by_the_gradient_their_state_keeps(mesh):
     states = {s: STRATEGY_STEPS[s].init(init_params(n), mesh, ctx) for s in ("zero1", "zero2")}
     assert shard_shapes(states["zero1"].gradient) == [(n,)] * mesh.size
     assert shard_shapes(states["zero2"].gradient) == [(n // mesh.size,)] * mesh.size
-    assert placements(states["zero1"]).momentum == placements(states["zero2"]).momentum
+    assert state_specs(states["zero1"]).momentum == state_specs(states["zero2"]).momentum
     run = train(mesh, "zero2", steps=1)
     assert run.memory.total == sum(run.memory.parts().values()) == 4 * n * (1 + 2 / mesh.size)
 

@@ -11,13 +11,8 @@ import numpy as np
 from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
 from course_utils.models.cost_model import Topology, link_bytes_sent, message_steps
 from course_utils.models.links import FRAME_SHARE
-from course_utils.models.step import (
-    balanced_rows,
-    break_even_bits,
-    mlp_flops,
-    step_time,
-    strategy_traffic,
-)
+from course_utils.models.step import balanced_rows, break_even_bits, mlp_flops, step_time
+from course_utils.training.traffic import strategy_traffic
 
 TOLERANCE = 0.02  # relative; the slips below are all ≥ 1.5× off, or a unit factor
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import functools
 
-# the names code uses (strategies, algorithms, collectives) as a reader says them
+from course_utils.training.strategies import SPECS
+
+# the names code uses (strategies: each description's label; algorithms, collectives) as a
+# reader says them
 NAMES = {
-    "data_parallel": "data parallelism", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
-    "zero3": "ZeRO-3", "zero3_regather": "ZeRO-3, re-gathered", "topk": "top-k",
-    "topk_ef": "top-k + error feedback", "powersgd": "PowerSGD", "local_sgd": "local SGD",
+    **{name: s.label for name, s in SPECS.items() if s.label != name},
     "recursive_doubling": "recursive doubling", "halving_doubling": "halving-doubling",
     "two_level": "two-level", "parallel_rings": "parallel rings", "hierarchical": "two-level",
     "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",

@@ -10,21 +10,8 @@ Neural Language Models", section 2.1), except the first, whose input gradient is
 
 Each strategy's bytes follow from the collectives it runs (``cost_model``'s table, rings over
 hosts × devices ranks numbered host by host), for a flat parameter vector of ``n`` float32 values:
-
-- ``data_parallel``: one all-reduce of the gradient, 4n bytes;
-- ``zero3``: the parameters all-gathered for the forward pass and again for the backward pass,
-  the gradient reduce-scattered (FSDP without keeping the gathered layers);
-- ``hsdp``: sharded inside a host, replicated across hosts: the gradient's two-level all-reduce
-  (reduce-scatter and all-gather inside the host, an all-reduce of 1/D across the hosts) and the
-  parameters gathered inside the host, which crosses no link;
-- ``bf16``: an all-reduce of 2n bytes;
-- ``int8``: an all-to-all and an all-gather of n bytes of codes, each with a float32 scale per
-  ``SCALE_BUCKET`` values (step 15's scheme);
-- ``topk_ef``: an all-gather of k values (float32) and k indices (u16, or int32 past 2¹⁶
-  values) per device;
-- ``powersgd``: per weight matrix of shape (a, b) two all-reduces, of a · r and of b · r
-  float32 values; the biases' gradient (``dense`` values) all-reduced whole;
-- ``local_sgd``: an all-reduce of the parameters every ``local_steps`` steps.
+the ``traffic`` of its description (``training.strategies.SPECS``), which
+``training.traffic.strategy_traffic`` reads; this module takes the ``Traffic`` it returns.
 
 Gradient accumulation (``accumulation`` micro-batches per optimizer step) keeps the bytes of one
 step and multiplies its compute.
@@ -35,20 +22,27 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Sequence
 
-from course_utils.constants import SCALE_BUCKET
-from course_utils.models.cost_model import Topology, link_bytes_sent, message_steps
+from course_utils.models.link_traffic import F32, Traffic
 
-STRATEGIES = ("data_parallel", "zero3", "hsdp", "bf16", "int8", "topk_ef", "powersgd",
-              "local_sgd")
-F32 = 4  # bytes per float32 value
+__all__ = ["F32", "StepTime", "Traffic", "balanced_rows", "break_even_bits", "mlp_flops",
+           "step_time"]
+
+# deprecated (one release): these read the strategy registry, so they live above the models, in
+# ``training.traffic`` (``STRATEGIES`` is ``MODELLED`` there; ``STRATEGIES`` is ``train``'s)
+_MOVED = {"strategy_traffic": "strategy_traffic", "MODELLED": "MODELLED",
+          "STRATEGIES": "MODELLED"}
 
 
-class Traffic(NamedTuple):
-    """What one optimizer step sends over one host's link: bytes and message steps (on average
-    per step for ``local_sgd``, which communicates once every ``local_steps`` steps)."""
+def __getattr__(name: str):
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    import warnings
 
-    link_bytes: float
-    messages: float
+    warnings.warn(f"course_utils.models.step.{name} is now "
+                  f"course_utils.training.traffic.{_MOVED[name]}", DeprecationWarning,
+                  stacklevel=2)
+    return getattr(importlib.import_module("course_utils.training.traffic"), _MOVED[name])
 
 
 class StepTime(NamedTuple):
@@ -57,92 +51,6 @@ class StepTime(NamedTuple):
     compute_s: float
     communication_s: float
     step_s: float
-
-
-def _ring(collective: str, nbytes: float, topology: Topology) -> Traffic:
-    return Traffic(link_bytes_sent(collective, "ring", nbytes, topology),
-                   message_steps(collective, "ring", topology))
-
-
-def _sum(*parts: Traffic) -> Traffic:
-    return Traffic(sum(t.link_bytes for t in parts), sum(t.messages for t in parts))
-
-
-def _all_to_all(nbytes: float, topology: Topology) -> Traffic:
-    """Each rank sends 1/p of ``nbytes`` to every other rank, directly: a host's D ranks each send
-    to the D(H − 1) ranks on other hosts, D(H − 1)/H · ``nbytes`` over its link, in p − 1
-    messages."""
-    h, d = topology.hosts, topology.devices
-    return Traffic(d * (h - 1) / h * nbytes, topology.ranks - 1)
-
-
-def strategy_traffic(strategy: str, n: int, topology: Topology, *,
-                     matrices: Sequence[tuple[int, int]] = (), dense: int | None = None,
-                     rank: int = 1,
-                     topk: int = 0, index_bytes: int | None = None,
-                     local_steps: int = 1) -> Traffic:
-    """Bytes over one host's link and message steps of one optimizer step of ``strategy``.
-
-    Args:
-        strategy: one of ``STRATEGIES``.
-        n: float32 values in the flat parameter vector (padded so it splits evenly).
-        topology: hosts × devices.
-        matrices: the weight matrices' shapes (``powersgd``).
-        dense: values ``powersgd`` all-reduces whole, the biases (default: every value outside
-            the matrices, padding included).
-        rank: PowerSGD's rank r.
-        topk: entries each device sends (``topk_ef``).
-        index_bytes: bytes of one index (``topk_ef``); by default step 15's: u16 while n ≤ 2¹⁶,
-            else int32.
-        local_steps: H, the steps between two averagings (``local_sgd``).
-
-    Examples:
-        >>> flat = Topology(4, 1)  # each device its own host: a host's link = a device's sends
-        >>> strategy_traffic("data_parallel", 10752, flat)  # 2 · 3/4 · 43008 bytes
-        Traffic(link_bytes=64512.0, messages=6)
-        >>> strategy_traffic("topk_ef", 10752, flat, topk=108).link_bytes  # 3 · 108 · (4 + 2)
-        1944.0
-    """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    if index_bytes is None:
-        index_bytes = 2 if n <= 2**16 else 4
-    for name, value in (("n", n), ("rank", rank), ("local_steps", local_steps),
-                        ("index_bytes", index_bytes)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-    nbytes = F32 * n
-    if strategy == "data_parallel":
-        return _ring("all_reduce", nbytes, topology)
-    if strategy == "zero3":
-        gather = _ring("all_gather", nbytes, topology)
-        return _sum(gather, gather, _ring("reduce_scatter", nbytes, topology))
-    if strategy == "hsdp":
-        return Traffic(link_bytes_sent("all_reduce", "two_level", nbytes, topology),
-                       message_steps("all_reduce", "two_level", topology))
-    if strategy == "bf16":
-        return _ring("all_reduce", nbytes / 2, topology)
-    if strategy == "int8":
-        codes = n + F32 * math.ceil(n / SCALE_BUCKET)  # int8 values and their scales
-        return _sum(_all_to_all(codes, topology), _ring("all_gather", codes, topology))
-    if strategy == "topk_ef":
-        if not isinstance(topk, int) or not 1 <= topk <= n:
-            raise ValueError(f"topk must be a whole number from 1 to n = {n}, got {topk!r}")
-        return _ring("all_gather", topology.ranks * topk * (F32 + index_bytes), topology)
-    if strategy == "powersgd":
-        weights = sum(a * b for a, b in matrices)
-        if not matrices or weights > n:
-            raise ValueError("powersgd needs the weight matrices' shapes (matrices=[(a, b), "
-                             f"...]) with at most n = {n} values in all; got {list(matrices)}")
-        dense = n - weights if dense is None else dense
-        if not isinstance(dense, int) or not 0 <= dense <= n - weights:
-            raise ValueError(f"dense must be a whole number from 0 to {n - weights} (the values "
-                             f"outside the matrices), got {dense!r}")
-        factors = [_ring("all_reduce", F32 * side * rank, topology)
-                   for a, b in matrices for side in (a, b)]
-        return _sum(*factors, _ring("all_reduce", F32 * dense, topology))
-    every = _ring("all_reduce", nbytes, topology)  # local_sgd
-    return Traffic(every.link_bytes / local_steps, every.messages / local_steps)
 
 
 def mlp_flops(rows: int, matrices: Sequence[tuple[int, int]], *,

@@ -1,7 +1,7 @@
 """The strategies' saved runs (``course bench --strategies``) that notebooks 14–16 read, and the
 figures drawn from them.
 
-``run_plan(mesh)`` trains every run of ``PLAN`` (each strategy for ``STEPS`` steps; local SGD
+``run_plan(mesh)`` trains every run of ``PLAN`` (each strategy for ``PLAN_STEPS`` steps; local SGD
 for twice as long, with H = 1, 4, 8, 16, on shards of one distribution and on skewed shards), each
 step on a minibatch of ``BATCH_SIZE`` rows per device drawn from its shard (the same seed, so the
 same batches, for every run), and keeps, per run (a ``StrategyRun``), the loss per step, the loss
@@ -21,20 +21,26 @@ from importlib.resources import files
 from jax.sharding import Mesh
 
 from course_utils.training.run import Memory
+from course_utils.training.strategies import SPECS
 from course_utils.training.train import train
 
-STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
+PLAN_STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
+STEPS = PLAN_STEPS  # deprecated (one release): ``PLAN_STEPS`` (part four's rows: ``ROWS``)
 DEVICES = 4
 BATCH_SIZE = 64  # rows per device per step: 48 steps are one pass over the training rows
 HELDOUT_EVERY = 16  # a multiple of every H: local SGD's held-out loss is the averaged model's
-PLAN = (
-    *({"strategy": s} for s in ("data_parallel", "zero1", "zero2", "zero3", "zero3_regather",
-                                "bf16", "int8", "topk", "topk_ef")),
-    {"strategy": "topk_ef", "topk_fraction": 0.006},
-    {"strategy": "powersgd"},
-    *({"strategy": "local_sgd", "local_steps": h, "skewed": skewed, "steps": 2 * STEPS}
-      for skewed in (False, True) for h in (1, 4, 8, 16)),
-)
+
+
+def _plan_run(name: str, options: dict) -> dict:
+    """A run of the plan: ``train``'s options, ``steps_factor`` × ``PLAN_STEPS`` steps if given."""
+    run = {"strategy": name, **options}
+    if "steps_factor" in run:
+        run["steps"] = run.pop("steps_factor") * PLAN_STEPS
+    return run
+
+
+# every strategy's saved runs, as its description gives them (``SavedRuns.runs``)
+PLAN = tuple(_plan_run(name, o) for name, s in SPECS.items() for o in s.saved.runs)
 
 
 def run_label(run: dict) -> str:
@@ -145,7 +151,7 @@ class StrategyResults:
                 "heldout_every": self.heldout_every, "runs": [r.to_json() for r in self.runs]}
 
 
-def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = STEPS,
+def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = PLAN_STEPS,
              on_run: Callable[[str], None] | None = None) -> StrategyResults:
     """Train every run of ``plan`` on ``mesh``; ``on_run(label)`` is called before each."""
     runs = []
@@ -205,21 +211,13 @@ def loss_at(run: StrategyRun, step: int) -> float:
     return run.final_loss
 
 
-# the closing figure's points, a family (one colour and legend entry) at a time: (label, name)
-TRADEOFF_FAMILIES = (
-    ("data parallelism, ZeRO", (("data_parallel", "DP = ZeRO-1/2/3"),
-                                ("zero3_regather", "ZeRO-3 regather"))),
-    ("fewer bits", (("bf16", "bf16"), ("int8", "int8"))),
-    ("top-k", (("topk", "top-k 1 %"),)),
-    ("top-k + error feedback", (("topk_ef", "1 %"), ("topk_ef 0.6%", "0.6 %"))),
-    ("PowerSGD", (("powersgd", "rank 1"),)),
-    ("local SGD", (("local_sgd H=16", "H=16"), ("local_sgd H=8", "H=8"),
-                   ("local_sgd H=4", "H=4"))),
-)
-# one bar per scheme (local SGD holds what data parallelism holds, whatever H)
-MEMORY_RUNS = (("data_parallel", "DP"), ("zero1", "ZeRO-1"), ("zero2", "ZeRO-2"),
-               ("zero3", "ZeRO-3"), ("bf16", "bf16"), ("int8", "int8"), ("topk", "top-k"),
-               ("topk_ef", "top-k + EF"), ("powersgd", "PowerSGD"), ("local_sgd H=8", "local SGD"))
+# the closing figure's points, a family (one colour and legend entry) at a time: (label, name),
+# in the registry's order (``SavedRuns.points``)
+TRADEOFF_FAMILIES = tuple(
+    (family, tuple(p for s in SPECS.values() if s.family == family for p in s.saved.points))
+    for family in dict.fromkeys(s.family for s in SPECS.values() if s.saved.points))
+# one bar per scheme (``SavedRuns.memory_bar``; local SGD holds what data parallelism holds)
+MEMORY_RUNS = tuple(s.saved.memory_bar for s in SPECS.values() if s.saved.memory_bar)
 
 
 def tradeoff_figure_data(results: StrategyResults) -> dict:

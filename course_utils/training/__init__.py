@@ -1,2 +1,4 @@
-"""Part three's training: every strategy as ``init`` and ``step`` (``strategies``), the rows each
-step sees (``batches``), ``train``, one run (``train``), and the records it returns (``run``)."""
+"""Part three's training: every strategy one description in one registry (``strategies``), built
+from its family's steps (``exact``, ``compressed``, ``local``, ``hsdp``), the state they share
+(``state``) and the optimizer they apply (``optimizers``); the rows each step sees (``batches``),
+one run (``train``), the records it returns (``run``) and part four's rows (``part_four``)."""

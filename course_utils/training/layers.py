@@ -1,6 +1,7 @@
 """ZeRO-3's layout of the flat parameter vector: each device's slice holds its chunk of every
 layer (``layer_chunks``, ``layer_order``), so that each layer is all-gathered on its own and the
-peak during a step is one layer; ``flat_params`` puts a state's vector back in the task's order.
+peak during a step is one layer (``StrategySpec.flat`` puts a state's vector back in the task's
+order).
 """
 
 from __future__ import annotations
@@ -50,16 +51,3 @@ def layer_order(n: int, p: int, mlp: MLP = PART_THREE) -> np.ndarray:
             for j in range(i * chunk, (i + 1) * chunk):
                 order.append(begin + j if j < math.prod(shape) else next(padding))
     return np.array(order)
-
-
-def flat_params(strategy: str, params, n: int, p: int, mlp: MLP = PART_THREE) -> np.ndarray:
-    """The parameters ``params`` of ``strategy``'s state (device 0's copy, or the slices in
-    order) as the task's flat vector of length n: zero3's layout put back in order."""
-    w = np.asarray(params)[:n]
-    if strategy in LAYOUTS:
-        w = w[np.argsort(LAYOUTS[strategy](n, p, mlp))]
-    return w
-
-
-# the strategies whose flat vector is laid out otherwise than the task's (``flat_params``)
-LAYOUTS = {"zero3": layer_order}

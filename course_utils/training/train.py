@@ -1,9 +1,10 @@
 """``train``: one small data-parallel training run under any strategy of part three.
 
 Every strategy runs the same task (``course_utils.problems.classification``) from the same initial
-parameters and data; ``train`` places the strategy's state (``strategy.init``), compiles its step
-once, reads the collectives of the compiled program (``bytes_per_step``, the ring payload per
-device, ``ir.ring_payload``), runs ``steps`` steps and reads what each device holds from the
+parameters and data; ``train`` reads the strategy's description (``strategies.SPECS``), places its
+state (``init``), compiles its step (and its outer step, if it syncs every H steps) once, reads
+the collectives of the compiled programs (``bytes_per_step``, the ring payload per device,
+``ir.ring_payload``), runs ``steps`` steps and reads what each device holds from the
 shards of the state's arrays themselves.
 """
 
@@ -27,32 +28,44 @@ from course_utils.problems.classification import (
     padded_size,
 )
 from course_utils.training.batches import micro_batch_rows, split_task
-from course_utils.training.layers import flat_params
 from course_utils.training.run import Memory, TrainingRun
-from course_utils.training.strategies import (
-    ACCUMULATING,
+from course_utils.training.state import (
     MEMORY_PART,
-    STRATEGIES,
-    STRATEGY_STEPS,
     Context,
     TrainState,
     accumulate_gradient,
     place,
-    placements,
+    state_specs,
 )
+from course_utils.training.strategies import SPECS
 from course_utils.validate import positive_int
+
+
+def _trainable() -> list[str]:
+    """The registered strategies ``train`` runs: those of a one-axis mesh."""
+    return [name for name, s in SPECS.items() if s.mesh_axes is None]
 
 
 def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> None:
     if not isinstance(mesh, Mesh) or len(mesh.axis_names) != 1:
         raise ValueError("train needs a one-axis mesh: pass data_mesh()")
-    if strategy not in STRATEGY_STEPS:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if strategy not in _trainable():
+        runs_elsewhere = strategy in SPECS  # on a mesh of its own axes (HSDP's)
+        names = ", ".join(_trainable())
+        raise ValueError(f"{strategy} runs on a mesh with axes {SPECS[strategy].mesh_axes}, not "
+                         f"in train; choose one of {names}" if runs_elsewhere else
+                         f"unknown strategy {strategy!r}; choose one of {names}")
     positive_int("steps", steps)
     positive_int("seed", seed, low=0)
     positive_int("local_steps", local_steps)
-    if local_steps != 1 and strategy != "local_sgd":
-        raise ValueError(f"local_steps applies to local_sgd only; {strategy} averages every step")
+    sync = SPECS[strategy].sync
+    if local_steps != 1 and sync.outer is None:
+        every_h = ", ".join(s for s in _trainable() if SPECS[s].sync.outer is not None)
+        raise ValueError(f"local_steps applies to {every_h} only; {strategy} syncs every step")
+    if (sync.axis, sync.fragments, sync.dtype, sync.stream) != (None, 1, "float32", None):
+        raise ValueError(f"{strategy} syncs over another axis, in fragments, in fewer bits or on a "
+                         "stream device; train syncs whole float32 values over its mesh's one "
+                         "axis on the compute devices")
     if isinstance(topk_fraction, bool) or not isinstance(topk_fraction, (int, float)) or not (
             0 < topk_fraction <= 1):
         raise ValueError(f"topk_fraction must be a number in (0, 1], got {topk_fraction!r}")
@@ -62,9 +75,9 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
 
 def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> None:
     positive_int("accumulate", accumulate_k)
-    if accumulate_k != 1 and strategy not in ACCUMULATING:
-        raise ValueError(f"accumulate does not apply to {strategy}; use one of "
-                         f"{', '.join(ACCUMULATING)}")
+    if accumulate_k != 1 and not SPECS[strategy].accumulates:
+        accumulating = ", ".join(s for s in _trainable() if SPECS[s].accumulates)
+        raise ValueError(f"accumulate does not apply to {strategy}; use one of {accumulating}")
     if batch_size is None and shard % accumulate_k:
         raise ValueError(f"accumulate={accumulate_k} does not divide a device's {shard} rows; "
                          "pick a divisor or give batch_size")
@@ -85,7 +98,8 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         strategy: one of ``STRATEGIES``.
         steps: optimizer steps.
         seed: seed of the data, the initial parameters and the minibatches.
-        local_steps: H, for ``local_sgd``: parameters are averaged after every H-th step.
+        local_steps: H, for a strategy that syncs every H steps (``local_sgd``): its outer
+            step (``Sync.outer``; local SGD's averages the parameters) after every H-th step.
         topk_fraction: for ``topk`` and ``topk_ef``: each device sends this fraction of entries.
         skewed: shards ordered by label (each device sees mostly a few classes).
         batch_size: rows each device draws from its shard per (micro-)step, without
@@ -109,19 +123,19 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     """
     _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed)
     axis, p = axis_of(mesh), mesh.size
-    n, spec = padded_size(p, mlp), STRATEGY_STEPS[strategy]
+    n, spec = padded_size(p, mlp), SPECS[strategy]
     x, y, held = split_task(seed, skewed=skewed, heldout=heldout_every is not None, mlp=mlp)
     if len(y) % p:
         raise ValueError(f"{len(y)} rows do not split evenly across {p} devices")
     _check_batches(strategy, len(y) // p, batch_size, accumulate, heldout_every)
     micro_rows = p * (batch_size or len(y) // p // accumulate)
     ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)),
-                  mlp=mlp)
+                  mlp=mlp, optimizer=spec.optimizer)
 
     state = spec.init(init_params(n, seed, mlp), mesh, ctx)
     if accumulate > 1:
         state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
-    specs, rows = placements(state), (P(axis, None), P(axis))
+    specs, rows = state_specs(state), (P(axis, None), P(axis))
     batches = _Batches(mesh, rows, x, y, batch_size=batch_size, accumulate=accumulate, seed=seed)
 
     def body(state, x, y):
@@ -145,12 +159,12 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         micro = micro.lower(state, *batches.first).compile()
         payload += ring_payload(hlo_collectives(micro.as_text()), p) * (accumulate - 1)
 
-    average = None
-    if strategy == "local_sgd":
-        average = jax.jit(jax.shard_map(lambda w: jax.lax.pmean(w, axis), mesh=mesh,
-                                        in_specs=P(axis), out_specs=P(axis), check_vma=False))
-        average = average.lower(state.params).compile()
-        payload += ring_payload(hlo_collectives(average.as_text()), p) * (
+    outer = None
+    if spec.sync.outer is not None:  # the outer step, every H steps
+        outer = jax.jit(jax.shard_map(partial(spec.sync.outer, ctx=ctx), mesh=mesh,
+                                      in_specs=(specs,), out_specs=specs, check_vma=False))
+        outer = outer.lower(state).compile()
+        payload += ring_payload(hlo_collectives(outer.as_text()), p) * (
             steps // local_steps) / steps
 
     losses, errors, averaged, heldout = [], [], [], []
@@ -169,14 +183,14 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             sums = {"used": sums["used"] + used, "exact": sums["exact"] + exact}
             errors.append((_relative_error(used, exact),
                            _relative_error(sums["used"], sums["exact"])))
-        if average is not None and (t + 1) % local_steps == 0:
-            state = state._replace(params=average(state.params))
+        if outer is not None and (t + 1) % local_steps == 0:
+            state = outer(state)
             averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y, mlp))))
         if held is not None and (t + 1) % heldout_every == 0:
-            w = flat_params(strategy, state.params, n, p, mlp)
+            w = spec.flat(state.params, n, p, mlp)
             heldout.append((t + 1, float(_mean_loss(w, *held, mlp))))
 
-    params = flat_params(strategy, state.params, n, p, mlp)
+    params = spec.flat(state.params, n, p, mlp)
     return TrainingRun(
         strategy=strategy,
         loss=tuple(losses),

@@ -47,7 +47,7 @@ def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
     from jax.sharding import PartitionSpec as P
 
     from course_utils.problems.classification import classification_task, init_params, padded_size
-    from course_utils.training.strategies import STRATEGY_STEPS, Context, placements
+    from course_utils.training.strategies import Context, spec, state_specs
 
     axis, p = mesh.axis_names[0], mesh.size
     n, (x, y) = padded_size(p), classification_task()
@@ -55,9 +55,9 @@ def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
     data = (placed(mesh, x, P(axis, None)), placed(mesh, y, P(axis)))
 
     def step(name):
-        strategy = STRATEGY_STEPS[name]
+        strategy = spec(name)
         state = strategy.init(init_params(n), mesh, ctx)
-        specs = placements(state)
+        specs = state_specs(state)
         return jax.jit(jax.shard_map(lambda s, xs, ys: strategy.step(s, xs, ys, ctx)[0],
                                      mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
                                      out_specs=specs, check_vma=False)), state

@@ -2,7 +2,7 @@
 across the hosts, each strategy at each batch size, with the bytes host 0's link sent per step.
 
 Every process runs the same programs in the same order. A strategy's step is ``train``'s own
-(``STRATEGY_STEPS``, part four's wider model ``PART_FOUR``); ``batch_size`` is the rows each
+(``strategies.SPECS``, part four's wider model ``PART_FOUR``); ``batch_size`` is the rows each
 device draws per (micro-)step. Besides the strategies, each batch size times the step's compute
 alone: one device's gradient and update with nothing sent (local SGD's step), the ``compute_s``
 of every row; ``communication_s`` is the rest of the step. Gradient accumulation runs
@@ -30,13 +30,7 @@ from course_utils.results.training import TrainingResults, median_of_runs
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed, placed, timer
 from course_utils.training.batches import HELDOUT_ROWS
-from course_utils.training.part_four import (
-    ACCUMULATION,
-    LOCAL_STEPS,
-    SAME_CURVE,
-    STEPS,
-    TOPK_FRACTION,
-)
+from course_utils.training.part_four import ROWS, SAME_CURVE, TOPK_FRACTION, find_row
 
 HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
 
@@ -45,7 +39,8 @@ HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; tim
 TRAINING_PLANS = {
     "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation", "hsdp"),
               "repeats": 3, "steps": {64: 20}, "every": 10},
-    "full": {"batch_sizes": (32, 128, 512, 1024), "strategies": tuple(STEPS), "repeats": 5,
+    "full": {"batch_sizes": (32, 128, 512, 1024), "strategies": tuple(r.name for r in ROWS),
+             "repeats": 5,
              "steps": {32: 200, 128: 200, 512: 100, 1024: 100}, "every": 10},
 }
 FLOPS_ROWS = 1024  # rows of the timed matrix product (the model's first layer at batch 1024)
@@ -59,7 +54,7 @@ def step_fits(name: str, batch_size: int, p: int, rows: int) -> bool:
         >>> step_fits("accumulation", 512, 4, 12288), step_fits("accumulation", 1024, 4, 12288)
         (True, False)
     """
-    return p * batch_size * (ACCUMULATION if name == "accumulation" else 1) <= rows
+    return p * batch_size * find_row(name).accumulate <= rows
 
 
 def _program(mesh, name: str, batch_size: int):
@@ -74,39 +69,40 @@ def _program(mesh, name: str, batch_size: int):
         padded_size,
     )
     from course_utils.training.strategies import (
-        STRATEGY_STEPS,
         Context,
         accumulate_gradient,
         place,
-        placements,
+        spec,
+        state_specs,
     )
 
     axis, p = mesh.axis_names[0], mesh.size
-    micro = ACCUMULATION if name == "accumulation" else 1
+    micro, entry = find_row(name).accumulate, spec(find_row(name).strategy)
     n, (x, y) = padded_size(p, PART_FOUR), classification_task(mlp=PART_FOUR)
     rows = p * batch_size * micro
-    if name == "hsdp":  # a ("host", "device") mesh, each process's devices one host
-        from course_utils.training.hsdp import ROWS, SLICED, hsdp_program
+    if entry.mesh_axes is not None:  # HSDP: ("host", "device"), each process's devices a host
+        from course_utils.training.hsdp import ROWS as HSDP_ROWS
+        from course_utils.training.hsdp import SLICED, hsdp_program
 
         hosts = mesh.devices.reshape(jax.process_count(), -1)
         two = jax.sharding.Mesh(hosts, ("host", "device"))
         state = (placed(two, init_params(n, 0, PART_FOUR), SLICED),
                  placed(two, np.zeros(n, np.float32), SLICED))
         return (hsdp_program(two, rows=rows, mlp=PART_FOUR), state,
-                placed(two, x[:rows], ROWS), placed(two, y[:rows], ROWS))
-    ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR)
-    strategy = STRATEGY_STEPS[STEPS[name]]
-    state = strategy.init(init_params(n, 0, PART_FOUR), mesh, ctx)
+                placed(two, x[:rows], HSDP_ROWS), placed(two, y[:rows], HSDP_ROWS))
+    ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR,
+                  optimizer=entry.optimizer)
+    state = entry.init(init_params(n, 0, PART_FOUR), mesh, ctx)
     if micro > 1:
         state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
-    specs = placements(state)
+    specs = state_specs(state)
 
     def body(state, xs, ys):
         for k in range(micro - 1):  # micro-steps: gradients summed in the state, nothing sent
             part = slice(k * batch_size, (k + 1) * batch_size)
             state, _ = accumulate_gradient(state, xs[part], ys[part], ctx)
         last = slice((micro - 1) * batch_size, micro * batch_size)
-        return strategy.step(state, xs[last], ys[last], ctx)[0]
+        return entry.step(state, xs[last], ys[last], ctx)[0]
 
     step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
                                  out_specs=specs, check_vma=False))
@@ -133,14 +129,14 @@ def measure_training(plan: dict, timed) -> list[dict]:
         for name in plan["strategies"]:
             if not step_fits(name, batch_size, mesh.size, HELDOUT_FREE_ROWS):
                 continue
-            if name == "local_sgd":  # its step, and one averaging spread over H steps
-                step_s = compute_s + averaging_s / LOCAL_STEPS
-                sent = None if averaging_bytes is None else averaging_bytes / LOCAL_STEPS
+            h = find_row(name).local_steps
+            if h > 1:  # its step, and one averaging spread over H steps
+                step_s = compute_s + averaging_s / h
+                sent = None if averaging_bytes is None else averaging_bytes / h
             else:
                 step_s, sent = timed(*_program(mesh, name, batch_size))
             rows.append({"strategy": name, "batch_size": batch_size, "step_s": step_s,
-                         "compute_s": compute_s * (ACCUMULATION if name == "accumulation"
-                                                   else 1),
+                         "compute_s": compute_s * find_row(name).accumulate,
                          "link_bytes": sent})
     for row in rows:
         row["communication_s"] = max(0.0, row["step_s"] - row["compute_s"])
@@ -164,10 +160,9 @@ def heldout_curves(plan: dict, p: int) -> list[dict]:
             if same is not None:  # the same updates: the curve already trained
                 curves.append({**same, "strategy": name})
                 continue
-            run = train(mesh, STEPS[name], steps=plan["steps"][batch_size],
-                        batch_size=batch_size,
-                        accumulate=ACCUMULATION if name == "accumulation" else 1,
-                        local_steps=LOCAL_STEPS if name == "local_sgd" else 1,
+            run = train(mesh, find_row(name).trained, steps=plan["steps"][batch_size],
+                        batch_size=batch_size, accumulate=find_row(name).accumulate,
+                        local_steps=find_row(name).local_steps,
                         topk_fraction=TOPK_FRACTION, heldout_every=plan["every"],
                         mlp=PART_FOUR)
             curves.append({"strategy": name, "batch_size": batch_size,
