@@ -288,7 +288,7 @@ def test_the_machine_default_congestion_control_is_read_from_proc(tmp_path):
 def test_a_file_that_is_not_a_cluster_run_says_so(tmp_path):
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps({**to_json(saved_cluster_results("2x2")), "runs": [RUN_JSON, {}]}))
-    with pytest.raises(ValueError, match=r"cluster.json: ClusterRun has no hosts; is this file"):
+    with pytest.raises(ValueError, match=r"cluster.json: runs\[1\].hosts: missing; is it a"):
         load_cluster_results(path)
 
 

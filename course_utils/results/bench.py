@@ -8,15 +8,13 @@ the file and ``to_json`` (``results.records``) gives back its JSON. The fits (``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Sequence
 
 from course_utils.models.fit import Fit, fit_from_json
 from course_utils.observe.sweep import LABELS, ZERO1_STEPS
-from course_utils.results.records import from_json
+from course_utils.results.records import load, load_saved
 
 BASIC = ("psum", "psum_scatter", "all_gather")  # drawn with their fits; RS+AG get a ratio panel
 
@@ -220,10 +218,10 @@ def load_bench_run(path: str | Path) -> BenchRun:
     """The ``course bench`` run saved in ``path`` (a ``bench.json``).
 
     Raises:
-        ValueError: the file is not a ``course bench`` run (the message names the file).
+        ValueError: the file is missing or not a ``course bench`` run (the message names the
+            file and the field).
     """
-    text = Path(path).read_text()
-    return from_json(BenchRun, json.loads(text), str(path))
+    return load(BenchRun, path)
 
 
 def saved_results() -> BenchRun:
@@ -234,7 +232,7 @@ def saved_results() -> BenchRun:
     Regenerate: ``nice -n 5 course bench --out build/bench &&
     cp build/bench/bench.json course_utils/saved/bench_full.json``.
     """
-    return load_bench_run(files("course_utils").joinpath("saved", "bench_full.json"))
+    return load_saved(BenchRun, "bench_full.json", "course bench")
 
 
 def _band(rows: Sequence[CollectiveRow | Timing]) -> dict:

@@ -8,6 +8,8 @@ import statistics
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
+from course_utils.results.records import load_saved
+
 
 @dataclass(frozen=True)
 class BackwardRow:
@@ -197,10 +199,5 @@ def saved_overlap_results() -> OverlapResults:
     machine, about 15 minutes): ``course cluster --measure overlap --plan full
     --devices-per-host 2 --link-rate 100mbit,200mbit,400mbit,1gbit --runs 3 --timeout 3000
     --out build/overlap``, then copy ``build/overlap/overlap.json`` here."""
-    import json
-    from importlib.resources import files
-
-    from course_utils.results.records import from_json
-
-    path = files("course_utils").joinpath("saved", "overlap.json")
-    return from_json(OverlapResults, json.loads(path.read_text()), str(path))
+    return load_saved(OverlapResults, "overlap.json",
+                      "course cluster --measure overlap --plan full --runs 3")

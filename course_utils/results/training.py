@@ -10,6 +10,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from course_utils.results.records import load_saved
+
 
 @dataclass(frozen=True)
 class TrainingRow:
@@ -216,10 +218,6 @@ def saved_training_results() -> TrainingResults:
     --timeout 3000 --out build/training-K`` (K = 1, 2, 3), then ``python
     scripts/median_training_runs.py build/training-*/training.json >
     course_utils/saved/training.json``."""
-    import json
-    from importlib.resources import files
-
-    from course_utils.results.records import from_json
-
-    path = files("course_utils").joinpath("saved", "training.json")
-    return from_json(TrainingResults, json.loads(path.read_text()), str(path))
+    return load_saved(TrainingResults, "training.json",
+                      "course cluster --measure training (three runs, then "
+                      "scripts/median_training_runs.py)")

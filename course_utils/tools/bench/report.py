@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import numpy as np
 from course_utils.display import format_bytes, format_gbps
 from course_utils.observe.sweep import LABELS
 from course_utils.results.bench import BenchRun, figure_data, steps_figure_data
-from course_utils.results.records import to_json
+from course_utils.results.records import save
 
 
 def collectives_table(results: BenchRun):
@@ -147,6 +146,6 @@ def write_outputs(results: BenchRun, out_dir: Path) -> None:
     from course_utils.figures.plot import plot_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(to_json(results), indent=1))
+    save(results, out_dir / "bench.json")
     (out_dir / "bench.png").write_bytes(plot_figure(figure_data(results)).png())
     (out_dir / "bench-steps.png").write_bytes(plot_figure(steps_figure_data(results)).png())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK
 from course_utils.results.cluster import ClusterResults, ClusterRun, Versions
-from course_utils.results.records import from_json, to_json
+from course_utils.results.records import from_json, save
 from course_utils.tools.cli import positive_int_arg
 from course_utils.tools.errors import CourseError, usage
 from course_utils.tools.processes import first_exit, spawn, stop
@@ -156,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.measure == "overlap":
         results = _overlap_results(args, results, started)
-        (out / "overlap.json").write_text(json.dumps(to_json(results), indent=1))
+        save(results, out / "overlap.json")
         written = "overlap.json"
         for row in results.backward:
             print(f"{row.link_rate:>8s} run {row.run + 1}: backward {row.compute_s * 1e3:7.1f} "
@@ -164,13 +164,13 @@ def _run(args: argparse.Namespace) -> int:
                   f"{row.serial_s * 1e3:7.1f} ms, overlapped {row.overlapped_s * 1e3:7.1f} ms")
     elif args.measure == "training":
         results = _training_results(args, *results, started)
-        (out / "training.json").write_text(json.dumps(to_json(results), indent=1))
+        save(results, out / "training.json")
         written = "training.json"
         for row in results.rows:
             print(f"{row.strategy:14s} {row.link_rate:>8s} batch {row.batch_size:5d}: step "
                   f"{row.step_s * 1e3:8.1f} ms, compute {row.compute_s * 1e3:7.1f} ms")
     else:
-        (out / "cluster.json").write_text(json.dumps(to_json(results), indent=1))
+        save(results, out / "cluster.json")
         (out / "cluster.png").write_bytes(plot_figure(figure_data(results)).png())
         written = "cluster.json and cluster.png"
         for run in results.runs:
