@@ -46,7 +46,7 @@ def test_close_tells_a_changed_value():
 
 def test_saved_run_is_the_full_default_plan():
     plan = asdict(make_plan())
-    assert SAVED.command == "course bench"
+    assert SAVED.meta.command == "course bench"
     assert SAVED_JSON["plan"] == json.loads(json.dumps(plan))
     measured = {(r.devices, r.variant, r.elements) for r in SAVED.collectives}
     assert measured == {(p, v, e) for p in plan["devices"] for v in VARIANTS for e in plan["sizes"]}
@@ -87,7 +87,7 @@ def test_what_step_10_reads_off_the_saved_run_holds():
     bandwidths = [psum[p].bandwidth_gbps for p in counts]
     assert floors == sorted(floors) and bandwidths == sorted(bandwidths, reverse=True)
     assert bandwidths[0] / bandwidths[-1] > 2  # falls faster than a ring's 2(p-1)/p could explain
-    assert any(p > SAVED.machine.cpu_count for p in counts)  # oversubscribed counts exist
+    assert any(p > SAVED.meta.machine.cores for p in counts)  # oversubscribed counts exist
     ratios = [r for e in SAVED.rs_ag_vs_psum for v in ("rs_ag_calls", "rs_ag_fused")
               for r in getattr(e, v).ratios]
     assert sum(r > 1 for r in ratios) >= 0.9 * len(ratios)  # slower at almost every size
@@ -116,8 +116,8 @@ def test_a_file_that_is_not_a_bench_run_says_so(tmp_path):
     from course_utils.results.bench import load_bench_run
 
     path = tmp_path / "bench.json"
-    path.write_text(json.dumps({**SAVED_JSON, "machine": {"cpu_count": 2}}))
-    with pytest.raises(ValueError, match=r"bench.json: machine.cpus_usable: missing; is it a"):
+    path.write_text(json.dumps({**SAVED_JSON, "meta": {**SAVED_JSON["meta"], "machine": {}}}))
+    with pytest.raises(ValueError, match=r"bench.json: meta.machine.python: missing; is it a"):
         load_bench_run(path)
     path.write_text(json.dumps({**SAVED_JSON, "extra": 1}))
     with pytest.raises(ValueError, match="bench.json: extra: not a field of BenchRun; is it"):

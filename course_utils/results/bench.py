@@ -14,6 +14,7 @@ from typing import Sequence
 
 from course_utils.models.fit import Fit, fit_from_json
 from course_utils.observe.sweep import LABELS, ZERO1_STEPS
+from course_utils.results.meta import RunMeta
 from course_utils.results.records import load, load_saved
 
 BASIC = ("psum", "psum_scatter", "all_gather")  # drawn with their fits; RS+AG get a ratio panel
@@ -32,22 +33,6 @@ class BenchPlan:
     warmup: int
     repeats: int
     worker_timeout_s: float
-
-
-@dataclass(frozen=True)
-class Machine:
-    """The machine a run was measured on, and its load average before and after the sweep."""
-
-    cpu_count: int
-    cpus_usable: int
-    cpu_model: str
-    platform: str
-    python: str
-    jax_version: str
-    jaxlib_version: str
-    numpy_version: str
-    load_average_before: tuple[float, ...]
-    load_average_after: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -191,10 +176,12 @@ class WorkerSeconds:
 
 @dataclass(frozen=True)
 class BenchRun:
-    """A ``course bench`` run: what ``bench.json`` holds."""
+    """A ``course bench`` run: what ``bench.json`` holds; the machine's load average (1, 5 and
+    15 minutes) before and after the sweep."""
 
-    command: str
-    machine: Machine
+    meta: RunMeta
+    load_average_before: tuple[float, ...]
+    load_average_after: tuple[float, ...]
     plan: BenchPlan
     size_definition: str
     protocol: str
@@ -206,7 +193,6 @@ class BenchRun:
     zero1_goal: Zero1Goal | None
     compiled_collectives: dict[str, dict]  # per device count (as text): collectives_in's
     worker_seconds: tuple[WorkerSeconds, ...]
-    seconds: float
 
 
 def rows_of(rows: Sequence[CollectiveRow], p: int, variant: str) -> list[CollectiveRow]:

@@ -24,6 +24,7 @@ from course_utils.models.links import (
     rate_bytes_per_s,
     rate_label,
 )
+from course_utils.results.meta import RunMeta
 from course_utils.results.records import load, load_saved
 
 # the goals of the cluster measurements (issue: "a cluster on one machine")
@@ -109,12 +110,16 @@ class ClusterRun:
 
 
 @dataclass(frozen=True)
-class Versions:
-    """The Python, jax and jaxlib versions the hosts ran."""
+class ClusterSetup:
+    """The cluster a ``course cluster`` measurement ran on (any ``--measure``): hosts × devices
+    per host, the plan, the TCP congestion control set between the hosts (``--tcp``) and the
+    machine's default (/proc/sys/net/ipv4/tcp_congestion_control)."""
 
-    python: str
-    jax: str
-    jaxlib: str
+    hosts: int
+    devices_per_host: int
+    plan: str
+    tcp: str
+    default_tcp: str
 
 
 @dataclass(frozen=True)
@@ -122,13 +127,8 @@ class ClusterResults:
     """A ``course cluster`` run: every link rate of ``--link-rate``, what ``cluster.json``
     holds."""
 
-    hosts: int
-    devices_per_host: int
-    plan: str
-    tcp: str  # the congestion control set between the hosts (``--tcp``)
-    default_tcp: str  # the machine's default (/proc/sys/net/ipv4/tcp_congestion_control)
-    versions: Versions
-    seconds: float
+    meta: RunMeta
+    cluster: ClusterSetup
     runs: tuple[ClusterRun, ...]
 
 

@@ -13,11 +13,13 @@ The saved copy, ``course_utils/saved/strategies.json``, was made on ``DEVICES`` 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jax.sharding import Mesh
 
+from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import load_saved
 from course_utils.training.run import Memory
 from course_utils.training.train import train
@@ -100,8 +102,9 @@ _OPTIONS = ("topk_fraction", "local_steps", "skewed")
 class StrategyResults:
     """Every run of a plan, trained on ``devices`` devices for ``steps`` steps (local SGD:
     twice as many), on minibatches of ``batch_size`` rows per device, the held-out loss read
-    every ``heldout_every`` steps."""
+    every ``heldout_every`` steps; how it was made (``meta``)."""
 
+    meta: RunMeta
     devices: int
     steps: int
     batch_size: int
@@ -112,7 +115,7 @@ class StrategyResults:
 def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = STEPS,
              on_run: Callable[[str], None] | None = None) -> StrategyResults:
     """Train every run of ``plan`` on ``mesh``; ``on_run(label)`` is called before each."""
-    runs = []
+    started, runs = time.monotonic(), []
     for options in plan:
         if on_run is not None:
             on_run(run_label(options))
@@ -126,7 +129,8 @@ def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = STEPS,
             state_bytes_per_device=run.memory.total, final_loss=run.final_loss,
             averaged_loss=_curve(run.averaged_loss), heldout_loss=_curve(run.heldout_loss),
             cumulative_error=(run.cumulative_error or [None])[-1]))
-    return StrategyResults(mesh.size, steps, BATCH_SIZE, HELDOUT_EVERY, tuple(runs))
+    meta = RunMeta("course bench --strategies", this_machine(), time.monotonic() - started)
+    return StrategyResults(meta, mesh.size, steps, BATCH_SIZE, HELDOUT_EVERY, tuple(runs))
 
 
 def _curve(points) -> tuple[tuple[int, float], ...] | None:

@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK
-from course_utils.results.cluster import ClusterResults, ClusterRun, Versions
-from course_utils.results.records import from_json, save
+from course_utils.results.cluster import ClusterResults, ClusterRun, ClusterSetup
+from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.records import from_json, save, to_json
 from course_utils.tools.cli import positive_int_arg
 from course_utils.tools.errors import CourseError, usage
 from course_utils.tools.processes import first_exit, spawn, stop
@@ -81,7 +82,6 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
     from course_utils.tools.cluster.netns import (
         check_can_run,
         check_congestion_control,
-        default_congestion_control,
     )
 
     problem = check_can_run()
@@ -133,17 +133,20 @@ def run_cluster(args: argparse.Namespace, say) -> ClusterResults | list[dict]:
         return runs, statistics.median(flops)
     if _measure(args) == "overlap":
         return runs
-    return ClusterResults(hosts=args.hosts, devices_per_host=args.devices_per_host,
-                          plan=args.plan, tcp=args.tcp,
-                          default_tcp=default_congestion_control(), versions=_versions(),
-                          seconds=time.monotonic() - started, runs=tuple(runs))
+    return ClusterResults(meta=_meta(args, started), cluster=_setup(args), runs=tuple(runs))
 
 
-def _versions() -> Versions:
-    """The Python, jax and jaxlib versions the hosts ran (the same interpreter as this one)."""
-    from importlib.metadata import version
+def _meta(args: argparse.Namespace, started: float) -> RunMeta:
+    """How the run was made: the hosts run this interpreter on this machine."""
+    return RunMeta(f"course cluster --measure {_measure(args)}", this_machine(),
+                   time.monotonic() - started, getattr(args, "runs", 1))
 
-    return Versions(python=sys.version.split()[0], jax=version("jax"), jaxlib=version("jaxlib"))
+
+def _setup(args: argparse.Namespace) -> ClusterSetup:
+    from course_utils.tools.cluster.netns import default_congestion_control
+
+    return ClusterSetup(args.hosts, args.devices_per_host, args.plan, args.tcp,
+                        default_congestion_control())
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -189,10 +192,8 @@ def _training_results(args: argparse.Namespace, rows: list[dict], flops_per_s: f
                       started: float):
     """The training rows of every rate, with the held-out curves and each scheme's own work
     (measured here, without the links) and how the run was made."""
-    import os
 
     from course_utils.results.training import TrainingResults
-    from course_utils.tools.cluster.netns import default_congestion_control
     from course_utils.tools.cluster.training import (
         TRAINING_PLANS,
         heldout_curves,
@@ -204,35 +205,25 @@ def _training_results(args: argparse.Namespace, rows: list[dict], flops_per_s: f
     curves = heldout_curves(plan, args.hosts * args.devices_per_host)  # sets up the devices
     timed = _timer(plan["repeats"])[1]
     own_work = measure_own_work(plan, timed)
-    versions = _versions()
-    meta = {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "plan": args.plan,
-            "python": versions.python, "jax": versions.jax, "jaxlib": versions.jaxlib,
-            "cores": os.cpu_count(), "tcp": args.tcp,
-            "default_tcp": default_congestion_control(), "flops_per_s": flops_per_s,
-            "seconds": time.monotonic() - started}
-    return from_json(TrainingResults, {"meta": meta, "rows": rows, "curves": curves,
-                                       "own_work": own_work}, "the training run")
+    return from_json(TrainingResults, {
+        "meta": to_json(_meta(args, started)), "cluster": to_json(_setup(args)),
+        "flops_per_s": flops_per_s, "rows": rows, "curves": curves, "own_work": own_work},
+        "the training run")
 
 
 def _overlap_results(args: argparse.Namespace, runs: list[dict], started: float):
     """Every run's backward and matmul rows, and how the runs were made."""
-    import os
 
     from course_utils.results.overlap import OverlapResults
-    from course_utils.tools.cluster.netns import default_congestion_control
     from course_utils.tools.cluster.overlap import OVERLAP_PLANS
 
     plan = OVERLAP_PLANS[args.plan]
-    tower, versions = plan["tower"], _versions()
-    meta = {"hosts": args.hosts, "devices_per_host": args.devices_per_host, "plan": args.plan,
-            "runs": args.runs, "width": tower.width, "layers": tower.layers,
-            "rows": tower.rows, "matmul": list(plan["matmul"]), "python": versions.python,
-            "jax": versions.jax, "jaxlib": versions.jaxlib, "cores": os.cpu_count(),
-            "tcp": args.tcp, "default_tcp": default_congestion_control(),
-            "seconds": time.monotonic() - started}
+    tower = plan["tower"]
+    sizes = {"width": tower.width, "layers": tower.layers, "rows": tower.rows,
+             "matmul": list(plan["matmul"])}
     keys = ("link_rate", "run")
     return from_json(OverlapResults, {
-        "meta": meta,
+        "meta": to_json(_meta(args, started)), "cluster": to_json(_setup(args)), "sizes": sizes,
         "backward": [{**{k: r[k] for k in keys}, **r["backward"]} for r in runs],
         "matmul": [{**{k: r[k] for k in keys}, **r["matmul"]} for r in runs]},
         "the overlap run")
