@@ -12,7 +12,7 @@ import pytest
 from course_utils import validate_figure_data
 from course_utils.observe.sweep import VARIANTS
 from course_utils.results.bench import figure_data, saved_results, steps_figure_data
-from course_utils.results.records import to_json
+from course_utils.results.records import saved_path, to_json
 from course_utils.tools.bench.combine import fit_rows, rs_ag_against_psum, zero1_goal
 from course_utils.tools.bench.plan import make_plan
 
@@ -106,9 +106,7 @@ def test_what_step_10_reads_off_the_saved_zero1_rows_holds():
 
 
 def test_the_records_give_back_the_saved_file():
-    from importlib.resources import files
-
-    text = files("course_utils").joinpath("saved", "bench_full.json").read_text()
+    text = saved_path("bench_full.json").read_text()
     assert SAVED_JSON == json.loads(text)
 
 

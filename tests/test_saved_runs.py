@@ -2,9 +2,11 @@
 one-line error that names the file and the field and says how to regenerate it."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import from_json, load, load_saved, save, saved_path, to_json
 from course_utils.results.strategies import StrategyResults, saved_strategy_results
 
@@ -85,3 +87,29 @@ def test_save_writes_what_load_reads(tmp_path):
     save(saved, tmp_path / "strategies.json")
     assert load(StrategyResults, tmp_path / "strategies.json") == saved
     assert (tmp_path / "strategies.json").read_text() == saved_path("strategies.json").read_text()
+
+
+def test_every_saved_run_says_how_it_was_made_in_one_record():
+    from course_utils.results.bench import saved_results
+    from course_utils.results.cluster import saved_cluster_results
+    from course_utils.results.overlap import saved_overlap_results
+    from course_utils.results.training import saved_training_results
+
+    made = {"course bench": saved_results(), "course bench --strategies": saved_strategy_results(),
+            "course cluster --measure collectives": saved_cluster_results("2x2"),
+            "course cluster --measure training": saved_training_results(),
+            "course cluster --measure overlap": saved_overlap_results()}
+    for command, record in made.items():
+        assert isinstance(record.meta, RunMeta) and record.meta.command == command
+        if record.meta.machine is not None:  # strategies.json predates the record
+            assert record.meta.machine.jax and record.meta.seconds > 0
+
+
+def test_a_run_made_here_records_this_machine_and_reads_back(tmp_path):
+    import jax
+
+    meta = RunMeta("course bench --strategies", this_machine(), 1.5)
+    assert meta.machine.jax == jax.__version__ and meta.machine.cores >= 1
+    results = replace(saved_strategy_results(), meta=meta)
+    save(results, tmp_path / "strategies.json")
+    assert load(StrategyResults, tmp_path / "strategies.json") == results

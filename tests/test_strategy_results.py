@@ -5,13 +5,12 @@ Regenerate them as ``course_utils.results.strategies.saved_strategy_results`` sa
 """
 
 import json
-from importlib.resources import files
 
 import numpy as np
 import pytest
 
 from course_utils import validate_figure_data
-from course_utils.results.records import from_json, to_json
+from course_utils.results.records import from_json, saved_path, to_json
 from course_utils.results.strategies import (
     BATCH_SIZE,
     DEVICES,
@@ -50,7 +49,7 @@ def test_the_saved_runs_are_the_plan():
 
 
 def test_the_saved_file_reads_back_as_records_and_writes_out_the_same():
-    text = files("course_utils").joinpath("saved", "strategies.json").read_text()
+    text = saved_path("strategies.json").read_text()
     raw = json.loads(text)
     assert to_json(SAVED) == raw  # the file's format is what the records write
     assert all(r["state_bytes_per_device"] == sum(r["memory"].values()) for r in raw["runs"])
