@@ -192,7 +192,6 @@ def _training_results(args: argparse.Namespace, rows: list[dict], flops_per_s: f
                       started: float):
     """The training rows of every rate, with the held-out curves and each scheme's own work
     (measured here, without the links) and how the run was made."""
-
     from course_utils.results.training import TrainingResults
     from course_utils.tools.cluster.training import (
         TRAINING_PLANS,
@@ -213,7 +212,6 @@ def _training_results(args: argparse.Namespace, rows: list[dict], flops_per_s: f
 
 def _overlap_results(args: argparse.Namespace, runs: list[dict], started: float):
     """Every run's backward and matmul rows, and how the runs were made."""
-
     from course_utils.results.overlap import OverlapResults
     from course_utils.tools.cluster.overlap import OVERLAP_PLANS
 
