@@ -101,8 +101,7 @@ def test_every_saved_run_says_how_it_was_made_in_one_record():
             "course cluster --measure overlap": saved_overlap_results()}
     for command, record in made.items():
         assert isinstance(record.meta, RunMeta) and record.meta.command == command
-        if record.meta.machine is not None:  # strategies.json predates the record
-            assert record.meta.machine.jax and record.meta.seconds > 0
+        assert record.meta.machine.jax and record.meta.seconds > 0
 
 
 def test_a_run_made_here_records_this_machine_and_reads_back(tmp_path):

@@ -41,14 +41,14 @@ class RunMeta:
     Attributes:
         command: the command that made it (``course bench``, ``course cluster --measure
             training``, …).
-        machine: what it ran on; ``None``: not recorded.
-        seconds: how long it took (over all its runs); ``None``: not recorded.
+        machine: what it ran on.
+        seconds: how long it took (over all its runs).
         runs: the runs of one plan it holds, or whose medians it holds.
     """
 
     command: str
-    machine: Machine | None
-    seconds: float | None
+    machine: Machine
+    seconds: float
     runs: int = 1
 
 
