@@ -7,9 +7,7 @@ communication), the median over the file's runs with its spread. Prints figures;
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 from course_utils.models.links import rate_label
 from course_utils.results.overlap import (
@@ -21,17 +19,17 @@ from course_utils.results.overlap import (
     rates,
     saved_overlap_results,
 )
-from course_utils.results.records import from_json
+from course_utils.results.records import load
 
 BOUND = 1.15  # the goal: overlapped ≤ 1.15 × max(compute, communication)
 
 
 def main(argv: list[str]) -> int:
-    results = (from_json(OverlapResults, json.loads(Path(argv[0]).read_text()), argv[0])
-               if argv else saved_overlap_results())
-    m = results.meta
-    print(f"{m.runs} run(s) of the {m.plan} plan, {m.hosts} hosts × {m.devices_per_host}, "
-          f"jax {m.jax}, {m.cores} cores; ms, median [lowest, highest] over the runs")
+    results = load(OverlapResults, argv[0]) if argv else saved_overlap_results()
+    m, setup = results.meta, results.cluster
+    print(f"{m.runs} run(s) of the {setup.plan} plan, {setup.hosts} hosts × "
+          f"{setup.devices_per_host}, jax {m.machine.jax}, {m.machine.cores} cores; ms, median "
+          "[lowest, highest] over the runs")
     for rate in rates(results):
         def cell(key, rate=rate):
             s = over_runs(results.backward, rate, key)

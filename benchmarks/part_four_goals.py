@@ -10,13 +10,11 @@ runs, and data parallelism's step is printed with its spread (the runs' lowest a
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
-from pathlib import Path
 
 from course_utils.results.cluster import per_message_s, saved_cluster_results
-from course_utils.results.records import from_json
+from course_utils.results.records import load
 from course_utils.results.training import (
     TrainingResults,
     median_compute_s,
@@ -29,10 +27,10 @@ from course_utils.training.part_four import COMPRESSED
 
 
 def main(paths: list[str]) -> None:
-    runs = [from_json(TrainingResults, json.loads(Path(p).read_text()), p) for p in paths]
+    runs = [load(TrainingResults, p) for p in paths]
     results = median_of_runs(runs) if len(runs) > 1 else runs[0]
-    m = results.meta
-    hosts, devices = m.hosts, m.devices_per_host
+    m, machine, setup = results.meta, results.meta.machine, results.cluster
+    hosts, devices = setup.hosts, setup.devices_per_host
     try:  # α by rate from the saved collectives run of the same shape (step 17), else 0
         alpha = per_message_s(saved_cluster_results(f"{hosts}x{devices}"),
                               2 * (hosts * devices - 1))
@@ -41,17 +39,16 @@ def main(paths: list[str]) -> None:
     rates = list(dict.fromkeys(r.link_rate for r in results.rows))
     sizes = sorted({r.batch_size for r in results.rows})
     minutes = ", ".join(f"{r.meta.seconds / 60:.1f}" for r in runs)
-    made = (f"the medians of {m.runs} runs, {m.seconds / 60:.1f} min in all" if m.runs and
+    made = (f"the medians of {m.runs} runs, {m.seconds / 60:.1f} min in all" if m.runs > 1 and
             len(runs) == 1 else f"{len(runs)} run(s) of {minutes} min")
-    print(f"{hosts} hosts × {devices} devices, plan {m.plan}, jax {m.jax}, {m.cores} cores, "
-          f"{made}; each time the median of the plan's repeats"
-          + (", then the median over the runs" if len(runs) > 1 or m.runs else ""))
+    print(f"{hosts} hosts × {devices} devices, plan {setup.plan}, jax {machine.jax}, "
+          f"{machine.cores} cores, {made}; each time the median of the plan's repeats"
+          + (", then the median over the runs" if m.runs > 1 else ""))
 
     if results.own_work:
         own = ", ".join(f"{s} {own_work_s(results, s) * 1e3:.0f} ms" for s in COMPRESSED)
         print(f"each scheme's own work per step (its step minus DP's in one process): {own}")
-    if m.flops_per_s:
-        print(f"one device's rate while all compute: {m.flops_per_s / 1e9:.1f} GFLOP/s")
+    print(f"one device's rate while all compute: {results.flops_per_s / 1e9:.1f} GFLOP/s")
     print("\n1. data parallelism: measured step against compute + α + link model")
     print(f"{'rate':>8s} {'batch':>6s} {'step ms':>8s} {'model ms':>9s} {'error':>7s}  "
           "link limits (link time > compute)")

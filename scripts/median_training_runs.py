@@ -6,18 +6,16 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-from course_utils.results.records import from_json, to_json
+from course_utils.results.records import dumps, load
 from course_utils.results.training import TrainingResults, median_of_runs
 
 
 def main(paths: list[str]) -> int:
     try:
-        runs = [from_json(TrainingResults, json.loads(Path(p).read_text()), p) for p in paths]
-        print(json.dumps(to_json(median_of_runs(runs)), indent=1))
+        runs = [load(TrainingResults, p) for p in paths]
+        print(dumps(median_of_runs(runs)))
     except (OSError, ValueError) as exc:
         print(f"median_training_runs: {exc}", file=sys.stderr)
         return 2

@@ -312,7 +312,8 @@ def test_course_bench_quick_writes_json_and_png(tmp_path):
     assert (tmp_path / "bench-steps.png").read_bytes()[:4] == b"\x89PNG"
     results = json.loads((tmp_path / "bench.json").read_text())
     assert {
-        "machine",
+        "meta",
+        "load_average_before",
         "plan",
         "size_definition",
         "protocol",
@@ -324,7 +325,7 @@ def test_course_bench_quick_writes_json_and_png(tmp_path):
         "zero1_goal",
         "compiled_collectives",
     } <= set(results)
-    assert {"cpu_count", "jax_version"} <= set(results["machine"])
+    assert {"cores", "jax"} <= set(results["meta"]["machine"])
     assert len(results["collectives"]) == 2 * len(VARIANTS) * 4 and len(results["fits"]) == 2 * len(
         VARIANTS
     )

@@ -12,7 +12,7 @@ import pytest
 from course_utils import validate_figure_data
 from course_utils.observe.sweep import VARIANTS
 from course_utils.results.bench import figure_data, saved_results, steps_figure_data
-from course_utils.results.records import to_json
+from course_utils.results.records import saved_path, to_json
 from course_utils.tools.bench.combine import fit_rows, rs_ag_against_psum, zero1_goal
 from course_utils.tools.bench.plan import make_plan
 
@@ -46,7 +46,7 @@ def test_close_tells_a_changed_value():
 
 def test_saved_run_is_the_full_default_plan():
     plan = asdict(make_plan())
-    assert SAVED.command == "course bench"
+    assert SAVED.meta.command == "course bench"
     assert SAVED_JSON["plan"] == json.loads(json.dumps(plan))
     measured = {(r.devices, r.variant, r.elements) for r in SAVED.collectives}
     assert measured == {(p, v, e) for p in plan["devices"] for v in VARIANTS for e in plan["sizes"]}
@@ -87,7 +87,7 @@ def test_what_step_10_reads_off_the_saved_run_holds():
     bandwidths = [psum[p].bandwidth_gbps for p in counts]
     assert floors == sorted(floors) and bandwidths == sorted(bandwidths, reverse=True)
     assert bandwidths[0] / bandwidths[-1] > 2  # falls faster than a ring's 2(p-1)/p could explain
-    assert any(p > SAVED.machine.cpu_count for p in counts)  # oversubscribed counts exist
+    assert any(p > SAVED.meta.machine.cores for p in counts)  # oversubscribed counts exist
     ratios = [r for e in SAVED.rs_ag_vs_psum for v in ("rs_ag_calls", "rs_ag_fused")
               for r in getattr(e, v).ratios]
     assert sum(r > 1 for r in ratios) >= 0.9 * len(ratios)  # slower at almost every size
@@ -106,9 +106,7 @@ def test_what_step_10_reads_off_the_saved_zero1_rows_holds():
 
 
 def test_the_records_give_back_the_saved_file():
-    from importlib.resources import files
-
-    text = files("course_utils").joinpath("saved", "bench_full.json").read_text()
+    text = saved_path("bench_full.json").read_text()
     assert SAVED_JSON == json.loads(text)
 
 
@@ -116,9 +114,9 @@ def test_a_file_that_is_not_a_bench_run_says_so(tmp_path):
     from course_utils.results.bench import load_bench_run
 
     path = tmp_path / "bench.json"
-    path.write_text(json.dumps({**SAVED_JSON, "machine": {"cpu_count": 2}}))
-    with pytest.raises(ValueError, match=r"bench.json: Machine has no cpus_usable; is this file"):
+    path.write_text(json.dumps({**SAVED_JSON, "meta": {**SAVED_JSON["meta"], "machine": {}}}))
+    with pytest.raises(ValueError, match=r"bench.json: meta.machine.python: missing; is it a"):
         load_bench_run(path)
     path.write_text(json.dumps({**SAVED_JSON, "extra": 1}))
-    with pytest.raises(ValueError, match="BenchRun has no field extra; was this file written"):
+    with pytest.raises(ValueError, match="bench.json: extra: not a field of BenchRun; is it"):
         load_bench_run(path)

@@ -21,13 +21,14 @@ from course_utils.problems.classification import PART_FOUR, padded_size
 from course_utils.results.cluster import (
     ClusterResults,
     ClusterRun,
-    Versions,
+    ClusterSetup,
     figure_data,
     goals,
     load_cluster_results,
     saved_cluster_results,
     summary_lines,
 )
+from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.overlap import OverlapResults, saved_overlap_results
 from course_utils.results.overlap import rates as overlap_rates
 from course_utils.results.records import from_json, to_json
@@ -223,9 +224,9 @@ def test_a_run_that_follows_the_model_meets_every_goal():
     assert met["hierarchical speed-up"].value == pytest.approx(1.5)
     lines = summary_lines(RUN)
     assert "4 MiB: all_reduce 251.7/251.7" in "\n".join(lines)
-    results = ClusterResults(hosts=2, devices_per_host=2, plan="quick", tcp="reno",
-                             default_tcp="bbr",
-                             versions=Versions("3.11", "0.10.2", "0.10.2"), seconds=1.0,
+    results = ClusterResults(meta=RunMeta("course cluster", Machine("3.11", "0.10.2", "0.10.2"),
+                                          1.0),
+                             cluster=ClusterSetup(2, 2, "quick", "reno", "bbr"),
                              runs=(RUN, replace(RUN, link_rate="1gbit")))
     data = figure_data(results)
     validate_figure_data(data)
@@ -265,8 +266,10 @@ def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devic
     from course_utils.tools.cluster.collectives import COLLECTIVES_PLANS as PLANS
 
     saved = saved_cluster_results(shape)
-    assert (saved.hosts, saved.devices_per_host, saved.plan) == (hosts, devices, "full")
-    assert saved.tcp == tcp and {"jax", "jaxlib", "python"} <= set(to_json(saved.versions))
+    setup = saved.cluster
+    assert (setup.hosts, setup.devices_per_host, setup.plan) == (hosts, devices, "full")
+    assert setup.tcp == tcp and {"jax", "jaxlib", "python"} <= set(to_json(saved.meta.machine))
+    assert saved.meta.command == "course cluster --measure collectives"
     assert all(run.tcp == tcp for run in saved.runs)
     for run in saved.runs:
         for key in ("collectives", "hierarchy", "ring16"):
@@ -279,7 +282,7 @@ def test_the_saved_runs_are_full_plans_that_step_17_can_read(shape, hosts, devic
     text = (Path(__file__).parents[1] / f"course_utils/saved/cluster_{shape}.json").read_text()
     assert to_json(saved) == json.loads(text)  # the records give back the file
     assert json.dumps(to_json(saved), indent=1) == text  # byte for byte
-    assert saved.default_tcp == "bbr"  # the machine that made them defaulted to BBR
+    assert setup.default_tcp == "bbr"  # the machine that made them defaulted to BBR
 
 
 def test_the_machine_default_congestion_control_is_read_from_proc(tmp_path):
@@ -294,7 +297,7 @@ def test_the_machine_default_congestion_control_is_read_from_proc(tmp_path):
 def test_a_file_that_is_not_a_cluster_run_says_so(tmp_path):
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps({**to_json(saved_cluster_results("2x2")), "runs": [RUN_JSON, {}]}))
-    with pytest.raises(ValueError, match=r"cluster.json: ClusterRun has no hosts; is this file"):
+    with pytest.raises(ValueError, match=r"cluster.json: runs\[1\].hosts: missing; is it a"):
         load_cluster_results(path)
 
 
@@ -329,14 +332,15 @@ def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_pat
     assert {(r.strategy, r.batch_size) for r in results.rows} == {
         (s, b) for s in plan["strategies"] for b in plan["batch_sizes"]}
     assert all(set(row) == ROW_KEYS for row in data["rows"])
-    assert results.meta.hosts == 2 and results.meta.cores > 0 and results.meta.default_tcp
+    assert results.cluster.hosts == 2 and results.meta.machine.cores > 0
+    assert results.cluster.default_tcp and results.meta.command.endswith("--measure training")
     # host 0's link counter saw what the step model says one data-parallel step sends
     dp = strategy_traffic("data_parallel", padded_size(2, PART_FOUR), Topology(2, 1))
     for row in results.rows:
         assert row.link_bytes == pytest.approx(dp.link_bytes, rel=0.05)
         assert row.step_s == pytest.approx(row.compute_s + row.communication_s)
     assert [r.strategy for r in results.own_work] == ["data_parallel"]  # no scheme in quick
-    assert results.meta.flops_per_s > 0
+    assert results.flops_per_s > 0
     for curve in results.curves:
         assert len(curve.heldout_loss) == plan["steps"][curve.batch_size] // plan["every"]
         assert curve.heldout_loss[-1][1] < curve.heldout_loss[0][1]
@@ -357,18 +361,19 @@ def test_the_quick_overlap_plan_writes_overlap_json_and_leaves_nothing(tmp_path)
     for row in results.backward:
         # each host sends every bucket once: gloo's two-rank all-reduce, plus TCP's framing
         assert row.link_bytes == pytest.approx(tower.layers * tower.bucket_bytes, rel=0.1)
-    assert (results.meta.layers, results.meta.runs, results.meta.cores) == (
+    assert (results.sizes.layers, results.meta.runs, results.meta.machine.cores) == (
         tower.layers, 1, os.cpu_count())
     assert leftovers() == []
 
 
 def test_the_saved_overlap_runs_are_three_full_plans_of_the_current_code():
     results = saved_overlap_results()
-    plan, meta = OVERLAP_PLANS["full"], saved_overlap_results().meta
-    assert (meta.plan, meta.runs, meta.hosts, meta.devices_per_host) == ("full", 3, 2, 2)
-    assert (meta.width, meta.layers, meta.rows) == (
+    plan, setup, sizes = OVERLAP_PLANS["full"], results.cluster, results.sizes
+    assert (setup.plan, results.meta.runs, setup.hosts, setup.devices_per_host) == (
+        "full", 3, 2, 2)
+    assert (sizes.width, sizes.layers, sizes.rows) == (
         plan["tower"].width, plan["tower"].layers, plan["tower"].rows)
-    assert tuple(meta.matmul) == plan["matmul"]
+    assert tuple(sizes.matmul) == plan["matmul"]
     for rows in (results.backward, results.matmul):
         assert sorted(r.run for r in rows) == sorted(list(range(3)) * len(overlap_rates(results)))
     for row in results.backward:

@@ -92,7 +92,8 @@ def test_collectives_over_two_runs_are_each_rate_s_median_cell_by_cell():
     assert row.bytes == saved.bytes and row.link_bytes == saved.link_bytes
     assert results.runs[0].ring16[-1].u16 == pytest.approx(2 * run.ring16[-1].u16)
     assert results.runs[0].buckets == run.buckets  # the same in both runs
-    assert (results.hosts, results.plan, results.tcp) == (2, "quick", "reno")
+    cluster = results.cluster
+    assert (cluster.hosts, cluster.plan, cluster.tcp) == (2, "quick", "reno")
     json.dumps(to_json(results))
 
 
@@ -115,11 +116,11 @@ def test_training_over_two_runs_is_the_median_of_the_runs_cell_by_cell(monkeypat
     assert [(r.link_rate, r.step_s) for r in results.rows] == [
         ("200mbit", pytest.approx(0.5)), ("1gbit", pytest.approx(0.25))]
     assert results.rows[0].communication_s == pytest.approx(0.4)
-    assert results.meta.flops_per_s == pytest.approx(2.5e9)  # each run's median over the rates
+    assert results.flops_per_s == pytest.approx(2.5e9)  # each run's median over the rates
     assert results.own_work[0].step_s == pytest.approx(0.02)
     assert results.curves == (curve,)
     one = measurement("training").assemble(hosts[:2], replace(SETUP, runs=1))
-    assert one.meta.runs is None and one.rows[0].step_s == 0.4  # one run: its own times
+    assert one.meta.runs == 1 and one.rows[0].step_s == 0.4  # one run: its own times
 
 
 def test_overlap_over_two_runs_keeps_every_run_for_its_readers_median():

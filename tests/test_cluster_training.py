@@ -6,10 +6,11 @@ namespaces). No test asserts a time."""
 import pytest
 
 from course_utils.problems.classification import PART_FOUR
+from course_utils.results.cluster import ClusterSetup
+from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.training import (
     HeldoutCurve,
     OwnWorkRow,
-    TrainingMeta,
     TrainingResults,
     TrainingRow,
     own_work_s,
@@ -18,13 +19,15 @@ from course_utils.results.training import (
 )
 from course_utils.tools.cluster.training import TRAINING_PLANS
 
-META = TrainingMeta(2, 2, "full", "3.11", "0.10.2", "0.10.2", 2, "reno", "bbr", 1.0)
+META = RunMeta("course cluster --measure training", Machine("3.11", "0.10.2", "0.10.2", cores=2),
+               1.0)
+CLUSTER = ClusterSetup(2, 2, "full", "reno", "bbr")
 CURVE = HeldoutCurve("data_parallel", 64, ((10, 0.9), (20, 0.5), (30, 0.4)))
 ROW = TrainingRow("data_parallel", "200mbit", 64, 0.3, 0.05, 0.25, 6.7e6)
 
 
 def test_time_to_a_target_is_the_steps_to_it_times_the_step_time():
-    results = TrainingResults(META, (ROW,), (CURVE,))
+    results = TrainingResults(META, CLUSTER, 1e9, (ROW,), (CURVE,))
     assert steps_to(CURVE, 0.45) == 30 and steps_to(CURVE, 0.1) is None
     assert time_to(results, "data_parallel", "200mbit", 64, 0.5) == pytest.approx(20 * 0.3)
     assert time_to(results, "data_parallel", "200mbit", 64, 0.1) is None
@@ -51,7 +54,7 @@ def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():
     assert modelled_step_s(accumulated, 2, 2) == pytest.approx(0.2 + link)  # the same bytes
     own = OwnWorkRow("data_parallel", 32, 0.02), OwnWorkRow("topk_ef", 32, 0.05)
     scheme = TrainingRow("topk_ef", "50mbit", 64, 1.0, 0.05, 0.95)
-    work = own_work_s(TrainingResults(META, (), (), own), "topk_ef")
+    work = own_work_s(TrainingResults(META, CLUSTER, 1e9, (), (), own), "topk_ef")
     assert work == pytest.approx(0.03)  # its step minus data parallelism's, in one process
     assert modelled_step_s(scheme, 2, 2, own_s=work) == pytest.approx(
         modelled_step_s(scheme, 2, 2) + 0.03)
@@ -69,10 +72,10 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy
     from course_utils.training.train import train
 
     saved = saved_training_results()
-    every = TRAINING_PLANS[saved.meta.plan]["every"]
+    every = TRAINING_PLANS[saved.cluster.plan]["every"]
     curve = next(c for c in saved.curves if (c.strategy, c.batch_size) == (strategy, batch_size))
     mesh = data_mesh()
-    assert mesh.size == saved.meta.hosts * saved.meta.devices_per_host
+    assert mesh.size == saved.cluster.hosts * saved.cluster.devices_per_host
     run = train(mesh, find_row(strategy).trained, steps=every, batch_size=batch_size,
                 accumulate=find_row(strategy).accumulate,
                 topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
@@ -85,7 +88,7 @@ def test_the_saved_run_is_a_full_plan_of_every_strategy():
 
     saved = saved_training_results()
     plan = TRAINING_PLANS["full"]
-    assert saved.meta.plan == "full"
+    assert saved.cluster.plan == "full" and saved.meta.runs == 3
     assert {r.strategy for r in saved.rows} == set(plan["strategies"])
     assert {r.link_rate for r in saved.rows} == {"50mbit", "200mbit", "1gbit", "10gbit"}
     assert all(r.link_bytes and r.link_bytes > 0 for r in saved.rows)

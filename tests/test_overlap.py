@@ -102,11 +102,13 @@ def test_the_balanced_rate_and_the_ratio_read_the_runs():
     rows = [_row("100mbit", r, 0.6, 1.4, 1.45) for r in range(3)] + [
         _row("200mbit", r, 0.6, c, o) for r, (c, o) in enumerate([(0.7, 0.75), (0.72, 0.8),
                                                                   (0.69, 0.9)])]
-    meta = {"hosts": 2, "devices_per_host": 2, "plan": "full", "runs": 3, "width": 8,
-            "layers": 2, "rows": 4, "matmul": [4, 4, 4], "python": "3.11", "jax": "0.10.2",
-            "jaxlib": "0.10.2", "cores": 2, "tcp": "reno", "default_tcp": "cubic",
-            "seconds": 1.0}
-    results = from_json(OverlapResults, {"meta": meta, "backward": rows, "matmul": []})
+    meta = {"command": "course cluster --measure overlap", "runs": 3, "seconds": 1.0,
+            "machine": {"python": "3.11", "jax": "0.10.2", "jaxlib": "0.10.2", "cores": 2}}
+    cluster = {"hosts": 2, "devices_per_host": 2, "plan": "full", "tcp": "reno",
+               "default_tcp": "cubic"}
+    sizes = {"width": 8, "layers": 2, "rows": 4, "matmul": [4, 4, 4]}
+    results = from_json(OverlapResults, {"meta": meta, "cluster": cluster, "sizes": sizes,
+                                         "backward": rows, "matmul": []})
     assert balanced_rate(results) == "200mbit"
     ratios = over_runs(results.backward, "200mbit", overlap_ratio)
     assert ratios.median == pytest.approx(0.8 / 0.72) and ratios.high == pytest.approx(0.9 / 0.69)

@@ -23,8 +23,8 @@ def _rows(run):
 
 
 def test_the_runs_are_jaxlib_0_10_2_whose_sources_the_appendix_reads():
-    assert {s.versions.jaxlib for s in (SMALL, LARGE, BBR)} == {"0.10.2"}
-    assert {s.default_tcp for s in (SMALL, LARGE, BBR)} == {"bbr"}
+    assert {s.meta.machine.jaxlib for s in (SMALL, LARGE, BBR)} == {"0.10.2"}
+    assert {s.cluster.default_tcp for s in (SMALL, LARGE, BBR)} == {"bbr"}
 
 
 @pytest.mark.parametrize("run", (*RUNS, BBR.runs[0]),

@@ -33,8 +33,8 @@ def test_the_matmul_readings_hold(rate):
     mm = SAVED.matmul
     products, shifts = _median(mm, rate, "compute_s"), _median(mm, rate, "shift_s")
     looped, by_hand = _median(mm, rate, "looped_s"), _median(mm, rate, "by_hand_s")
-    m, k, _ = SAVED.meta.matmul
-    block = 4 * m // SAVED.meta.hosts * k
+    m, k, _ = SAVED.sizes.matmul
+    block = 4 * m // SAVED.cluster.hosts * k
     link_s = block / (rate_bytes_per_s(rate) * FRAME_SHARE)
     if rate in ("100mbit", "200mbit"):  # well under the parts; the loop's shift at full rate
         assert looped < 0.85 * (products + shifts)

@@ -23,7 +23,7 @@ from course_utils.training.part_four import COMPRESSED
 from course_utils.training.traffic import strategy_traffic
 
 SAVED = saved_training_results()
-H, D = SAVED.meta.hosts, SAVED.meta.devices_per_host
+H, D = SAVED.cluster.hosts, SAVED.cluster.devices_per_host
 N = padded_size(H * D, PART_FOUR)
 DP = strategy_traffic("data_parallel", N, Topology(H, D))
 ALPHA = per_message_s(saved_cluster_results("2x2"), DP.messages)
@@ -38,7 +38,7 @@ def _row(strategy, rate, b):
 
 
 def _bound(rate):
-    return balanced_rows(DP, MATRICES, flops_per_s=SAVED.meta.flops_per_s, alpha_s=ALPHA[rate],
+    return balanced_rows(DP, MATRICES, flops_per_s=SAVED.flops_per_s, alpha_s=ALPHA[rate],
                          bytes_per_s=rate_bytes_per_s(rate) * FRAME_SHARE)
 
 
@@ -48,14 +48,14 @@ def _measured_bound(rate):
 
 
 def test_the_saved_file_is_the_median_of_three_runs():
-    assert SAVED.meta.runs == 3 and SAVED.meta.flops_per_s > 0
+    assert SAVED.meta.runs == 3 and SAVED.flops_per_s > 0
 
 
 def test_18_the_compute_takes_1_5_to_3_4_times_its_flops_most_at_small_batches():
     from course_utils.models.step import mlp_flops
 
     ratio = {b: median_compute_s(SAVED, "data_parallel", b)
-             / (mlp_flops(b, MATRICES) / SAVED.meta.flops_per_s) for b in SIZES}
+             / (mlp_flops(b, MATRICES) / SAVED.flops_per_s) for b in SIZES}
     assert all(1.45 < r < 3.5 for r in ratio.values()) and max(ratio, key=ratio.get) == 32
 
 

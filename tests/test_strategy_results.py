@@ -5,12 +5,12 @@ Regenerate them as ``course_utils.results.strategies.saved_strategy_results`` sa
 """
 
 import json
-from importlib.resources import files
 
 import numpy as np
 import pytest
 
 from course_utils import validate_figure_data
+from course_utils.results.records import from_json, saved_path, to_json
 from course_utils.results.strategies import (
     BATCH_SIZE,
     DEVICES,
@@ -31,9 +31,10 @@ SAVED = saved_strategy_results()
 FIRST_STEPS = 16  # a multiple of every H: local SGD's bytes per step come out the same
 
 RERUN = f"""
+from course_utils.results.records import to_json
 from course_utils.results.strategies import PLAN, run_plan
 short = [dict(o, steps={FIRST_STEPS}) for o in PLAN]
-print(json.dumps(run_plan(data_mesh(), short).to_json()))
+print(json.dumps(to_json(run_plan(data_mesh(), short))))
 """
 
 
@@ -48,9 +49,9 @@ def test_the_saved_runs_are_the_plan():
 
 
 def test_the_saved_file_reads_back_as_records_and_writes_out_the_same():
-    text = files("course_utils").joinpath("saved", "strategies.json").read_text()
+    text = saved_path("strategies.json").read_text()
     raw = json.loads(text)
-    assert SAVED.to_json() == raw  # the file's format is what the records write
+    assert to_json(SAVED) == raw  # the file's format is what the records write
     assert all(r["state_bytes_per_device"] == sum(r["memory"].values()) for r in raw["runs"])
     run = find_run(SAVED, "topk_ef 0.6%")
     assert (run.topk_fraction, run.local_steps, run.skewed) == (0.006, None, None)
@@ -58,7 +59,7 @@ def test_the_saved_file_reads_back_as_records_and_writes_out_the_same():
 
 
 def test_the_saved_runs_start_as_the_code_runs_them_now(run_with_devices):
-    now = StrategyResults.from_json(run_with_devices(DEVICES, RERUN))
+    now = from_json(StrategyResults, run_with_devices(DEVICES, RERUN))
     for saved, fresh in zip(SAVED.runs, now.runs):
         np.testing.assert_allclose(saved.loss[:FIRST_STEPS], fresh.loss, rtol=1e-4,
                                    err_msg=saved.label)

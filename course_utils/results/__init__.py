@@ -1,2 +1,3 @@
 """Saved runs read back: ``course bench`` (``bench``), the strategies of part three
-(``strategies``), ``course cluster`` (``cluster``)."""
+(``strategies``), ``course cluster`` (``cluster``, ``training``, ``overlap``); every one through
+one reader and writer (``records``) with one record of how it was made (``meta``)."""

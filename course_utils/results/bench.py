@@ -8,15 +8,14 @@ the file and ``to_json`` (``results.records``) gives back its JSON. The fits (``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Sequence
 
 from course_utils.models.fit import Fit, fit_from_json
 from course_utils.observe.sweep import LABELS, ZERO1_STEPS
-from course_utils.results.records import from_json
+from course_utils.results.meta import RunMeta
+from course_utils.results.records import load, load_saved
 
 BASIC = ("psum", "psum_scatter", "all_gather")  # drawn with their fits; RS+AG get a ratio panel
 
@@ -34,22 +33,6 @@ class BenchPlan:
     warmup: int
     repeats: int
     worker_timeout_s: float
-
-
-@dataclass(frozen=True)
-class Machine:
-    """The machine a run was measured on, and its load average before and after the sweep."""
-
-    cpu_count: int
-    cpus_usable: int
-    cpu_model: str
-    platform: str
-    python: str
-    jax_version: str
-    jaxlib_version: str
-    numpy_version: str
-    load_average_before: tuple[float, ...]
-    load_average_after: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -193,10 +176,12 @@ class WorkerSeconds:
 
 @dataclass(frozen=True)
 class BenchRun:
-    """A ``course bench`` run: what ``bench.json`` holds."""
+    """A ``course bench`` run: what ``bench.json`` holds; the machine's load average (1, 5 and
+    15 minutes) before and after the sweep."""
 
-    command: str
-    machine: Machine
+    meta: RunMeta
+    load_average_before: tuple[float, ...]
+    load_average_after: tuple[float, ...]
     plan: BenchPlan
     size_definition: str
     protocol: str
@@ -208,7 +193,6 @@ class BenchRun:
     zero1_goal: Zero1Goal | None
     compiled_collectives: dict[str, dict]  # per device count (as text): collectives_in's
     worker_seconds: tuple[WorkerSeconds, ...]
-    seconds: float
 
 
 def rows_of(rows: Sequence[CollectiveRow], p: int, variant: str) -> list[CollectiveRow]:
@@ -220,10 +204,10 @@ def load_bench_run(path: str | Path) -> BenchRun:
     """The ``course bench`` run saved in ``path`` (a ``bench.json``).
 
     Raises:
-        ValueError: the file is not a ``course bench`` run (the message names the file).
+        ValueError: the file is missing or not a ``course bench`` run (the message names the
+            file and the field).
     """
-    text = Path(path).read_text()
-    return from_json(BenchRun, json.loads(text), str(path))
+    return load(BenchRun, path)
 
 
 def saved_results() -> BenchRun:
@@ -234,7 +218,7 @@ def saved_results() -> BenchRun:
     Regenerate: ``nice -n 5 course bench --out build/bench &&
     cp build/bench/bench.json course_utils/saved/bench_full.json``.
     """
-    return load_bench_run(files("course_utils").joinpath("saved", "bench_full.json"))
+    return load_saved(BenchRun, "bench_full.json", "course bench")
 
 
 def _band(rows: Sequence[CollectiveRow | Timing]) -> dict:

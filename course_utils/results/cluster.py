@@ -10,7 +10,6 @@ TCP congestion control) and the times in seconds (``collectives``, ``hierarchy``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,8 @@ from course_utils.models.links import (
     rate_bytes_per_s,
     rate_label,
 )
-from course_utils.results.records import from_json
+from course_utils.results.meta import RunMeta
+from course_utils.results.records import load, load_saved
 
 # the goals of the cluster measurements (issue: "a cluster on one machine")
 RATE_TOLERANCE = 0.15  # fitted rate within 15 % of the configured one
@@ -110,12 +110,16 @@ class ClusterRun:
 
 
 @dataclass(frozen=True)
-class Versions:
-    """The Python, jax and jaxlib versions the hosts ran."""
+class ClusterSetup:
+    """The cluster a ``course cluster`` measurement ran on (any ``--measure``): hosts × devices
+    per host, the plan, the TCP congestion control set between the hosts (``--tcp``) and the
+    machine's default (/proc/sys/net/ipv4/tcp_congestion_control)."""
 
-    python: str
-    jax: str
-    jaxlib: str
+    hosts: int
+    devices_per_host: int
+    plan: str
+    tcp: str
+    default_tcp: str
 
 
 @dataclass(frozen=True)
@@ -123,13 +127,8 @@ class ClusterResults:
     """A ``course cluster`` run: every link rate of ``--link-rate``, what ``cluster.json``
     holds."""
 
-    hosts: int
-    devices_per_host: int
-    plan: str
-    tcp: str  # the congestion control set between the hosts (``--tcp``)
-    default_tcp: str  # the machine's default (/proc/sys/net/ipv4/tcp_congestion_control)
-    versions: Versions
-    seconds: float
+    meta: RunMeta
+    cluster: ClusterSetup
     runs: tuple[ClusterRun, ...]
 
 
@@ -334,9 +333,10 @@ def load_cluster_results(path: str | Path) -> ClusterResults:
     """The ``course cluster`` run saved in ``path`` (a ``cluster.json``).
 
     Raises:
-        ValueError: the file is not a ``course cluster`` run (the message names the file).
+        ValueError: the file is missing or not a ``course cluster`` run (the message names the
+            file and the field).
     """
-    return from_json(ClusterResults, json.loads(Path(path).read_text()), str(path))
+    return load(ClusterResults, path)
 
 
 def saved_cluster_results(shape: str) -> ClusterResults:
@@ -345,9 +345,7 @@ def saved_cluster_results(shape: str) -> ClusterResults:
     Regenerate (as root): ``course cluster --plan full --link-rate 50mbit,200mbit,1gbit,10gbit
     --out build/c22`` (and ``--devices-per-host 4 --link-rate 200mbit,1gbit``; ``--tcp bbr
     --link-rate 200mbit``), then copy ``cluster.json``."""
-    from importlib.resources import files
-
-    return load_cluster_results(files("course_utils").joinpath("saved", f"cluster_{shape}.json"))
+    return load_saved(ClusterResults, f"cluster_{shape}.json", "course cluster --plan full")
 
 
 def per_message_s(results: ClusterResults, messages: int) -> dict[str, float]:

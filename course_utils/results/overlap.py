@@ -8,6 +8,10 @@ import statistics
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
+from course_utils.results.cluster import ClusterSetup
+from course_utils.results.meta import RunMeta
+from course_utils.results.records import load_saved
+
 
 @dataclass(frozen=True)
 class BackwardRow:
@@ -45,32 +49,24 @@ class MatmulRow:
 
 
 @dataclass(frozen=True)
-class OverlapMeta:
-    """How the runs were made: the cluster, the plan and its sizes, the versions and cores, the
-    TCP congestion control the hosts used and the machine's default."""
+class OverlapSizes:
+    """The plan's sizes: the tower (``layers`` layers of ``width``, ``rows`` rows per host) and
+    the collective matmul's ``(m, k, n)``, A (m × k) times B (k × n)."""
 
-    hosts: int
-    devices_per_host: int
-    plan: str
-    runs: int
     width: int
     layers: int
     rows: int
-    matmul: tuple[int, ...]  # (m, k, n) of A (m × k) times B (k × n)
-    python: str
-    jax: str
-    jaxlib: str
-    cores: int
-    tcp: str
-    default_tcp: str
-    seconds: float
+    matmul: tuple[int, int, int]
 
 
 @dataclass(frozen=True)
 class OverlapResults:
-    """What ``overlap.json`` holds."""
+    """What ``overlap.json`` holds: how it was made (``meta.runs``: the runs of the plan), on
+    which cluster, at which sizes, and every run's rows."""
 
-    meta: OverlapMeta
+    meta: RunMeta
+    cluster: ClusterSetup
+    sizes: OverlapSizes
     backward: tuple[BackwardRow, ...]
     matmul: tuple[MatmulRow, ...]
 
@@ -147,12 +143,12 @@ def modelled(results: OverlapResults, link_rate: str, alpha_s: float = 0.0) -> M
     from course_utils.models.latency import bucketed_step_time, collective_time
     from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
 
-    m = results.meta
+    m, hosts = results.sizes, results.cluster.hosts
     bucket = 4 * m.width * m.width
     rate = {"alpha_s": alpha_s, "bandwidth_bytes_per_s": rate_bytes_per_s(link_rate) * FRAME_SHARE}
     compute = over_runs(results.backward, link_rate, lambda r: r.compute_s).median
-    communication = m.layers * collective_time(bucket, m.hosts, algorithm="ring", **rate)
-    overlapped = bucketed_step_time([bucket] * m.layers, bucket, ranks=m.hosts,
+    communication = m.layers * collective_time(bucket, hosts, algorithm="ring", **rate)
+    overlapped = bucketed_step_time([bucket] * m.layers, bucket, ranks=hosts,
                                     backward_s=compute, **rate)
     return Modelled(communication, compute + communication, overlapped)
 
@@ -183,10 +179,9 @@ def figure_data(results: OverlapResults, alpha_s: float = 0.0) -> dict:
                       lambda r: max(r.compute_s, r.communication_s)).median * 1e3
             for rate in measured]},
     ]
-    m = results.meta
     return {"panels": [{
-        "kind": "line", "title": f"backward pass and all-reduces, {m.layers} buckets, "
-                                 f"{m.hosts} hosts (dashed: model)",
+        "kind": "line", "title": f"backward pass and all-reduces, {results.sizes.layers} "
+                                 f"buckets, {results.cluster.hosts} hosts (dashed: model)",
         "x": [rate_bytes_per_s(r) * 8 / 1e6 for r in measured], "xscale": "log",
         "yscale": "log", "xlabel": "link rate (Mbit/s)", "ylabel": "time (ms)",
         "series": series}]}
@@ -197,10 +192,5 @@ def saved_overlap_results() -> OverlapResults:
     machine, about 15 minutes): ``course cluster --measure overlap --plan full
     --devices-per-host 2 --link-rate 100mbit,200mbit,400mbit,1gbit --runs 3 --timeout 3000
     --out build/overlap``, then copy ``build/overlap/overlap.json`` here."""
-    import json
-    from importlib.resources import files
-
-    from course_utils.results.records import from_json
-
-    path = files("course_utils").joinpath("saved", "overlap.json")
-    return from_json(OverlapResults, json.loads(path.read_text()), str(path))
+    return load_saved(OverlapResults, "overlap.json",
+                      "course cluster --measure overlap --plan full --runs 3")

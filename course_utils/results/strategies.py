@@ -6,20 +6,21 @@ for twice as long, with H = 1, 4, 8, 16, on shards of one distribution and on sk
 step on a minibatch of ``BATCH_SIZE`` rows per device drawn from its shard (the same seed, so the
 same batches, for every run), and keeps, per run (a ``StrategyRun``), the loss per step, the loss
 on the held-out rows every ``HELDOUT_EVERY`` steps, the bytes per step, the memory per device and
-the final loss. JSON appears only at the file's boundary (``to_json``, ``from_json``).
+the final loss. JSON appears only at the file's boundary, through ``results.records``.
 The saved copy, ``course_utils/saved/strategies.json``, was made on ``DEVICES`` devices;
 ``tests/test_strategy_results.py`` keeps it in sync with the code.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib.resources import files
 
 from jax.sharding import Mesh
 
+from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.records import load_saved
 from course_utils.training.run import Memory
 from course_utils.training.strategies import SPECS
 from course_utils.training.train import train
@@ -62,99 +63,65 @@ def run_label(run: dict) -> str:
     return label
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StrategyRun:
     """One saved run of the plan: its options, its curves and its memory per device.
 
     Attributes:
         strategy: the strategy trained.
+        topk_fraction: the option, where the plan gives it (else ``None``).
+        local_steps: the option, where the plan gives it.
+        skewed: the option, where the plan gives it.
         label: ``run_label`` of its options.
         steps: steps trained.
         loss: the training loss at each step (of that step's minibatch).
         bytes_per_step: ring payload per device per step.
         memory: bytes per device of parameters, gradients and optimizer state.
+        state_bytes_per_device: all of ``memory`` (``memory.total``).
         final_loss: the final parameters' loss on all the data.
         averaged_loss: local SGD: ``(step, loss)`` after each averaging; else ``None``.
         heldout_loss: ``(step, loss)`` on the held-out rows every ``HELDOUT_EVERY`` steps.
         cumulative_error: the relative error of the summed gradient after the last step
             (``None`` where no local gradient is formed).
-        topk_fraction: the option, where the plan gives it (else ``None``).
-        local_steps: the option, where the plan gives it.
-        skewed: the option, where the plan gives it.
     """
 
     strategy: str
+    topk_fraction: float | None = None
+    local_steps: int | None = None
+    skewed: bool | None = None
     label: str
     steps: int
     loss: tuple[float, ...]
     bytes_per_step: float
     memory: Memory
+    state_bytes_per_device: int
     final_loss: float
     averaged_loss: tuple[tuple[int, float], ...] | None
     heldout_loss: tuple[tuple[int, float], ...]
     cumulative_error: float | None
-    topk_fraction: float | None = None
-    local_steps: int | None = None
-    skewed: bool | None = None
-
-    @classmethod
-    def from_json(cls, entry: dict) -> StrategyRun:
-        """The run of one entry of ``strategies.json``'s ``runs``."""
-        averaged = entry["averaged_loss"]
-        return cls(entry["strategy"], entry["label"], entry["steps"], tuple(entry["loss"]),
-                   entry["bytes_per_step"], Memory(**entry["memory"]), entry["final_loss"],
-                   None if averaged is None else _curve(averaged), _curve(entry["heldout_loss"]),
-                   entry["cumulative_error"],
-                   **{k: entry[k] for k in _OPTIONS if k in entry})
-
-    def to_json(self) -> dict:
-        """The entry of ``strategies.json``'s ``runs`` (options only where given)."""
-        return {"strategy": self.strategy,
-                **{k: getattr(self, k) for k in _OPTIONS if getattr(self, k) is not None},
-                "label": self.label, "steps": self.steps, "loss": list(self.loss),
-                "bytes_per_step": self.bytes_per_step, "memory": self.memory.parts(),
-                "state_bytes_per_device": self.memory.total, "final_loss": self.final_loss,
-                "averaged_loss": None if self.averaged_loss is None
-                else [list(a) for a in self.averaged_loss],
-                "heldout_loss": [list(h) for h in self.heldout_loss],
-                "cumulative_error": self.cumulative_error}
 
 
 _OPTIONS = ("topk_fraction", "local_steps", "skewed")
-
-
-def _curve(points) -> tuple[tuple[int, float], ...]:
-    return tuple((int(step), loss) for step, loss in points)
 
 
 @dataclass(frozen=True)
 class StrategyResults:
     """Every run of a plan, trained on ``devices`` devices for ``steps`` steps (local SGD:
     twice as many), on minibatches of ``batch_size`` rows per device, the held-out loss read
-    every ``heldout_every`` steps."""
+    every ``heldout_every`` steps; how it was made (``meta``)."""
 
+    meta: RunMeta
     devices: int
     steps: int
     batch_size: int
     heldout_every: int
     runs: tuple[StrategyRun, ...]
 
-    @classmethod
-    def from_json(cls, data: dict) -> StrategyResults:
-        """The results from the contents of ``strategies.json``."""
-        return cls(data["devices"], data["steps"], data["batch_size"], data["heldout_every"],
-                   tuple(StrategyRun.from_json(r) for r in data["runs"]))
-
-    def to_json(self) -> dict:
-        """The contents of ``strategies.json``."""
-        return {"devices": self.devices, "steps": self.steps, "batch_size": self.batch_size,
-                "heldout_every": self.heldout_every, "runs": [r.to_json() for r in self.runs]}
-
 
 def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = PLAN_STEPS,
              on_run: Callable[[str], None] | None = None) -> StrategyResults:
     """Train every run of ``plan`` on ``mesh``; ``on_run(label)`` is called before each."""
-    runs = []
+    started, runs = time.monotonic(), []
     for options in plan:
         if on_run is not None:
             on_run(run_label(options))
@@ -162,19 +129,30 @@ def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = PLAN_STEPS,
                   **options}
         run = train(mesh, kwargs.pop("strategy"), **kwargs)
         runs.append(StrategyRun(
-            run.strategy, run_label(options), kwargs["steps"], run.loss, run.bytes_per_step,
-            run.memory, run.final_loss, run.averaged_loss, run.heldout_loss,
-            (run.cumulative_error or [None])[-1],
-            **{k: options[k] for k in _OPTIONS if k in options}))
-    return StrategyResults(mesh.size, steps, BATCH_SIZE, HELDOUT_EVERY, tuple(runs))
+            strategy=run.strategy, **{k: options[k] for k in _OPTIONS if k in options},
+            label=run_label(options), steps=kwargs["steps"], loss=tuple(run.loss),
+            bytes_per_step=run.bytes_per_step, memory=run.memory,
+            state_bytes_per_device=run.memory.total, final_loss=run.final_loss,
+            averaged_loss=_curve(run.averaged_loss), heldout_loss=_curve(run.heldout_loss),
+            cumulative_error=(run.cumulative_error or [None])[-1]))
+    meta = RunMeta("course bench --strategies", this_machine(), time.monotonic() - started)
+    return StrategyResults(meta, mesh.size, steps, BATCH_SIZE, HELDOUT_EVERY, tuple(runs))
+
+
+def _curve(points) -> tuple[tuple[int, float], ...] | None:
+    """``(step, loss)`` pairs as a record holds them."""
+    return None if points is None else tuple((step, loss) for step, loss in points)
 
 
 def saved_strategy_results() -> StrategyResults:
     """The saved run (``course_utils/saved/strategies.json``). Regenerate:
     ``course bench --strategies --out build/bench && cp build/bench/strategies.json
-    course_utils/saved/strategies.json``."""
-    text = files("course_utils").joinpath("saved", "strategies.json").read_text()
-    return StrategyResults.from_json(json.loads(text))
+    course_utils/saved/strategies.json``.
+
+    Raises:
+        ValueError: the file is missing or not this version's (names the file and the field).
+    """
+    return load_saved(StrategyResults, "strategies.json", "course bench --strategies")
 
 
 def find_run(results: StrategyResults, label: str) -> StrategyRun:

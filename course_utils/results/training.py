@@ -10,6 +10,10 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from course_utils.results.cluster import ClusterSetup
+from course_utils.results.meta import RunMeta
+from course_utils.results.records import load_saved
+
 
 @dataclass(frozen=True)
 class TrainingRow:
@@ -47,30 +51,14 @@ class OwnWorkRow:
 
 
 @dataclass(frozen=True)
-class TrainingMeta:
-    """How the run was made: the cluster's shape, the plan, the versions, the cores, the
-    machine's default TCP congestion control (the hosts used ``tcp``) and one device's FLOPs
-    per second while every device computes (``None`` in runs made before it was measured)."""
-
-    hosts: int
-    devices_per_host: int
-    plan: str
-    python: str
-    jax: str
-    jaxlib: str
-    cores: int
-    tcp: str
-    default_tcp: str
-    seconds: float
-    flops_per_s: float | None = None
-    runs: int | None = None  # set when the times are medians over several runs of one plan
-
-
-@dataclass(frozen=True)
 class TrainingResults:
-    """What ``training.json`` holds."""
+    """What ``training.json`` holds: how it was made (``meta.runs``: the runs whose medians
+    the times are), on which cluster, one device's FLOPs per second while every device
+    computes, and the rows, curves and own work."""
 
-    meta: TrainingMeta
+    meta: RunMeta
+    cluster: ClusterSetup
+    flops_per_s: float
     rows: tuple[TrainingRow, ...]
     curves: tuple[HeldoutCurve, ...]
     own_work: tuple[OwnWorkRow, ...] = ()
@@ -79,7 +67,8 @@ class TrainingResults:
 def median_of_runs(runs: Sequence[TrainingResults]) -> TrainingResults:
     """One run whose times (step, compute, communication, own work, FLOP rate) are the medians
     over ``runs`` of one plan, cell by cell; its curves, which do not depend on the timings, and
-    the rest of its ``meta`` are the first run's (``seconds``: the runs' total).
+    the rest of its ``meta`` are the first run's (``seconds``: the runs' total; ``runs``: their
+    number).
 
     Raises:
         ValueError: fewer than two runs, or runs of different plans or cells.
@@ -102,10 +91,9 @@ def median_of_runs(runs: Sequence[TrainingResults]) -> TrainingResults:
                  for i, row in enumerate(runs[0].rows))
     own_work = tuple(replace(o, step_s=median(run.own_work[i].step_s for run in runs))
                      for i, o in enumerate(runs[0].own_work))
-    rates = [r.meta.flops_per_s for r in runs if r.meta.flops_per_s]
-    meta = replace(runs[0].meta, seconds=sum(r.meta.seconds for r in runs), runs=len(runs),
-                   flops_per_s=median(rates) if rates else None)
-    return replace(runs[0], meta=meta, rows=rows, own_work=own_work)
+    meta = replace(runs[0].meta, seconds=sum(r.meta.seconds for r in runs), runs=len(runs))
+    return replace(runs[0], meta=meta, flops_per_s=median(r.flops_per_s for r in runs),
+                   rows=rows, own_work=own_work)
 
 
 def steps_to(curve: HeldoutCurve, target: float) -> int | None:
@@ -142,7 +130,8 @@ def own_work_s(results: TrainingResults, strategy: str) -> float:
 
     Examples:
         >>> rows = (OwnWorkRow("data_parallel", 32, 0.02), OwnWorkRow("topk_ef", 32, 0.07))
-        >>> results = TrainingResults(None, (), (), rows)
+        >>> results = TrainingResults(meta=None, cluster=None, flops_per_s=1e9, rows=(),
+        ...                           curves=(), own_work=rows)
         >>> round(own_work_s(results, "topk_ef"), 3), own_work_s(results, "zero3")
         (0.05, 0.0)
     """
@@ -160,7 +149,9 @@ def median_compute_s(results: TrainingResults, strategy: str, batch_size: int) -
     Examples:
         >>> rows = tuple(TrainingRow("data_parallel", r, 64, 1.0, c, 1.0 - c)
         ...              for r, c in (("50mbit", 0.02), ("1gbit", 0.05), ("10gbit", 0.03)))
-        >>> median_compute_s(TrainingResults(None, rows, ()), "data_parallel", 64)
+        >>> results = TrainingResults(meta=None, cluster=None, flops_per_s=1e9, rows=rows,
+        ...                           curves=())
+        >>> median_compute_s(results, "data_parallel", 64)
         0.03
     """
     times = [r.compute_s for r in results.rows if (r.strategy, r.batch_size) == (strategy,
@@ -217,10 +208,6 @@ def saved_training_results() -> TrainingResults:
     --timeout 3000 --out build/training-K`` (K = 1, 2, 3), then ``python
     scripts/median_training_runs.py build/training-*/training.json >
     course_utils/saved/training.json``."""
-    import json
-    from importlib.resources import files
-
-    from course_utils.results.records import from_json
-
-    path = files("course_utils").joinpath("saved", "training.json")
-    return from_json(TrainingResults, json.loads(path.read_text()), str(path))
+    return load_saved(TrainingResults, "training.json",
+                      "course cluster --measure training (three runs, then "
+                      "scripts/median_training_runs.py)")

@@ -31,7 +31,7 @@ def step_figure_data(results: TrainingResults, *, alpha_s: Mapping[str, float] |
     """One panel: ``strategy``'s step time against the batch size (rows per device) at each link
     rate, measured and modelled (the median compute over the rates + α per message step + link
     bytes / rate, α by rate from ``alpha_s``, default 0), with that compute alone in grey."""
-    m, alpha_s = results.meta, alpha_s or {}
+    m, alpha_s = results.cluster, alpha_s or {}
     sizes = sorted({r.batch_size for r in results.rows if r.strategy == strategy})
     if not sizes:
         raise ValueError(f"no rows of {strategy!r} in these results")
@@ -61,7 +61,7 @@ def time_to_target_figure_data(results: TrainingResults, strategies: Sequence[st
     """One panel: seconds to reach ``target`` held-out loss against the link rate, for each of
     ``strategies`` that reaches it at ``batch_size``: its curve's steps times the measured step
     time (markers) and the modelled one with the scheme's own work (dashed)."""
-    m, alpha_s, rates = results.meta, alpha_s or {}, _rates(results)
+    m, alpha_s, rates = results.cluster, alpha_s or {}, _rates(results)
     series = []
     for k, strategy in enumerate(strategies):
         curve = next((c for c in results.curves

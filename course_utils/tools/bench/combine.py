@@ -7,13 +7,8 @@ Pure functions of the reports (no JAX, no processes); ``build_results`` makes wh
 from __future__ import annotations
 
 import os
-import platform
 import statistics
-from importlib.metadata import version
-from pathlib import Path
 from typing import Sequence
-
-import numpy as np
 
 from course_utils.models.cost import algbw_gbps, busbw_gbps
 from course_utils.models.fit import fit_alpha_beta, fit_to_json
@@ -29,7 +24,6 @@ from course_utils.results.bench import (
     BenchRun,
     CollectiveRow,
     FitTop,
-    Machine,
     Memcpy,
     Ratios,
     RsAgRatios,
@@ -39,6 +33,7 @@ from course_utils.results.bench import (
     Zero1Row,
     rows_of,
 )
+from course_utils.results.meta import RunMeta, this_machine
 
 ZERO1_GOAL = {"devices": 4, "params": 2**20, "max_ratio": 1.1}
 GROWTH_FACTOR = 1.25  # "grows past the floor": the first size at least this many times the floor
@@ -249,37 +244,6 @@ def zero1_goal(rows: Sequence[Zero1Row], goal: dict = ZERO1_GOAL) -> Zero1Goal |
     return Zero1Goal(**goal, ratio=ratio, state_fraction=state, agree=row.agree, met=bool(met))
 
 
-def machine_info(reports: Sequence[dict], load_before: tuple[float, ...]) -> Machine:
-    """CPU count, CPU model, versions, and the load average before and after the sweep."""
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in _read_lines("/proc/cpuinfo")
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return Machine(
-        cpu_count=os.cpu_count() or 1,
-        cpus_usable=len(os.sched_getaffinity(0)),
-        cpu_model=model,
-        platform=platform.platform(),
-        python=platform.python_version(),
-        jax_version=reports[0]["jax_version"],
-        jaxlib_version=version("jaxlib"),
-        numpy_version=np.__version__,
-        load_average_before=tuple(load_before),
-        load_average_after=tuple(os.getloadavg()),
-    )
-
-
-def _read_lines(path: str) -> list[str]:
-    try:
-        return Path(path).read_text().splitlines()
-    except OSError:
-        return []
-
-
 def build_results(
     plan: BenchPlan, reports: Sequence[dict], load_before: tuple[float, ...], seconds: float
 ) -> BenchRun:
@@ -288,8 +252,10 @@ def build_results(
     rows = collective_rows(reports, memcpy.traffic_gbps)
     zero1 = zero1_rows(reports)
     return BenchRun(
-        command="course bench" + (" --quick" if plan.quick else ""),
-        machine=machine_info(reports, load_before),
+        meta=RunMeta(command="course bench" + (" --quick" if plan.quick else ""),
+                     machine=this_machine(), seconds=seconds),
+        load_average_before=tuple(load_before),
+        load_average_after=tuple(os.getloadavg()),
         plan=plan,
         size_definition=SIZE_DEFINITION,
         protocol=PROTOCOL,
@@ -305,5 +271,4 @@ def build_results(
         worker_seconds=tuple(
             WorkerSeconds(r["devices"], r["repeat"], r["seconds"]) for r in reports
         ),
-        seconds=seconds,
     )

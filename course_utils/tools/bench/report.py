@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import numpy as np
 from course_utils.display import format_bytes, format_gbps
 from course_utils.observe.sweep import LABELS
 from course_utils.results.bench import BenchRun, figure_data, steps_figure_data
-from course_utils.results.records import to_json
+from course_utils.results.records import save
 
 
 def collectives_table(results: BenchRun):
@@ -107,7 +106,7 @@ def summary_lines(results: BenchRun, out_dir: Path) -> list[str]:
     """The lines printed under the tables: RS+AG vs psum, the ZeRO-1 goal, memcpy,
     machine, files.
     """
-    memcpy, machine, plan = results.memcpy, results.machine, results.plan
+    memcpy, machine, plan = results.memcpy, results.meta.machine, results.plan
     lines = [f"S: {results.size_definition}"]
     for entry in results.rs_ag_vs_psum:
         calls, fused = entry.rs_ag_calls, entry.rs_ag_fused
@@ -131,11 +130,11 @@ def summary_lines(results: BenchRun, out_dir: Path) -> list[str]:
         f"{memcpy.copy_gbps:.1f} GB/s copied = {memcpy.traffic_gbps:.1f} GB/s read+written; "
         "'mem %' = modeled traffic ((3p−1)S, (p+1)S, 2pS) per second over the latter"
     )
-    load = machine.load_average_before[0], machine.load_average_after[0]
+    load = results.load_average_before[0], results.load_average_after[0]
     lines.append(
-        f"machine: {machine.cpu_count} CPUs ({machine.cpu_model}), "
-        f"jax {machine.jax_version}, load {load[0]:.2f} → {load[1]:.2f}; "
-        f"{plan.repeats} repeat(s) in {results.seconds:.0f} s"
+        f"machine: {machine.cores} CPUs ({machine.cpu_model}), "
+        f"jax {machine.jax}, load {load[0]:.2f} → {load[1]:.2f}; "
+        f"{plan.repeats} repeat(s) in {results.meta.seconds:.0f} s"
     )
     lines.append(f"wrote bench.json, bench.png and bench-steps.png in {out_dir}")
     return lines
@@ -147,6 +146,6 @@ def write_outputs(results: BenchRun, out_dir: Path) -> None:
     from course_utils.figures.plot import plot_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(to_json(results), indent=1))
+    save(results, out_dir / "bench.json")
     (out_dir / "bench.png").write_bytes(plot_figure(figure_data(results)).png())
     (out_dir / "bench-steps.png").write_bytes(plot_figure(steps_figure_data(results)).png())

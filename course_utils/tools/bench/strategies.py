@@ -8,7 +8,6 @@ and prints one JSON line per run, then the results.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,13 +25,15 @@ TIMEOUT_S = 900.0
 def run_strategies(out_dir: Path, on_run) -> StrategyResults:
     """Run the worker, passing each run's label to ``on_run``; write and return the results."""
     from course_utils.figures.plot import plot_figure
+    from course_utils.results.records import from_json, save
     from course_utils.results.strategies import DEVICES, StrategyResults, tradeoff_figure_data
 
     command = [sys.executable, "-m", "course_utils.tools.bench.strategies", str(DEVICES)]
     event = run_worker(command, TIMEOUT_S, lambda event: on_run(event["label"]))
-    results = StrategyResults.from_json(event)
+    event.pop("event")
+    results = from_json(StrategyResults, event, "the strategies worker's result")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "strategies.json").write_text(json.dumps(results.to_json(), indent=1))
+    save(results, out_dir / "strategies.json")
     (out_dir / "strategies.png").write_bytes(plot_figure(tradeoff_figure_data(results)).png())
     return results
 
@@ -40,11 +41,12 @@ def run_strategies(out_dir: Path, on_run) -> StrategyResults:
 def main(argv: list[str]) -> int:
     """The worker: ``argv`` is the device count."""
     from course_utils.devices.setup import data_mesh, use_cpu_devices
+    from course_utils.results.records import to_json
     from course_utils.results.strategies import run_plan
 
     use_cpu_devices(int(argv[0]))
     results = run_plan(data_mesh(), on_run=lambda label: emit("progress", label=label))
-    emit("result", **results.to_json())
+    emit("result", **to_json(results))
     return 0
 
 

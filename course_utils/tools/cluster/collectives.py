@@ -15,7 +15,6 @@ import numpy as np
 from course_utils.results.cluster import (
     ClusterResults,
     ClusterRun,
-    Versions,
     figure_data,
     summary_lines,
 )
@@ -142,12 +141,8 @@ def assemble_collectives(host_runs: Sequence[HostRun], setup: Setup) -> ClusterR
     runs = [median_of_records([
         from_json(ClusterRun, {**shape, "link_rate": rate, **h.result}, "host 0's results")
         for h in host_runs if h.link_rate == rate]) for rate in rates]
-    meta = setup.meta()
-    return ClusterResults(
-        hosts=setup.hosts, devices_per_host=setup.devices_per_host, plan=setup.plan,
-        tcp=setup.tcp, default_tcp=meta["default_tcp"],
-        versions=Versions(meta["python"], meta["jax"], meta["jaxlib"]),
-        seconds=meta["seconds"], runs=tuple(runs))
+    return ClusterResults(meta=setup.run_meta("collectives"), cluster=setup.cluster(),
+                          runs=tuple(runs))
 
 
 def collectives_lines(results: ClusterResults) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK
-from course_utils.results.records import to_json
+from course_utils.results.records import save
 from course_utils.tools.cli import positive_int_arg
 from course_utils.tools.cluster.measurements import (
     MEASUREMENTS,
@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     results = run_cluster(chosen, args, lambda line: print(line, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / chosen.output).write_text(json.dumps(to_json(results), indent=1))
+    save(results, out / chosen.output)
     written = [chosen.output]
     if chosen.figure is not None:
         from course_utils.figures.plot import plot_figure

@@ -12,13 +12,13 @@ writes) and one line here.
 from __future__ import annotations
 
 import importlib
-import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Callable, Generic, Mapping, NamedTuple, Sequence, TypeVar
 
+from course_utils.results.cluster import ClusterSetup
+from course_utils.results.meta import RunMeta, this_machine
 from course_utils.tools.cluster.timing import Timed
 
 # name: (where its description is, what --measure's help says of it). A description's module
@@ -58,19 +58,19 @@ class Setup:
     runs: int
     started: float
 
-    def meta(self) -> dict:
-        """What every measurement records of how it was made, as JSON: the shape, the plan, the
-        Python, jax and jaxlib versions the hosts ran, the cores, the TCP congestion control
-        and the machine's default, and the seconds since the command started."""
-        from importlib.metadata import version
+    def run_meta(self, name: str) -> RunMeta:
+        """How measurement ``name`` was made: the command, the machine the hosts ran on (this
+        interpreter), the seconds since the command started and the runs."""
+        return RunMeta(f"course cluster --measure {name}", this_machine(),
+                       time.monotonic() - self.started, self.runs)
 
+    def cluster(self) -> ClusterSetup:
+        """The cluster it ran on: the shape, the plan, the TCP congestion control between the
+        hosts and the machine's default."""
         from course_utils.tools.cluster.netns import default_congestion_control
 
-        return {"hosts": self.hosts, "devices_per_host": self.devices_per_host,
-                "plan": self.plan, "python": sys.version.split()[0], "jax": version("jax"),
-                "jaxlib": version("jaxlib"), "cores": os.cpu_count(), "tcp": self.tcp,
-                "default_tcp": default_congestion_control(),
-                "seconds": time.monotonic() - self.started}
+        return ClusterSetup(self.hosts, self.devices_per_host, self.plan, self.tcp,
+                            default_congestion_control())
 
 
 def any_setup(setup: Setup) -> str | None:

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 from course_utils.collectives import collective_matmul as cm
 from course_utils.collectives import overlap as ov
 from course_utils.results.overlap import OverlapResults
-from course_utils.results.records import from_json
+from course_utils.results.records import from_json, to_json
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed, placed
 
@@ -113,10 +113,11 @@ def assemble_overlap(host_runs: Sequence[HostRun], setup: Setup) -> OverlapResul
     run, and its readers take the median over the runs (``results.overlap.over_runs``)."""
     plan = OVERLAP_PLANS[setup.plan]
     tower = plan["tower"]
-    meta = {**setup.meta(), "runs": setup.runs, "width": tower.width, "layers": tower.layers,
-            "rows": tower.rows, "matmul": list(plan["matmul"])}
+    sizes = {"width": tower.width, "layers": tower.layers, "rows": tower.rows,
+             "matmul": list(plan["matmul"])}
     return from_json(OverlapResults, {
-        "meta": meta,
+        "meta": to_json(setup.run_meta("overlap")), "cluster": to_json(setup.cluster()),
+        "sizes": sizes,
         **{part: [{"link_rate": h.link_rate, "run": h.run, **h.result[part]} for h in host_runs]
            for part in ("backward", "matmul")}}, "the overlap run")
 

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from course_utils.problems.classification import PART_FOUR
-from course_utils.results.records import from_json
+from course_utils.results.records import from_json, to_json
 from course_utils.results.training import TrainingResults, median_of_runs
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed, placed, timer
@@ -222,10 +222,10 @@ def assemble_training(host_runs: Sequence[HostRun], setup: Setup) -> TrainingRes
     for run in sorted({h.run for h in host_runs}):
         mine = [h for h in host_runs if h.run == run]
         own_work = measure_own_work(plan, timed)
-        meta = {**setup.meta(),
-                "flops_per_s": statistics.median(h.result["flops_per_s"] for h in mine)}
         runs.append(from_json(TrainingResults, {
-            "meta": meta, "curves": curves, "own_work": own_work,
+            "meta": to_json(setup.run_meta("training")), "cluster": to_json(setup.cluster()),
+            "flops_per_s": statistics.median(h.result["flops_per_s"] for h in mine),
+            "curves": curves, "own_work": own_work,
             "rows": [{**row, "link_rate": h.link_rate} for h in mine for row in h.result["rows"]]},
             "the training run"))
     if len(runs) == 1:
