@@ -62,6 +62,31 @@ def test_notebooks_import_only_the_core():
         assert "jax._src" not in code, path.name
 
 
+def test_notebooks_import_the_public_names_one_way():
+    """Every course_utils name a notebook uses comes from ``course_utils`` (the self-checks
+    from ``course_utils.checks``): no notebook reaches into a sub-module."""
+    import ast
+    import json
+
+    import course_utils
+
+    for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            lines = [line for line in source.splitlines() if not line.startswith(("%", "!"))]
+            for node in ast.walk(ast.parse("\n".join(lines))):
+                if isinstance(node, ast.Import):
+                    assert not any(a.name.startswith("course_utils") for a in node.names), (
+                        path.name, ast.unparse(node))
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                        "course_utils"):
+                    assert node.module in ("course_utils", "course_utils.checks"), (
+                        path.name, ast.unparse(node))
+                    if node.module == "course_utils":
+                        assert {a.name for a in node.names} <= set(course_utils.__all__), (
+                            path.name, ast.unparse(node))
+
+
 def test_private_jax_lives_in_one_module():
     users = sorted(
         str(p.relative_to(ROOT))
