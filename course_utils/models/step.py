@@ -27,24 +27,6 @@ from course_utils.models.link_traffic import F32, Traffic
 __all__ = ["F32", "StepTime", "Traffic", "balanced_rows", "break_even_bits", "mlp_flops",
            "step_time"]
 
-# deprecated (one release): these read the strategy registry, so they live above the models, in
-# ``training.traffic`` (``STRATEGIES`` is ``MODELLED`` there; ``STRATEGIES`` is ``train``'s)
-_MOVED = {"strategy_traffic": "strategy_traffic", "MODELLED": "MODELLED",
-          "STRATEGIES": "MODELLED"}
-
-
-def __getattr__(name: str):
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-    import warnings
-
-    warnings.warn(f"course_utils.models.step.{name} is now "
-                  f"course_utils.training.traffic.{_MOVED[name]}", DeprecationWarning,
-                  stacklevel=2)
-    return getattr(importlib.import_module("course_utils.training.traffic"), _MOVED[name])
-
-
 class StepTime(NamedTuple):
     """Seconds of one optimizer step: compute, communication, and the step (their sum)."""
 
