@@ -970,3 +970,39 @@ def test_joint_permutation_reads_the_second_path_s_reduce_scatter():
                            (g_all, "wrong placement")]:
         with pytest.raises(ExerciseFailed, match=message):
             check_joint_permutation(g_all, gathered, xh, yh, w2h, 4, **inputs, g_scattered=wrong)
+
+
+def test_shares_refusal_names_the_notebook_function_that_was_called():
+    cells: dict = {"np": np}  # the notebook's namespace: gradient_share in one cell, my_shares
+    exec(compile("def gradient_share(x_block, y_block, w, n_rows):\n"  # in the next
+                 "    return 2 * x_block.T @ (x_block @ w - y_block) / n_rows\n",
+                 "<cell 4>", "exec"), cells)
+    exec(compile("def my_shares(x, y, w, p):\n"
+                 "    return np.stack([gradient_share(a, b, w, len(x))\n"
+                 "                     for a, b in zip(np.split(x, p), np.split(y, p))])\n",
+                 "<cell 27>", "exec"), cells)
+    with pytest.raises(ExerciseFailed, match="my_shares uses gradient_share, which"):
+        check_shares(cells["my_shares"])
+
+
+def test_reduce_scatter_catches_a_fixed_row_count_and_names_a_wrong_in_spec(setup):
+    mesh, _, host, placed = setup
+    n_rows = host[0].shape[0]
+
+    def fixed_rows(x_block, y_block, w):  # the notebook's n_rows, closed over
+        return jax.lax.psum_scatter(local_contribution(x_block, y_block, w, n_rows), "data",
+                                    tiled=True)
+
+    with pytest.raises(ExerciseFailed, match=rf"right for x of {n_rows} rows but 2× too large "
+                       r".*fixed row count.*x_block.shape\[0\] × p"):
+        check_reduce_scatter(_shard_mapped(mesh, fixed_rows, P("data")), *placed, *host, 4)
+
+    def kernel(x_block, y_block, w):
+        return jax.lax.psum_scatter(_share(x_block, y_block, w), "data", tiled=True)
+
+    for specs, named in (((P("data", None), P("data"), P("data")), r"w's in_specs entry .* P\(\)"),
+                         ((P(None, "data"), P("data"), P()), r"x's in_specs entry .* "
+                          r"P\('data', None\)")):
+        wrong = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=P("data")))
+        with pytest.raises(ExerciseFailed, match=rf"(?s)dot_general.*{named}"):
+            check_reduce_scatter(wrong, *placed, *host, 4)
