@@ -481,8 +481,8 @@ def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
 
 
 def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,
-                    eps=1e-3, gather=True, first_slice=False, whole_w=False, check_vma=False,
-                    extra_gather=False):
+                    eps=1e-3, gather=True, first_slice=False, whole_w=False, check_vma=True,
+                    invarying=True, extra_gather=False):
     """A student's jitted two-state step; ``update(w, m, s, g)`` replaces the right rule."""
 
     def right(w, m, s, g):
@@ -505,7 +505,8 @@ def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=
         w_slice = w[:k] if first_slice else jax.lax.dynamic_slice_in_dim(w, i * k, k)
         w_slice = w if whole_w else w_slice  # forgot to cut this device's slice
         w_new, m, s = (update or right)(w_slice, m, s, g)
-        return (jax.lax.all_gather(w_new, "data", tiled=True) if gather else w_new), m, s
+        to = {"to": "invarying"} if invarying else {}  # the gathered w_next: the same everywhere
+        return (jax.lax.all_gather(w_new, "data", tiled=True, **to) if gather else w_new), m, s
 
     specs = (P("data", None), P("data"), P(), P("data"), P("data"))
     out = (P() if gather else P("data"), P("data"), P("data"))
@@ -585,10 +586,12 @@ def test_two_state_update(setup):
         check(with_jitted_kernels)
     with pytest.raises(ExerciseFailed, match="is .or wraps. one of the package's kernels"):
         check(rs)
-    # check_vma left on: JAX's whole explanation, then the hint
+    check(_two_state_step(mesh, check_vma=False, invarying=False))  # the check off: right too
+    # all_gather without to="invarying", the check on: JAX's whole explanation, then the hint
     with pytest.raises(ExerciseFailed, match=r"(?s)raised ValueError:\n.*out_specs.*"
-                       r"check_vma=False argument.*\nout_specs=P\(\) for w_next.*check_vma=False"):
-        check(_two_state_step(mesh, check_vma=True))
+                       r"check_vma=False argument.*\nout_specs=P\(\) for w_next.*"
+                       r"all_gather\(\.\.\., to=\"invarying\"\)"):
+        check(_two_state_step(mesh, invarying=False))
     with pytest.raises(ExerciseFailed, match=r"(?s)raised TypeError:.*broadcasting.*\nw is the "
                        "whole vector on every device .*cut this device's slice of w"):
         check(_two_state_step(mesh, whole_w=True))

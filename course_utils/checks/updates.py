@@ -105,8 +105,9 @@ def _step_hint(error: BaseException, text: str, *, n_features: int, n_devices: i
     if "out_specs" in text and "replicat" in text:
         return ("out_specs=P() for w_next declares it the same on every device; all_gather "
                 "makes it so, but shard_map marks all_gather's result as varying and cannot "
-                "see it: pass check_vma=False to jax.shard_map, as sliced_step does (without "
-                "the all_gather, each device would hold only its slice of w_next)")
+                "see it: gather with jax.lax.all_gather(..., to=\"invarying\"), as "
+                "sliced_step does (without the all_gather, each device would hold only its "
+                "slice of w_next)")
     if "positional argument" in text:
         return ("the kernel takes the five blocks (x_block, y_block, w, m_slice, s_slice), one "
                 "per in_specs entry")
