@@ -1009,3 +1009,39 @@ def test_reduce_scatter_catches_a_fixed_row_count_and_names_a_wrong_in_spec(setu
         wrong = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=P("data")))
         with pytest.raises(ExerciseFailed, match=rf"(?s)dot_general.*{named}"):
             check_reduce_scatter(wrong, *placed, *host, 4)
+
+
+def test_joint_permutation_judges_the_students_reorder(setup, capsys):
+    mesh, (rows, replicated, sliced), (xh, yh, wh), _ = setup
+    w2h = wh + np.float32(0.17)
+    all_reduce, scatter, gather = kernels(mesh)
+
+    def rotate(n, p):  # every block moves to the next device
+        return np.roll(np.arange(n), n // p)
+
+    def check(reorder, order=None):
+        order = rotate(len(xh), 4) if order is None else order
+        x2, y2 = xh[order], yh[order]
+        inputs = dict(x2=jax.device_put(x2, rows), y2=jax.device_put(y2, sliced),
+                      w2=jax.device_put(w2h, replicated))
+        check_joint_permutation(all_reduce(x2, y2, w2h), gather(scatter(x2, y2, w2h)), xh, yh,
+                                w2h, 4, **inputs, reorder=reorder)
+
+    check(rotate)
+    back = [(i + 4) % 16 for i in range(16)]  # the other way round, as a list
+    check(lambda n, p: [(i + n // p) % n for i in range(n)], np.array(back))
+    check(lambda n, p: tuple(np.roll(np.arange(n), -(n // p))), np.array(back))
+    assert capsys.readouterr().out.count("PASSED: joint row permutation") == 3
+    reversal = lambda n, p: np.arange(n)[::-1]  # noqa: E731
+    with pytest.raises(ExerciseFailed, match=r"reorder\(12, 3\), device 1 still holds .*reversal"):
+        check(reversal, np.arange(16)[::-1])
+    with pytest.raises(ExerciseFailed, match=r"reorder\(16, 4\), device 0 still holds"):
+        check(lambda n, p: np.arange(n))
+    with pytest.raises(ExerciseFailed, match=r"reorder\(16, 4\) must return each row index"):
+        check(lambda n, p: np.roll(np.arange(n), n // p) / 1.5)
+    with pytest.raises(ExerciseFailed, match=r"reorder\(16, 4\), with x of shape|raised"):
+        check(lambda n: np.arange(n))
+    with pytest.raises(ExerciseFailed, match=r"x2 is not xh reordered by reorder\(16, 4\)"):
+        check(rotate, np.roll(np.arange(16), 8))
+    with pytest.raises(ExerciseFailed, match="reorder is not defined"):
+        check(None)
