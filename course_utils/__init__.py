@@ -147,6 +147,7 @@ _API = {
     "step_time": ("models.step", "step_time"),
     "strategy_traffic": ("training.traffic", "strategy_traffic"),
     "hlo_collectives": ("observe.ir", "hlo_collectives"),
+    "stablehlo_signatures": ("observe.ir", "stablehlo_signatures"),
     "COLLECTIVE_KINDS": ("observe.sweep", "KIND"),
     "COLLECTIVE_LABELS": ("observe.sweep", "LABELS"),
     "SIZE_DEFINITION": ("observe.sweep", "SIZE_DEFINITION"),

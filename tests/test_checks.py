@@ -481,8 +481,8 @@ def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
 
 
 def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,
-                    eps=1e-3, gather=True, first_slice=False, whole_w=False, check_vma=False,
-                    extra_gather=False):
+                    eps=1e-3, gather=True, first_slice=False, whole_w=False, check_vma=True,
+                    invarying=True, extra_gather=False):
     """A student's jitted two-state step; ``update(w, m, s, g)`` replaces the right rule."""
 
     def right(w, m, s, g):
@@ -505,7 +505,8 @@ def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=
         w_slice = w[:k] if first_slice else jax.lax.dynamic_slice_in_dim(w, i * k, k)
         w_slice = w if whole_w else w_slice  # forgot to cut this device's slice
         w_new, m, s = (update or right)(w_slice, m, s, g)
-        return (jax.lax.all_gather(w_new, "data", tiled=True) if gather else w_new), m, s
+        to = {"to": "invarying"} if invarying else {}  # the gathered w_next: the same everywhere
+        return (jax.lax.all_gather(w_new, "data", tiled=True, **to) if gather else w_new), m, s
 
     specs = (P("data", None), P("data"), P(), P("data"), P("data"))
     out = (P() if gather else P("data"), P("data"), P("data"))
@@ -585,10 +586,12 @@ def test_two_state_update(setup):
         check(with_jitted_kernels)
     with pytest.raises(ExerciseFailed, match="is .or wraps. one of the package's kernels"):
         check(rs)
-    # check_vma left on: JAX's whole explanation, then the hint
+    check(_two_state_step(mesh, check_vma=False, invarying=False))  # the check off: right too
+    # all_gather without to="invarying", the check on: JAX's whole explanation, then the hint
     with pytest.raises(ExerciseFailed, match=r"(?s)raised ValueError:\n.*out_specs.*"
-                       r"check_vma=False argument.*\nout_specs=P\(\) for w_next.*check_vma=False"):
-        check(_two_state_step(mesh, check_vma=True))
+                       r"check_vma=False argument.*\nout_specs=P\(\) for w_next.*"
+                       r"all_gather\(\.\.\., to=\"invarying\"\)"):
+        check(_two_state_step(mesh, invarying=False))
     with pytest.raises(ExerciseFailed, match=r"(?s)raised TypeError:.*broadcasting.*\nw is the "
                        "whole vector on every device .*cut this device's slice of w"):
         check(_two_state_step(mesh, whole_w=True))
@@ -970,3 +973,75 @@ def test_joint_permutation_reads_the_second_path_s_reduce_scatter():
                            (g_all, "wrong placement")]:
         with pytest.raises(ExerciseFailed, match=message):
             check_joint_permutation(g_all, gathered, xh, yh, w2h, 4, **inputs, g_scattered=wrong)
+
+
+def test_shares_refusal_names_the_notebook_function_that_was_called():
+    cells: dict = {"np": np}  # the notebook's namespace: gradient_share in one cell, my_shares
+    exec(compile("def gradient_share(x_block, y_block, w, n_rows):\n"  # in the next
+                 "    return 2 * x_block.T @ (x_block @ w - y_block) / n_rows\n",
+                 "<cell 4>", "exec"), cells)
+    exec(compile("def my_shares(x, y, w, p):\n"
+                 "    return np.stack([gradient_share(a, b, w, len(x))\n"
+                 "                     for a, b in zip(np.split(x, p), np.split(y, p))])\n",
+                 "<cell 27>", "exec"), cells)
+    with pytest.raises(ExerciseFailed, match="my_shares uses gradient_share, which"):
+        check_shares(cells["my_shares"])
+
+
+def test_reduce_scatter_catches_a_fixed_row_count_and_names_a_wrong_in_spec(setup):
+    mesh, _, host, placed = setup
+    n_rows = host[0].shape[0]
+
+    def fixed_rows(x_block, y_block, w):  # the notebook's n_rows, closed over
+        return jax.lax.psum_scatter(local_contribution(x_block, y_block, w, n_rows), "data",
+                                    tiled=True)
+
+    with pytest.raises(ExerciseFailed, match=rf"right for x of {n_rows} rows but 2× too large "
+                       r".*fixed row count.*x_block.shape\[0\] × p"):
+        check_reduce_scatter(_shard_mapped(mesh, fixed_rows, P("data")), *placed, *host, 4)
+
+    def kernel(x_block, y_block, w):
+        return jax.lax.psum_scatter(_share(x_block, y_block, w), "data", tiled=True)
+
+    for specs, named in (((P("data", None), P("data"), P("data")), r"w's in_specs entry .* P\(\)"),
+                         ((P(None, "data"), P("data"), P()), r"x's in_specs entry .* "
+                          r"P\('data', None\)")):
+        wrong = jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=P("data")))
+        with pytest.raises(ExerciseFailed, match=rf"(?s)dot_general.*{named}"):
+            check_reduce_scatter(wrong, *placed, *host, 4)
+
+
+def test_joint_permutation_judges_the_students_reorder(setup, capsys):
+    mesh, (rows, replicated, sliced), (xh, yh, wh), _ = setup
+    w2h = wh + np.float32(0.17)
+    all_reduce, scatter, gather = kernels(mesh)
+
+    def rotate(n, p):  # every block moves to the next device
+        return np.roll(np.arange(n), n // p)
+
+    def check(reorder, order=None):
+        order = rotate(len(xh), 4) if order is None else order
+        x2, y2 = xh[order], yh[order]
+        inputs = dict(x2=jax.device_put(x2, rows), y2=jax.device_put(y2, sliced),
+                      w2=jax.device_put(w2h, replicated))
+        check_joint_permutation(all_reduce(x2, y2, w2h), gather(scatter(x2, y2, w2h)), xh, yh,
+                                w2h, 4, **inputs, reorder=reorder)
+
+    check(rotate)
+    back = [(i + 4) % 16 for i in range(16)]  # the other way round, as a list
+    check(lambda n, p: [(i + n // p) % n for i in range(n)], np.array(back))
+    check(lambda n, p: tuple(np.roll(np.arange(n), -(n // p))), np.array(back))
+    assert capsys.readouterr().out.count("PASSED: joint row permutation") == 3
+    reversal = lambda n, p: np.arange(n)[::-1]  # noqa: E731
+    with pytest.raises(ExerciseFailed, match=r"reorder\(12, 3\), device 1 still holds .*reversal"):
+        check(reversal, np.arange(16)[::-1])
+    with pytest.raises(ExerciseFailed, match=r"reorder\(16, 4\), device 0 still holds"):
+        check(lambda n, p: np.arange(n))
+    with pytest.raises(ExerciseFailed, match=r"reorder\(16, 4\) must return each row index"):
+        check(lambda n, p: np.roll(np.arange(n), n // p) / 1.5)
+    with pytest.raises(ExerciseFailed, match=r"reorder\(16, 4\), with x of shape|raised"):
+        check(lambda n: np.arange(n))
+    with pytest.raises(ExerciseFailed, match=r"x2 is not xh reordered by reorder\(16, 4\)"):
+        check(rotate, np.roll(np.arange(16), 8))
+    with pytest.raises(ExerciseFailed, match="reorder is not defined"):
+        check(None)

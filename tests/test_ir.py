@@ -19,6 +19,7 @@ from course_utils.observe.ir import (
     hlo_collectives,
     replica_groups,
     stablehlo_collectives,
+    stablehlo_signatures,
 )
 
 
@@ -103,3 +104,22 @@ def test_replica_groups_of_a_two_axis_mesh_name_the_devices_that_talk():
         )
         (op,) = collectives_in(fn, blocks).hlo
         assert op.replica_groups == expected
+
+
+def test_stablehlo_signatures_read_each_collective_past_its_region():
+    mesh = data_mesh()
+    x, y, w = toy_regression()
+    text = {name: str(kernel.lower(x, y, w).compiler_ir(dialect="stablehlo"))
+            for name, kernel in (("all_reduce", all_reduce_gradient(mesh)),
+                                 ("reduce_scatter", reduce_scatter_gradient(mesh)))}
+    assert stablehlo_signatures(text["all_reduce"]) == [
+        ("all_reduce", "(tensor<8xf32>) -> tensor<8xf32>")]
+    assert stablehlo_signatures(text["reduce_scatter"]) == [
+        ("reduce_scatter", "(tensor<8xf32>) -> tensor<2xf32>")]
+    # the inner `: tensor<f32>` of the region and the groups' `: tensor<1x4xi64>` are skipped
+    two = ('%1 = "stablehlo.all_to_all"(%0) <{g = dense<[[0, 1]]> : tensor<1x2xi64>}> : '
+           '(tensor<4x2xbf16>) -> tensor<4x2xbf16>\n%2 = "stablehlo.all_gather"(%1) : '
+           '(tensor<2xf32>) -> tensor<8xf32>')
+    assert stablehlo_signatures(two) == [("all_to_all", "(tensor<4x2xbf16>) -> tensor<4x2xbf16>"),
+                                         ("all_gather", "(tensor<2xf32>) -> tensor<8xf32>")]
+    assert stablehlo_signatures("%3 = stablehlo.add %1, %2 : tensor<f32>") == []

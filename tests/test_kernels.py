@@ -1,3 +1,4 @@
+import re
 import traceback
 
 import jax
@@ -233,3 +234,21 @@ def test_a_cached_kernel_traces_once_per_shape(mesh):
         doubled(mesh)(blocks)
     doubled(mesh)(np.ones(8 * mesh.size, np.float32))
     assert traces == [(4,), (8,)]
+
+
+def _entry_ops(hlo: str) -> list[str]:
+    """The compiled program's instructions, without names or metadata: what it computes."""
+    entry = hlo[hlo.index("\nENTRY"):]
+    lines = [re.sub(r", metadata=\{[^}]*\}", "", line) for line in entry.splitlines()[1:]]
+    return [re.sub(r"%[\w.]+", "%", line).strip() for line in lines if "=" in line]
+
+
+def test_all_gather_shards_keeps_the_vma_check_and_compiles_to_the_unchecked_program(mesh):
+    axis = mesh.axis_names[0]
+    unchecked = jax.jit(jax.shard_map(
+        lambda g: jax.lax.all_gather(g, axis, tiled=True), mesh=mesh, in_specs=jax.P(axis),
+        out_specs=jax.P(), check_vma=False))
+    g = jax.device_put(np.arange(8, dtype=np.float32), placements(mesh)[2])
+    ours = _entry_ops(all_gather_shards(mesh).jitted.lower(g).compile().as_text())
+    assert ours == _entry_ops(unchecked.lower(g).compile().as_text())
+    assert sum("all-gather(" in line for line in ours) == 1

@@ -6,13 +6,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_utils import data_mesh, node_local_mesh, ring_permutation
+from course_utils import (
+    all_gather_shards,
+    all_reduce_gradient,
+    data_mesh,
+    node_local_mesh,
+    placements,
+    reduce_scatter_gradient,
+    ring_permutation,
+    toy_regression,
+)
 from course_utils.checks import (
     check_balanced_rows,
     check_break_even,
     check_bucket_model,
     check_budget_row,
     check_error_feedback,
+    check_joint_permutation,
     check_link_prediction,
     check_local_sgd_bytes,
     check_memory_prediction,
@@ -25,6 +35,21 @@ from course_utils.checks.helpers import ExerciseFailed
 from course_utils.models.latency import collective_time, plan_buckets
 from course_utils.tools.notebooks.outline import OUTLINE
 from course_utils.training.run import Memory
+
+
+def _permuted(reorder, *, labels_only=False):
+    """Exercise 07 answered with ``reorder``; ``labels_only``: the rows of x left in place."""
+    mesh = data_mesh()
+    rows, replicated, sliced = placements(mesh)
+    x, y, w = toy_regression(16, 8)
+    w2 = w + np.float32(0.17)
+    order = np.asarray(reorder(16, mesh.size))
+    x2, y2 = (x if labels_only else x[order]), y[order]
+    g_all = all_reduce_gradient(mesh)(x2, y2, w2)
+    g_gathered = all_gather_shards(mesh)(reduce_scatter_gradient(mesh)(x2, y2, w2))
+    check_joint_permutation(g_all, g_gathered, x, y, w2, mesh.size, x2=jax.device_put(x2, rows),
+                            y2=jax.device_put(y2, sliced), w2=jax.device_put(w2, replicated),
+                            reorder=reorder)
 
 
 def _host_mesh():
@@ -166,6 +191,12 @@ CASES = {
             "shard_storage_bytes": nbytes // p,
         },
         table_nbytes=2**20,
+    ),
+    (7, "reversal, which leaves the middle device its own rows when p is odd"): lambda: _permuted(
+        lambda n, p: np.arange(n)[::-1]
+    ),
+    (7, "only the labels reordered, the rows of x left in place"): lambda: _permuted(
+        lambda n, p: np.roll(np.arange(n), n // p), labels_only=True
     ),
     (11, "the partial sum passed on, but nothing added"): lambda: check_ring_step(
         _ring_step(add=False), data_mesh()

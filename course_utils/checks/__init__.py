@@ -20,13 +20,14 @@ from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.links import check_link_prediction
 from course_utils.checks.overlap import check_overlapped_backward
+from course_utils.checks.permutation import check_joint_permutation
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
 from course_utils.checks.training import (
     check_error_feedback,
     check_local_sgd_bytes,
     check_memory_prediction,
 )
-from course_utils.checks.updates import check_joint_permutation, check_two_state_update
+from course_utils.checks.updates import check_two_state_update
 
 __all__ = [
     "ExerciseFailed",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import jax
 import numpy as np
@@ -12,6 +13,7 @@ from course_utils.checks.forbidden import (
     package_kernel_in,
     runs_package_kernel,
     through_package_kernel,
+    uses_forbidden,
 )
 from course_utils.checks.helpers import (
     call_failed,
@@ -79,7 +81,12 @@ def check_shares(my_shares) -> None:
     ``gradient_share`` (the notebook's), ``local_contribution`` or ``reference_gradient``."""
     exercise = "per-device shares"
     function_given(exercise, "my_shares", my_shares)
-    forbidden = (local_contribution, reference_gradient, "gradient_share", "share_per_device")
+    own = ("gradient_share", "share_per_device")  # the notebook's: named as the student wrote
+    refusal = ("my_shares uses {}, which this exercise asks you not to call: write the gradient "
+               "formula for each block yourself")
+    if (name := uses_forbidden(my_shares, own)) is not None:  # before its package twin's name
+        fail(exercise, refusal.format(name))
+    forbidden = (local_contribution, reference_gradient, *own)
     p_run = jax.device_count()
     checked = []
     for k, p in enumerate(dict.fromkeys((p_run, 2, 3))):  # this run's p first
@@ -89,8 +96,7 @@ def check_shares(my_shares) -> None:
         call = f"my_shares(x, y, w, {p})"
         got = call_without(
             exercise, my_shares, (x.copy(), y.copy(), w.copy(), p), forbidden=forbidden,
-            refusal="my_shares uses {}, which this exercise asks you not to call: write the "
-            "gradient formula for each block yourself",
+            refusal=refusal,
             call=f"{call}, with x of shape {x.shape},")
         if got is None:
             fail(exercise, f"{call} returned None: return the stacked shares")
@@ -136,6 +142,15 @@ def _kernel_hint(error: BaseException, text: str) -> str:
                 "split over 'data' (switching check_vma off would hide the mistake)")
     if "positional argument" in text:
         return "the kernel takes the three blocks (x_block, y_block, w), one per in_specs entry"
+    if match := re.search(r"dot_general requires contracting dimensions to have the same "
+                          r"shape, got \((\d+),\) and \((\d+),\)", text):
+        left, right = (int(d) for d in match.groups())
+        wrong = ("x's in_specs entry splits x's features over 'data': give x P('data', None), "
+                 "split by rows only" if left < right else
+                 "w's in_specs entry splits w over 'data': give w P(), every device needs the "
+                 "whole weights")
+        return (f"x_block @ w needs x_block's features and w's length to match, got {left} and "
+                f"{right}: {wrong}")
     if "broadcasting" in text:
         return ("x_block and y_block must hold the same rows: x split by rows "
                 "(P('data', None)) and y split the same way (P('data')); P() hands a device "
@@ -149,10 +164,12 @@ def _call_failed(name: str, error: BaseException) -> str:
 
 
 def _fresh_problem(x, y, w, seed: int = 27):
-    """Inputs of the same shapes and placements that the student never saw, with their host
-    copies."""
+    """Inputs the student never saw, placed like ``x, y, w``, with twice the rows (so a kernel
+    that divides by the notebook's row count is caught), and their host copies."""
     rng = np.random.default_rng(seed)
-    hosts = [rng.standard_normal(np.shape(a)).astype(np.float32) for a in (x, y, w)]
+    n_rows, n_features = np.shape(x)
+    shapes = ((2 * n_rows, n_features), (2 * n_rows,), (n_features,))
+    hosts = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     placed = [jax.device_put(h, a.sharding) if isinstance(a, jax.Array) else h
               for h, a in zip(hosts, (x, y, w))]
     return placed, hosts
@@ -213,7 +230,13 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
         failure = _call_failed(name, error)
     if failure:
         fail(exercise, failure)
-    if not np.allclose(again, reference_gradient(*fresh_hosts), atol=1e-4, rtol=1e-4):
+    fresh_reference = reference_gradient(*fresh_hosts)
+    if np.shape(again) == np.shape(fresh_reference) and math.isclose(
+            common_ratio(again, fresh_reference) or 1.0, 2.0, rel_tol=1e-3):
+        fail(exercise, f"{name} is right for x of {np.shape(x)[0]} rows but 2× too large for x "
+             f"of {2 * np.shape(x)[0]} rows: it divides by a fixed row count (the notebook's "
+             "n_rows?); take the global row count from the block, x_block.shape[0] × p")
+    if not np.allclose(again, fresh_reference, atol=1e-4, rtol=1e-4):
         fail(exercise, f"{name} gives the right gradient for x, y, w but a wrong one for other "
              "inputs of the same shapes: its result was computed beforehand (captured from "
              "outside), not from its arguments")

@@ -47,7 +47,15 @@ _ITEMSIZE = {
 }
 
 _STABLEHLO_OP = re.compile(r'"?stablehlo\.(' + "|".join(STABLEHLO_OPS) + r')"?')
-_TENSOR_RESULT = re.compile(r"->\s*\(?tensor<([^>]*)>")
+# An op's type signature, the first after the op (an all_reduce's reduction region comes between
+# them, over several lines): `: (tensor<8xf32>) -> tensor<8xf32>`, operand types in parentheses,
+# then the result type: `8xf32` is its dimensions and dtype, joined by `x`.
+_SIGNATURE = re.compile(
+    r":\s*(?P<signature>"
+    r"\((?P<operands>[^()]*)\)"              # (tensor<8xf32>)
+    r"\s*->\s*\(?tensor<(?P<result>[^>]*)>"  # -> tensor<8xf32>
+    r"\)?)"
+)
 _HLO_OP = re.compile(
     r"=\s*(\w+)\[([\d,]*)\](?:\{[^}]*\})?\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$",
     re.MULTILINE,
@@ -108,13 +116,35 @@ def stablehlo_collectives(text: str) -> list[Collective]:
                     buffers=1)]
     """
     found = []
-    for match in _STABLEHLO_OP.finditer(text):
-        result = _TENSOR_RESULT.search(text, match.end())
-        if result is None:
-            continue
-        *dims, dtype = result.group(1).split("x")
-        found.append(_entry(match.group(1), tuple(int(d) for d in dims), dtype))
+    for op, signature in _signatures(text):
+        *dims, dtype = signature["result"].split("x")
+        found.append(_entry(op, tuple(int(d) for d in dims), dtype))
     return found
+
+
+def _signatures(text: str) -> list[tuple[str, re.Match]]:
+    """Each StableHLO collective's name, with the match of its type signature (``_SIGNATURE``)."""
+    found = []
+    for op in _STABLEHLO_OP.finditer(text):
+        if (signature := _SIGNATURE.search(text, op.end())) is not None:
+            found.append((op.group(1), signature))
+    return found
+
+
+def stablehlo_signatures(text: str) -> list[tuple[str, str]]:
+    """Each collective in StableHLO text with its type signature, as the text prints it: the
+    operand types, then the result type (shapes inside ``shard_map`` are per device).
+
+    Examples:
+        >>> text = '''%9 = "stablehlo.all_reduce"(%8) <{replica_groups = dense<[[0, 1]]>}> ({
+        ...   ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+        ...     %10 = stablehlo.add %a, %b : tensor<f32>
+        ...     stablehlo.return %10 : tensor<f32>
+        ...   }) : (tensor<8xf32>) -> tensor<8xf32>'''
+        >>> stablehlo_signatures(text)
+        [('all_reduce', '(tensor<8xf32>) -> tensor<8xf32>')]
+    """
+    return [(op, match["signature"]) for op, match in _signatures(text)]
 
 
 _EXPLICIT_GROUPS = re.compile(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}")

@@ -43,7 +43,7 @@ OUTLINE = (
             task="write the reduce-scatter kernel",
             check="check_reduce_scatter", minutes=10,
             judges="your jitted function: its values, placement, and a `reduce-scatter` in its "
-                   "compiled program",
+                   "compiled program, also on twice the rows",
         ),
     ),
     StepOutline(
@@ -88,8 +88,17 @@ OUTLINE = (
         title="Exercise: shuffle the rows, keep the gradient",
         line="the exercise: joint row permutations leave the gradient unchanged",
         exercise=Exercise(
-            task="joint row permutation (the seed's exercise)",
-            check="check_joint_permutation", minutes=15,
+            task="a joint reordering that moves every row to another device, for any p; the "
+                 "gradient both ways on the reordered data",
+            check="check_joint_permutation", minutes=20,
+            judges="your `reorder` for p = 2 to 5, your placed inputs, and each gradient bit for "
+                   "bit against its kernel",
+            mistakes=(
+                Mistake("reversal, which leaves the middle device its own rows when p is odd",
+                        "still holds some of its own rows (reversal does that when p is odd)"),
+                Mistake("only the labels reordered, the rows of x left in place",
+                        "reorder the rows with the same permutation as the labels"),
+            ),
         ),
     ),
     StepOutline(
