@@ -113,6 +113,7 @@ def test_error_feedback_right_and_wrong(capsys):
         (lambda g, r, k: _right(g, r, 16), "entries are sent; send only k = 7"),
         (raises, "raised ValueError: shapes do not match"),
         (lambda g, r, k: (g[:k], r), "return two vectors shaped like g"),
+        (lambda g, r, k: _right(g, r, k)[::-1], r"swapped: return \(sent, new_residual\), in"),
     ]
     for fn, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
@@ -179,6 +180,10 @@ def test_local_sgd_bytes_names_the_slip_and_refuses_the_package():
         (lambda nbytes, p, steps, h: local_sgd_bytes(nbytes, p, steps, h), "calls local_sgd"),
         (lambda nbytes, p, steps, h: train(None, "local_sgd", steps=steps), "calls train"),
         (lambda nbytes, p, steps: 0, "raised TypeError"),
+        (lambda nbytes, p, steps, h: steps // h * ring(4 * 10752, 4),  # the notebook's n and p
+         "does not change with the argument nbytes: use the arguments, not this notebook's n"),
+        (lambda nbytes, p, steps, h: steps // h * ring(nbytes, 5) if p != 3 else 0.0,
+         "does not change with the argument p: use the arguments, not this notebook's p"),
     ]
     for fn, message in cases:
         with pytest.raises(ExerciseFailed, match=message):

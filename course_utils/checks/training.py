@@ -160,6 +160,9 @@ def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, 
                         "(zeros where nothing is sent) and the new residual")
     chosen = np.flatnonzero(sent)
     top = np.argsort(-np.abs(acc))[:k]
+    if set(np.flatnonzero(new_residual)) == set(top) and np.array_equal(sent + new_residual, acc):
+        fail(exercise, "the two vectors come back swapped: return (sent, new_residual), in that "
+                        "order (sent holds the k entries, the residual the rest)")
     if len(chosen) > k:
         fail(exercise, f"{len(chosen)} entries are sent; send only k = {k}")
     if set(chosen) == set(np.argsort(-np.abs(g))[:k]) and set(chosen) != set(top):
@@ -201,7 +204,8 @@ def check_local_sgd_bytes(fn) -> None:
                 fail(exercise, f"{call} must return a finite number of bytes")
             if np.isclose(got, want, rtol=1e-9, atol=0.5):
                 continue
-            why = _local_sgd_slip(got, nbytes, p, steps, h, p_run)
+            why = (_local_sgd_slip(got, nbytes, p, steps, h, p_run)
+                   or _ignored(fn, got, nbytes, p, steps, h))
             fail(exercise, f"{call}: {off_by(got, want)}" + (f"; {why}" if why else ""))
     passed(exercise, "your model agrees with the package's for p = "
            f"{', '.join(map(str, dict.fromkeys((p_run, 2, 3, 8))))}, runs that H does not divide "
@@ -236,4 +240,18 @@ def _local_sgd_slip(got: float, nbytes: int, p: int, steps: int, h: int, p_run: 
         if p != p_run or "N_DEVICES" not in why:
             if np.isclose(got, value, rtol=1e-9, atol=0.5):
                 return why
+    return ""
+
+
+def _ignored(fn, got: float, nbytes: int, p: int, steps: int, h: int) -> str:
+    """Which argument ``fn`` ignores (the notebook's ``n`` or ``p`` used instead), or ``""``."""
+    for name, args in (("nbytes", (2 * nbytes, p, steps, h)), ("p", (nbytes, p + 1, steps, h))):
+        try:
+            other = number(fn(*args))
+        except Exception:  # noqa: BLE001 - a probe only: the main call already ran
+            continue
+        if other is not None and np.isclose(other, got, rtol=1e-9):
+            what = "n (4 · n bytes)" if name == "nbytes" else "p"
+            return (f"the result does not change with the argument {name}: use the arguments, "
+                    f"not this notebook's {what}")
     return ""
