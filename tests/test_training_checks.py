@@ -228,6 +228,10 @@ def test_local_sgd_h_names_the_slip_and_refuses_the_package():
          r"steps // H times .*not steps / H"),
         (lambda nbytes, p, steps, budget: steps // averagings(nbytes, p, budget),
          "a smaller H may too: find the smallest"),
+        (lambda nbytes, p, steps, budget: -(-steps // (averagings(nbytes, p, budget) + 1)),
+         r"that H averages m \+ 1 times"),
+        (lambda nbytes, p, steps, budget: int(
+            steps // (budget / (2 * (p - 1) / p * nbytes) + 1)) + 1, "whole averagings only"),
         (_h_with(lambda nbytes, p: 2 * nbytes), r"\(p−1\)/p is missing"),
         (_h_with(lambda nbytes, p: (p - 1) / p * nbytes), "both passes"),
         (_h_with(lambda nbytes, p: 8 * (p - 1) / p * nbytes), "do not multiply by 4"),

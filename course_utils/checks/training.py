@@ -274,9 +274,10 @@ def check_local_sgd_h(fn) -> None:
     p_run, checked = jax.device_count(), []
     for p in dict.fromkeys(q for q in (p_run, 2, 3, 8) if q > 1):  # this run's p first
         ring = 2 * (p - 1) / p
+        # budgets between whole averagings (no float rounding decides); 96 / (11 + 1) is whole
         for nbytes, steps, rounds in ((24_000 * p, 100, 7.5), (6_000 * p, 250, 20.2),
-                                      (24_000 * p, 96, 12), (12_000 * p, 50, 60)):
-            budget = round(rounds * ring * nbytes)  # whole bytes; the third case on the edge
+                                      (24_000 * p, 96, 11.5), (12_000 * p, 50, 60.5)):
+            budget = round(rounds * ring * nbytes)
             args = (nbytes, p, steps, budget)
             call = f"my_local_sgd_h{args}"
             got = number(call_without(
@@ -297,8 +298,8 @@ def check_local_sgd_h(fn) -> None:
                 what = "a smaller H also stays within the budget: return the smallest"
             fail(exercise, f"{call}: {what}" + (f"; {why}" if why else ""))
         checked.append(p)
-    passed(exercise, f"the smallest H for p = {', '.join(map(str, checked))}, budgets on the "
-           "edge and runs that H does not divide included")
+    passed(exercise, f"the smallest H for p = {', '.join(map(str, checked))}, runs that H "
+           "does not divide included")
 
 
 def _smallest_h(run_bytes, steps: int, budget: float) -> int:
@@ -313,8 +314,12 @@ def _h_slip(got: int, nbytes: int, p: int, steps: int, budget: float, p_run: int
     slips = (
         (-(-steps // max(averagings, 1)), "a run averages steps // H times (a round cut short "
          "is not averaged), not steps / H: a smaller H may already fit"),
+        (-(-steps // (averagings + 1)), "when steps / (m + 1) is a whole number, that H averages "
+         "m + 1 times: H must be above steps / (m + 1)"),
         (steps // max(averagings, 1), "with H = steps // m the run averages at most m times, "
          "but a smaller H may too: find the smallest"),
+        (int(steps // (budget / ring + 1)) + 1, "the budget pays for whole averagings only: "
+         "round budget / (bytes of one averaging) down first"),
     )
     for value, why in slips:
         if got == value:

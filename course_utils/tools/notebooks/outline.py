@@ -217,8 +217,8 @@ OUTLINE = (
                  "of a run derived, then turned round",
             check="check_local_sgd_h", minutes=25,
             judges="your H against the package's byte model on sizes, p, run lengths and "
-                   "budgets the notebook never used (one on the edge); calling `local_sgd_bytes` "
-                   "or `train` is refused",
+                   "budgets the notebook never used; calling `local_sgd_bytes` or `train` is "
+                   "refused",
             mistakes=(
                 Mistake("steps / H averagings, not steps // H",
                         "a run averages steps // H times (a round cut short is not averaged)"),
