@@ -341,3 +341,32 @@ def test_ring_reduce_scatter_leaves_chunk_i_summed_on_device_i(p):
     data = ring_reduce_scatter_figure_data(p)
     validate_figure_data(data)
     assert [row[i] for i, row in enumerate(data["panels"][-1]["cells"])] == [p] * p
+
+
+def _colours(fig) -> dict:
+    """``{legend label: line colour}`` of a rendered figure."""
+    return {line.get_label(): line.get_color() for ax in fig.axes for line in ax.get_lines()
+            if not line.get_label().startswith("_")}
+
+
+def test_a_strategy_keeps_its_colour_across_steps_15_and_16():
+    from course_utils.results.strategies import (
+        heldout_figure_data,
+        saved_strategy_results,
+        tradeoff_figure_data,
+    )
+
+    saved = saved_strategy_results()
+    step15 = _colours(plot_figure(heldout_figure_data(
+        saved, ["data_parallel", "bf16", "int8", "topk", "topk_ef", "topk_ef 0.6%", "powersgd"])))
+    step16 = _colours(plot_figure(tradeoff_figure_data(saved)))
+    for name in ("top-k", "top-k + error feedback", "PowerSGD"):
+        assert step15[name] == step16[name], name
+    assert len(set(step15.values())) == len(step15)  # no two curves of one figure alike
+
+
+def test_the_tradeoff_axis_has_a_tick_at_data_parallelism():
+    from course_utils.results.strategies import saved_strategy_results, tradeoff_figure_data
+
+    ticks = tradeoff_figure_data(saved_strategy_results())["panels"][0]["x"]
+    assert 1.0 in ticks and all(b == 2 * a for a, b in zip(ticks, ticks[1:]))

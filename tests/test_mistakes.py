@@ -24,7 +24,7 @@ from course_utils.checks import (
     check_error_feedback,
     check_joint_permutation,
     check_link_prediction,
-    check_local_sgd_bytes,
+    check_local_sgd_h,
     check_memory_prediction,
     check_overlapped_backward,
     check_ring_step,
@@ -234,11 +234,14 @@ CASES = {
     (15, "the new residual forgets the old one"): lambda: check_error_feedback(
         _feedback(forget=True)
     ),
-    (16, "an averaging after every step"): lambda: check_local_sgd_bytes(
-        lambda nbytes, p, steps, h: steps * 2 * (p - 1) / p * nbytes
+    (16, "steps / H averagings, not steps // H"): lambda: check_local_sgd_h(
+        lambda nbytes, p, steps, budget: -(-steps // (budget // (2 * (p - 1) / p * nbytes)))
     ),
-    (16, "one pass of the ring counted"): lambda: check_local_sgd_bytes(
-        lambda nbytes, p, steps, h: steps // h * (p - 1) / p * nbytes
+    (16, "one pass of the ring counted"): lambda: check_local_sgd_h(
+        lambda nbytes, p, steps, budget: steps // (budget // ((p - 1) / p * nbytes) + 1) + 1
+    ),
+    (16, "the notebook's n and p instead of the arguments"): lambda: check_local_sgd_h(
+        lambda nbytes, p, steps, budget: steps // (budget // (1.5 * 4 * 10752) + 1) + 1
     ),
     (17, "the link rate in bits taken for bytes"): lambda: check_link_prediction(
         _link(1 / 8, 1 / 8), **STEP17

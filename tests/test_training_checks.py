@@ -9,6 +9,7 @@ from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.training import (
     check_error_feedback,
     check_local_sgd_bytes,
+    check_local_sgd_h,
     check_memory_prediction,
 )
 from course_utils.training.run import Memory
@@ -113,6 +114,7 @@ def test_error_feedback_right_and_wrong(capsys):
         (lambda g, r, k: _right(g, r, 16), "entries are sent; send only k = 7"),
         (raises, "raised ValueError: shapes do not match"),
         (lambda g, r, k: (g[:k], r), "return two vectors shaped like g"),
+        (lambda g, r, k: _right(g, r, k)[::-1], r"swapped: return \(sent, new_residual\), in"),
     ]
     for fn, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
@@ -179,10 +181,81 @@ def test_local_sgd_bytes_names_the_slip_and_refuses_the_package():
         (lambda nbytes, p, steps, h: local_sgd_bytes(nbytes, p, steps, h), "calls local_sgd"),
         (lambda nbytes, p, steps, h: train(None, "local_sgd", steps=steps), "calls train"),
         (lambda nbytes, p, steps: 0, "raised TypeError"),
+        (lambda nbytes, p, steps, h: steps // h * ring(4 * 10752, 4),  # the notebook's n and p
+         "does not change with the argument nbytes: use the arguments, not this notebook's n"),
+        (lambda nbytes, p, steps, h: steps // h * ring(nbytes, 5) if p != 3 else 0.0,
+         "does not change with the argument p: use the arguments, not this notebook's p"),
     ]
     for fn, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
             check_local_sgd_bytes(fn)
+
+
+def _h_right(nbytes, p, steps, budget):
+    averagings = budget // (2 * (p - 1) / p * nbytes)  # whole averagings the budget pays for
+    return steps // (averagings + 1) + 1
+
+
+def _h_by_search(nbytes, p, steps, budget):
+    ring = 2 * (p - 1) * nbytes / p
+    return next(h for h in range(1, steps + 1) if steps // h * ring <= budget)
+
+
+def test_local_sgd_h_right_forms_pass(capsys):
+    check_local_sgd_h(_h_right)
+    check_local_sgd_h(_h_by_search)
+    check_local_sgd_h(lambda *args: float(_h_right(*args)))
+    check_local_sgd_h(lambda *args: np.int64(_h_by_search(*args)))
+    assert capsys.readouterr().out.count("PASSED: H for a byte budget") == 4
+
+
+def _h_with(per_round):
+    """The search with a slip's bytes per averaging."""
+    return lambda nbytes, p, steps, budget: next(
+        h for h in range(1, steps + 2) if steps // h * per_round(nbytes, p) <= budget + 0.5)
+
+
+def test_local_sgd_h_names_the_slip_and_refuses_the_package():
+    from course_utils.training.strategies import local_sgd_bytes
+    from course_utils.training.train import train
+
+    def averagings(nbytes, p, budget):
+        return budget // (2 * (p - 1) / p * nbytes)
+
+    cases = [
+        (None, "my_local_sgd_h is not defined"),
+        (lambda nbytes, p, steps, budget: -(-steps // averagings(nbytes, p, budget)),
+         r"steps // H times .*not steps / H"),
+        (lambda nbytes, p, steps, budget: steps // averagings(nbytes, p, budget),
+         "a smaller H may too: find the smallest"),
+        (lambda nbytes, p, steps, budget: -(-steps // (averagings(nbytes, p, budget) + 1)),
+         r"that H averages m \+ 1 times"),
+        (lambda nbytes, p, steps, budget: int(
+            steps // (budget / (2 * (p - 1) / p * nbytes) + 1)) + 1, "whole averagings only"),
+        (_h_with(lambda nbytes, p: 2 * nbytes), r"\(p−1\)/p is missing"),
+        (_h_with(lambda nbytes, p: (p - 1) / p * nbytes), "both passes"),
+        (_h_with(lambda nbytes, p: 8 * (p - 1) / p * nbytes), "do not multiply by 4"),
+        (_h_with(lambda nbytes, p: 2 * p / (p - 1) * nbytes), r"not p/\(p−1\)"),
+        (lambda nbytes, p, steps, budget: _h_right(nbytes, jax.device_count(), steps, budget),
+         "use the argument p, not N_DEVICES"),
+        (lambda nbytes, p, steps, budget: _h_right(4 * 10752, 4, steps, budget),
+         "does not change with the argument nbytes: use the arguments, not this notebook's n"),
+        (lambda nbytes, p, steps, budget: _h_right(nbytes, p, steps, budget) + 1,
+         "a smaller H also stays within the budget"),
+        (lambda nbytes, p, steps, budget: _h_right(nbytes, p, steps, budget) + 0.5,
+         "a whole number of steps"),
+        (lambda nbytes, p, steps, budget: "8", "a whole number of steps"),
+        (lambda nbytes, p, steps, budget: max(1, _h_right(nbytes, p, steps, budget) - 1),
+         "above the budget"),
+        (lambda nbytes, p, steps, budget: next(
+            h for h in range(1, steps + 1) if local_sgd_bytes(nbytes, p, steps, h) <= budget),
+         "calls local_sgd_bytes"),
+        (lambda nbytes, p, steps, budget: train(None, "local_sgd", steps=steps), "calls train"),
+        (lambda nbytes, p, steps: 1, "raised TypeError"),
+    ]
+    for fn, message in cases:
+        with pytest.raises(ExerciseFailed, match=message):
+            check_local_sgd_h(fn)
 
 
 STEP_17 = {"hosts": 2, "devices": 4, "nbytes": 16 * 2**20, "rate_bits": 1e9}  # its exercise

@@ -25,6 +25,7 @@ from course_utils.checks.storage import check_predicted_shard_shapes, check_stor
 from course_utils.checks.training import (
     check_error_feedback,
     check_local_sgd_bytes,
+    check_local_sgd_h,
     check_memory_prediction,
 )
 from course_utils.checks.updates import check_two_state_update
@@ -39,6 +40,7 @@ __all__ = [
     "check_joint_permutation",
     "check_link_prediction",
     "check_local_sgd_bytes",
+    "check_local_sgd_h",
     "check_memory_prediction",
     "check_overlapped_backward",
     "check_predicted_shard_shapes",

@@ -17,6 +17,33 @@ NAMES = {
 }
 
 
+# one colour per strategy family in every figure: 15's curves and 16's families alike; a
+# strategy's label takes its family's colour (the slot is an index into the palette)
+COLOUR_SLOTS = {
+    **{family: k for k, family in enumerate(dict.fromkeys(s.family for s in SPECS.values()))},
+    **{s.label: k for k, family in enumerate(dict.fromkeys(s.family for s in SPECS.values()))
+       for s in SPECS.values() if s.family == family and s.label != family},
+}
+
+
+def colour_slots(names: list[str]) -> dict[str, int]:
+    """A palette index for each of a figure's series ``names``: a strategy or family keeps its
+    slot in ``COLOUR_SLOTS`` (the first of two names sharing one keeps it), every other name
+    takes the next index left free, in order.
+
+    Examples:
+        >>> colour_slots(["data parallelism", "top-k", "bf16", "int8", "a measurement"])
+        {'data parallelism': 0, 'top-k': 2, 'bf16': 1, 'int8': 3, 'a measurement': 4}
+    """
+    slots: dict[str, int] = {}
+    for name in names:
+        slot = COLOUR_SLOTS.get(name)
+        if slot is not None and slot not in slots.values():
+            slots[name] = slot
+    free = (k for k in range(len(names) + len(COLOUR_SLOTS)) if k not in slots.values())
+    return {name: slots[name] if name in slots else next(free) for name in names}
+
+
 def human(label: str) -> str:
     """``label`` as a reader says it: the names in ``NAMES`` replaced wherever they stand as
     words (``"local_sgd H=8"`` → ``"local SGD H=8"``).

@@ -18,7 +18,7 @@ from typing import Sequence
 from course_utils.display import format_bytes
 from course_utils.figures.data import validate_figure_data
 from course_utils.figures.describe import describe
-from course_utils.figures.labels import human, number_label
+from course_utils.figures.labels import colour_slots, human, number_label
 
 DPI = 200
 MAX_WIDTH = 7.5  # inches, labels and legend included
@@ -35,16 +35,18 @@ TITLE_ROOM = 0.65  # inches above a panel for a title of two lines
 
 
 class _Identities:
-    """One colour and marker per series name across the whole figure, in order of appearance;
-    a model series drawn in the colour of its measurement (``color`` given alike) shares it."""
+    """One colour and marker per series name across the whole figure: a strategy keeps its
+    colour in every figure (``colour_slots``), other names take the free ones in order of
+    appearance; a model series drawn in the colour of its measurement (``color`` given alike)
+    shares it."""
 
-    def __init__(self):
-        self.order: list[str] = []
+    def __init__(self, names: list[str]):
+        self.slots = colour_slots(names)
 
     def style(self, name: str) -> dict:
-        if name not in self.order:
-            self.order.append(name)
-        k = self.order.index(name)  # past the palette: dotted, hollow markers
+        if name not in self.slots:
+            self.slots[name] = max(self.slots.values(), default=-1) + 1
+        k = self.slots[name]  # past the palette: dotted, hollow markers
         return {"color": PALETTE[k % len(PALETTE)], "marker": MARKERS[k % len(MARKERS)],
                 "again": k >= len(PALETTE)}
 
@@ -322,9 +324,7 @@ def plot_figure(data: dict):
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax in axes[len(panels):]:
         ax.remove()
-    ids = _Identities()
-    for name in names:
-        ids.style(name)  # the legend's order fixes the colours
+    ids = _Identities(names)  # the legend's names fix the colours
     for ax, panel in zip(axes, panels):
         ax.tick_params(labelsize=FONT["tick"])
         if panel["kind"] == "grid":

@@ -213,7 +213,7 @@ def tradeoff_figure_data(results: StrategyResults) -> dict:
                        "point_labels": [name for _, name in members]})
     memory = [(find_run(results, label), name) for label, name in MEMORY_RUNS]
     return {"panels": [
-        {"kind": "line", "x": sorted(set(fractions)), "xscale": "log", "series": series,
+        {"kind": "line", "x": _fraction_ticks(fractions), "xscale": "log", "series": series,
          "title": f"held-out loss after {steps} steps ({results.devices} devices)",
          "xlabel": "bytes per step / data parallelism's", "ylabel": "held-out loss"},
         {"kind": "bar", "labels": [name for _, name in memory],
@@ -228,6 +228,20 @@ def _heldout_series(run: StrategyRun, label: str, *, by_bytes: bool) -> dict:
     steps, losses = zip(*run.heldout_loss)
     x = [s * run.bytes_per_step for s in steps] if by_bytes else list(steps)
     return {"label": label, "x": x, "y": list(losses)}
+
+
+def _fraction_ticks(fractions: Sequence[float]) -> list[float]:
+    """Powers of 2 within the span of ``fractions`` (ticks of a log axis of fractions of data
+    parallelism's bytes; 1, data parallelism itself, among them when in the span).
+
+    Examples:
+        >>> _fraction_ticks([0.018, 0.25, 1.0, 1.5])
+        [0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0]
+    """
+    import math
+
+    low, high = math.ceil(math.log2(min(fractions))), math.floor(math.log2(max(fractions)))
+    return [2.0**k for k in range(low, high + 1)]
 
 
 def _byte_ticks(series: Sequence[dict]) -> list[int]:

@@ -222,14 +222,18 @@ OUTLINE = (
         line="H local steps, then `pmean`: bytes divided by H; drift on skewed shards; every "
              "strategy of the unit on one picture",
         exercise=Exercise(
-            task="the bytes one device sends over a run of local SGD with H local steps",
-            check="check_local_sgd_bytes", minutes=20,
-            judges="your model against the package's on sizes, p and run lengths the notebook "
-                   "never used; calling `local_sgd_bytes` or `train` is refused",
+            task="the smallest H whose run of local SGD stays within a byte budget: the bytes "
+                 "of a run derived, then turned round",
+            check="check_local_sgd_h", minutes=25,
+            judges="your H against the package's byte model on sizes, p, run lengths and "
+                   "budgets the notebook never used; calling `local_sgd_bytes` or `train` is "
+                   "refused",
             mistakes=(
-                Mistake("an averaging after every step",
-                        "the devices average once every h steps, not after every step"),
+                Mistake("steps / H averagings, not steps // H",
+                        "a run averages steps // H times (a round cut short is not averaged)"),
                 Mistake("one pass of the ring counted", "count both passes of the ring all-reduce"),
+                Mistake("the notebook's n and p instead of the arguments",
+                        "does not change with the argument nbytes: use the arguments"),
             ),
         ),
     ),
