@@ -57,3 +57,11 @@ def _in_scatter_order(x):
 def test_each_slip_is_named(fn, message):
     with pytest.raises(ExerciseFailed, match=message):
         check_two_level_scatter(fn, node_local_mesh(2))
+
+
+def test_on_nodes_of_one_device_the_values_are_checked_and_the_schedule_is_not(capsys):
+    mesh = node_local_mesh(jax.device_count())  # one device per node: the levels are one
+    check_two_level_scatter(_reordered, mesh)
+    assert "NOT CHECKED: two-level reduce-scatter: the values are right" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match="a mean, not the sum"):
+        check_two_level_scatter(lambda x: _reordered(x) / jax.device_count(), mesh)

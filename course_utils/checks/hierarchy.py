@@ -67,7 +67,8 @@ def check_two_level_scatter(fn, mesh: Mesh) -> None:
                        "slice of the sum over all devices of all nodes")
     if nodes < 2 or local < 2:
         print(f"NOT CHECKED: {exercise}: the values are right on every device, but on {nodes} "
-              f"node(s) of {local} device(s) the two levels are one; run with N_DEVICES = 4 or 8")
+              f"node(s) of {local} device(s) the two levels are one; run with N_DEVICES = 4, 6 "
+              "or 8")
         return
     _judge_program(exercise, collectives_in(kernel, blocks).hlo, nodes, local, blocks.shape[1])
     passed(exercise, f"reduce-scatter in {nodes} nodes of {local} on the whole vector, then "
