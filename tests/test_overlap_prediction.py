@@ -35,6 +35,10 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
     assert "PASSED: the overlap column predicted" in capsys.readouterr().out
 
 
+def _send(nbytes, h, rate, alpha):
+    return 2 * (h - 1) * alpha * 1e3 + 2 * (h - 1) / h * nbytes / rate * 1e3
+
+
 def _serial(c, nbytes, n, h, rate, alpha):
     return c + n * (2 * (h - 1) * alpha * 1e3 + 2 * (h - 1) / h * nbytes / rate * 1e3)
 
@@ -57,6 +61,8 @@ def _max(c, nbytes, n, h, rate, alpha):
     (lambda *a: _loop(*a, queue=False), "the buckets queue on the stream"),
     (lambda *a: _loop(*a, first=0.0), "ready only after its layer's compute"),
     (lambda *a: 758.0, "a case the page never shows"),
+    (lambda c, nbytes, n, h, rate, alpha: c / n + n * _send(nbytes, h, rate, alpha),
+     "that holds while the link limits"),
 ])
 def test_each_slip_is_named(fn, message):
     with pytest.raises(ExerciseFailed, match=message):

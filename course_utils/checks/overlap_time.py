@@ -98,4 +98,7 @@ _SLIPS = {
     "the buckets queue on the stream: each starts when it is ready AND the previous one has "
     "ended, so a slow link piles them up": lambda *a: a[0] + _send_ms(*a),
     "the first bucket is ready only after its layer's compute": lambda *a: _with(*a, first=0.0),
+    "that holds while the link limits; on a fast link the last bucket is ready only when the "
+    "compute ends, and then it is sent: take the later of the two ends":
+        lambda *a: a[0] / a[2] + a[2] * _send_ms(*a),
 }
