@@ -3,7 +3,7 @@
 # fresh virtual environment with the light `test` extra: Python 3.11 with the oldest supported JAX,
 # and Python 3.13 with the newest. The browser, site and nbgrader tests (markers browser and
 # instructor) and the steps at another device count run in the main environment only (.ci/run).
-#   bash scripts/test_jax_range.sh [--prepare|--installed] [OLDEST] [NEWEST]  (default: 0.9.0 0.12.0.1)
+#   bash scripts/test_jax_range.sh [--prepare|--installed] [OLDEST] [NEWEST]  (default: 0.10.0 0.12.0.1)
 # --prepare only builds the environments, --installed only tests in them (CI builds them in the
 # background while the suite runs); with neither it does both.
 # RANGE_PYTHONS_NEWEST="3.12 3.13" also tries the newest JAX on Python 3.12 (default: 3.13).
@@ -26,7 +26,7 @@ case "${1:-}" in
     --prepare) mode=prepare; shift ;;
     --installed) mode=installed; shift ;;
 esac
-ends=("3.11 ${1:-0.9.0}")
+ends=("3.11 ${1:-0.10.0}")
 for py in ${RANGE_PYTHONS_NEWEST:-3.13}; do
     ends+=("$py ${2:-0.12.0.1}")
 done

@@ -287,6 +287,7 @@ def test_worker_pieces_on_four_devices():
     }
     ops = compiled_collectives(mesh)
     assert ops["rs_ag_fused"] == ["reduce-scatter", "all-gather"] and ops["dp"] == ["all-reduce"]
+    assert ops["zero1_fused"] == ["reduce-scatter", "all-gather"]  # with the vma check on
     with pytest.raises(SystemExit):
         parse_args(["--devices", "4", "--sizes", "6"])
 

@@ -122,6 +122,9 @@ def _two_level(x):
         (lambda x: jax.lax.psum_scatter(x, "local"), "pass tiled=True"),
         (None, "my_two_level is not defined"),
         (lambda x: 1 / 0, "raised ZeroDivisionError"),
+        (hierarchical_all_reduce(node_local_mesh(2)), "uses the package's hierarchical_all_reduce"),
+        (lambda x: hierarchical_all_reduce(node_local_mesh(2))(x),
+         "uses the package's hierarchical_all_reduce"),
     ],
 )
 def test_the_two_level_check(fn, match, capsys):

@@ -23,13 +23,13 @@ from course_utils.checks import (
     check_budget_row,
     check_error_feedback,
     check_joint_permutation,
-    check_link_prediction,
     check_local_sgd_h,
     check_memory_prediction,
-    check_overlapped_backward,
+    check_overlap_prediction,
+    check_reduce_scatter_times,
     check_ring_step,
     check_stored_bytes_rule,
-    check_two_level,
+    check_two_level_scatter,
 )
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.models.latency import collective_time, plan_buckets
@@ -126,8 +126,8 @@ def _link(flat=1.0, two=1.0):
     def times(h, d, n, bits):
         p = h * d
         return (
-            flat * 2 * (p - 1) / p * n / (bits / 8) * 1e3,
-            two * 2 * (h - 1) / h * n / (bits / 8) * 1e3,
+            flat * (p - 1) / p * n / (bits / 8) * 1e3,
+            two * (h - 1) / h * n / (bits / 8) * 1e3,
         )
 
     return times
@@ -141,6 +141,14 @@ def _ring_step(add=True, backwards=False):
         return received + chunks[(i - s - 2) % p] if add else received
 
     return step
+
+
+STEP19 = dict(compute_ms=667.0, bucket_bytes=2**20, buckets=16, hosts=2, bytes_per_s=2.39e7,
+              alpha_s=4.5e-4)
+
+
+def _ring_ms(nbytes, h, rate, alpha):
+    return 2 * (h - 1) * (alpha + nbytes / h / rate) * 1e3
 
 
 STEP17 = dict(hosts=2, devices=4, nbytes=16 * 2**20, rate_bits=1e9)
@@ -210,16 +218,19 @@ CASES = {
     (12, "a bucket that does not wait for the previous all-reduce"): lambda: check_bucket_model(
         _bucket(wait=False)
     ),
-    (13, "pmean across the nodes instead of psum"): lambda: check_two_level(
-        lambda x: jax.lax.all_gather(
-            jax.lax.pmean(jax.lax.psum_scatter(x, "local", tiled=True), "node"), "local", tiled=True
+    (13, "the two scatters chained without reordering the slices"):
+        lambda: check_two_level_scatter(
+            lambda x: jax.lax.psum_scatter(
+                jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True),
+            node_local_mesh(2),
         ),
+    (13, "scattered across the nodes first"): lambda: check_two_level_scatter(
+        lambda x: jax.lax.psum_scatter(
+            jax.lax.psum_scatter(x, "node", tiled=True), "local", tiled=True),
         node_local_mesh(2),
     ),
-    (13, "the all-reduce across the nodes left out"): lambda: check_two_level(
-        lambda x: jax.lax.all_gather(
-            jax.lax.psum_scatter(x, "local", tiled=True), "local", tiled=True
-        ),
+    (13, "psum across the nodes instead of psum_scatter"): lambda: check_two_level_scatter(
+        lambda x: jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True), "node"),
         node_local_mesh(2),
     ),
     (14, "values counted instead of bytes"): lambda: check_memory_prediction(
@@ -243,11 +254,17 @@ CASES = {
     (16, "the notebook's n and p instead of the arguments"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: steps // (budget // (1.5 * 4 * 10752) + 1) + 1
     ),
-    (17, "the link rate in bits taken for bytes"): lambda: check_link_prediction(
+    (17, "the link rate in bits taken for bytes"): lambda: check_reduce_scatter_times(
         _link(1 / 8, 1 / 8), **STEP17
     ),
-    (17, "the devices of a host not sharing its link"): lambda: check_link_prediction(
+    (17, "the all-reduce's two passes counted"): lambda: check_reduce_scatter_times(
+        _link(flat=2), **STEP17
+    ),
+    (17, "the devices of a host not sharing its link"): lambda: check_reduce_scatter_times(
         _link(two=1 / 4), **STEP17
+    ),
+    (17, "the frame headers counted"): lambda: check_reduce_scatter_times(
+        _link(flat=1514 / 1448, two=1514 / 1448), **STEP17
     ),
     (18, "the rate in bits taken for bytes"): lambda: check_balanced_rows(
         _balanced(per_byte=8), **STEP18
@@ -255,11 +272,17 @@ CASES = {
     (18, "the all-reduce's time returned instead of rows"): lambda: check_balanced_rows(
         _balanced(per_row=False), **STEP18
     ),
-    (19, "every bucket sent after the loop"): lambda: check_overlapped_backward(
-        _overlap(serial=True), _host_mesh()
+    (19, "compute + communication (no overlap)"): lambda: check_overlap_prediction(
+        lambda c, nbytes, n, h, rate, alpha: c + n * _ring_ms(nbytes, h, rate, alpha), **STEP19
     ),
-    (19, "the gradient sent from the computing device"): lambda: check_overlapped_backward(
-        _overlap(moved=False), _host_mesh()
+    (19, "max(compute, communication)"): lambda: check_overlap_prediction(
+        lambda c, nbytes, n, h, rate, alpha: max(c, n * _ring_ms(nbytes, h, rate, alpha)),
+        **STEP19
+    ),
+    (19, "α paid once per all-reduce"): lambda: check_overlap_prediction(
+        lambda c, nbytes, n, h, rate, alpha: max(
+            c + (t := (alpha + 2 * (h - 1) / h * nbytes / rate) * 1e3), c / n + n * t),
+        **STEP19
     ),
     (20, "the rate left in bytes per second"): lambda: check_break_even(
         _break_even(bits=1), **STEP20

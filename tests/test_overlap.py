@@ -250,3 +250,27 @@ def test_the_collective_matmul_on_two_hosts_runs_its_operations_one_after_anothe
     assert made, "XLA no longer logs its thunk executors: re-check step 19's matmul Why"
     thunks, sequential = made[-1]
     assert sequential == "true" and int(thunks) <= 8, made
+
+
+def _overlap(serial=False, moved=True):
+    def loop(progs, hs, ws, y):
+        g, grads, summed = progs.top(hs[-1], y), [], []
+        for i in reversed(range(len(ws))):
+            grad, g = progs.backward(hs[i], hs[i + 1], g, ws[i])
+            grad = jax.device_put(grad, progs.stream) if moved else grad
+            (grads if serial else summed).append(grad if serial else progs.all_reduce(grad))
+        return [progs.all_reduce(grad) for grad in grads][::-1] if serial else summed[::-1]
+
+    return loop
+
+
+@pytest.mark.parametrize("fn, message", [
+    (_overlap(serial=True), "that is the schedule one after the other"),
+    (_overlap(moved=False), r"move each gradient there first, jax.device_put\(grad, progs"),
+])
+def test_the_page_loop_check_names_the_serial_loop_and_the_unmoved_gradient(fn, message):
+    from course_utils.checks import ExerciseFailed, check_overlapped_backward
+
+    mesh = Mesh(np.asarray(jax.devices()).reshape(2, 2), ov.AXES)
+    with pytest.raises(ExerciseFailed, match=message):
+        check_overlapped_backward(fn, mesh)

@@ -195,3 +195,12 @@ def test_the_built_wheel_holds_every_sub_package_and_the_saved_runs(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-1500:]
     assert int(done.stdout) >= 60  # every module of every sub-package, tools included
+
+
+def test_the_range_script_tests_the_jax_floor():
+    floor = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+                 ["dependencies"] if d.startswith("jax>="))
+    script = (ROOT / "scripts" / "test_jax_range.sh").read_text()
+    oldest = floor.split(">=")[1].split(",")[0]
+    assert f'ends=("3.11 ${{1:-{oldest}}}")' in script
+    assert oldest == "0.10.0"  # the first JAX with all_gather(..., to="invarying")

@@ -173,3 +173,13 @@ def test_the_exercise_measurement_flips_the_model_ranking():
     over_quarter = quarter.hierarchical - link_time_s("hierarchical", TOP // 4, 2, 4, rate)
     assert over_two > 4 * over_quarter > 0
     assert row.hierarchical > row.flat
+
+
+def test_the_exercise_run_reduce_scatter_is_slower_than_its_model_and_sends_fewer_bytes():
+    # step 17's exercise reads: all-gather about the model, reduce-scatter about twice, fewer bytes
+    run = next(r for r in LARGE.runs if r.link_rate == "1gbit")
+    row = _rows(run)[TOP]
+    model_s = link_time_s("all_gather", TOP, 2, 4, rate_bytes_per_s("1gbit"))
+    assert 0.95 < row.all_gather / model_s < 1.15
+    assert 1.7 < row.reduce_scatter / model_s < 2.5
+    assert counted_against_model(run, TOP)["reduce_scatter"]["counted"] < 7 / 8 * TOP

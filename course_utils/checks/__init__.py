@@ -18,8 +18,10 @@ from course_utils.checks.budget import check_budget_row
 from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
-from course_utils.checks.links import check_link_prediction
+from course_utils.checks.hierarchy import check_two_level_scatter
+from course_utils.checks.links import check_reduce_scatter_times
 from course_utils.checks.overlap import check_overlapped_backward
+from course_utils.checks.overlap_time import check_overlap_prediction
 from course_utils.checks.permutation import check_joint_permutation
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
 from course_utils.checks.training import (
@@ -38,16 +40,18 @@ __all__ = [
     "check_budget_row",
     "check_error_feedback",
     "check_joint_permutation",
-    "check_link_prediction",
     "check_local_sgd_bytes",
     "check_local_sgd_h",
     "check_memory_prediction",
+    "check_overlap_prediction",
     "check_overlapped_backward",
     "check_predicted_shard_shapes",
     "check_reduce_scatter",
+    "check_reduce_scatter_times",
     "check_ring_step",
     "check_shares",
     "check_stored_bytes_rule",
     "check_two_level",
+    "check_two_level_scatter",
     "check_two_state_update",
 ]

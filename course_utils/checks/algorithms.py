@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import traceback
 
 import jax
 import numpy as np
@@ -18,7 +19,8 @@ from course_utils.checks.helpers import (
     passed,
     tiled_hint,
 )
-from course_utils.collectives.kernels import block_collective
+from course_utils.collectives.hierarchy import hierarchical_all_reduce
+from course_utils.collectives.kernels import Kernel, block_collective
 from course_utils.collectives.ring import encoded_step, reduce_scatter_step, ring_reduce_scatter
 from course_utils.display import error_line
 from course_utils.models.latency import bucketed_step_time, collective_time, plan_buckets
@@ -302,6 +304,16 @@ def _wrong_sum_hint(got: np.ndarray, blocks: np.ndarray, nodes: int, local: int)
     return "every device must end with the sum over all devices of all nodes"
 
 
+_TWO_LEVEL_REFUSAL = ("my_two_level uses the package's hierarchical_all_reduce (or a kernel it "
+                      "built, such as two_level), the answer: write the three collectives yourself")
+
+
+def _through_hierarchy(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside a package kernel (the student called ``two_level``)."""
+    return any(f.filename.endswith(("collectives/hierarchy.py", "collectives/kernels.py"))
+               for f in traceback.extract_tb(error.__traceback__))
+
+
 def check_two_level(fn, mesh: Mesh) -> None:
     """Exercise 13: ``fn(x)``, this device's f32[m] → the all-reduced f32[m], in two levels on a
     ``("node", "local")`` mesh: checked on every device against a flat ``psum`` and through the
@@ -310,6 +322,8 @@ def check_two_level(fn, mesh: Mesh) -> None:
     the check says so instead of printing PASSED."""
     exercise = "two-level all-reduce"
     function_given(exercise, "my_two_level", fn)
+    if isinstance(fn, Kernel) or uses_forbidden(fn, [hierarchical_all_reduce]) is not None:
+        fail(exercise, _TWO_LEVEL_REFUSAL)
     nodes, local = mesh.shape["node"], mesh.shape["local"]
     p = nodes * local
     blocks = np.random.default_rng(13).standard_normal((p, 4 * local)).astype(np.float32)
@@ -321,6 +335,8 @@ def check_two_level(fn, mesh: Mesh) -> None:
                         "sum f32[m] (the all_gather's result), not a tuple")
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
         text = str(error)
+        if _through_hierarchy(error):
+            fail(exercise, _TWO_LEVEL_REFUSAL)
         if "context mesh" in text or ("mesh" in text and hasattr(fn, "__wrapped__")):
             fail(exercise, "my_two_level must be the function ONE device runs, x: f32[m] → "
                             "f32[m], written with jax.lax collectives; the check puts it in "

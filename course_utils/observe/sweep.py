@@ -74,11 +74,7 @@ PROTOCOL = (
 
 
 def _shard_map(mesh: Mesh, kernel, in_specs, out_specs):
-    # all_gather's result is marked varying by default (its transpose is a reduce-scatter), so
-    # out_specs=P() needs check_vma off (JAX 0.9 has no to="invarying")
-    return jax.jit(
-        jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    )
+    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
 
 
 def memcpy_bandwidth(mib_sizes=MEMCPY_MIB, tries: int = MEMCPY_TRIES) -> list[dict]:
@@ -135,7 +131,9 @@ def zero1_step(mesh: Mesh):
         start = jax.lax.axis_index(axis) * g_slice.size
         w_slice = jax.lax.dynamic_slice_in_dim(w, start, g_slice.size)
         w_slice, v_slice = momentum_update(w_slice, v_slice, g_slice, LR, BETA)
-        return jax.lax.all_gather(w_slice, axis, tiled=True), v_slice  # f32[n], f32[n/p]
+        # to="invarying": the gathered w is the same on every device, so out_specs=P() holds
+        w = jax.lax.all_gather(w_slice, axis, tiled=True, to="invarying")  # f32[n]
+        return w, v_slice  # v_slice: f32[n/p]
 
     return _shard_map(mesh, kernel, (P(axis, None), P(), P(axis)), (P(), P(axis)))
 

@@ -166,17 +166,22 @@ OUTLINE = (
         13, "13_hierarchical_all_reduce", PART_TWO,
         title="Hierarchical all-reduce on a two-axis mesh",
         line="a `(\"node\", \"local\")` mesh; reduce-scatter in the node, all-reduce across "
-             "nodes, all-gather in the node; who talks to whom in the compiled program; when the "
-             "two levels pay (model)",
+             "nodes, all-gather in the node, in one program; who talks to whom in the compiled "
+             "program; when the two levels pay (model)",
         exercise=Exercise(
-            task="the two-level all-reduce from three collectives",
-            check="check_two_level", minutes=20,
-            judges="every device against a flat sum, and the compiled program's device groups",
+            task="a two-level reduce-scatter in one program, each device ending with its own "
+                 "slice in the mesh's order (the page builds the all-reduce)",
+            check="check_two_level_scatter", minutes=25,
+            judges="every device against NumPy's slice of the sum, and the compiled program's "
+                   "device groups and bytes (inside the node first, 1/local across); the "
+                   "package's kernels refused",
             mistakes=(
-                Mistake("pmean across the nodes instead of psum",
-                        "use jax.lax.psum over 'node', not pmean"),
-                Mistake("the all-reduce across the nodes left out",
-                        "the all-reduce across the nodes (jax.lax.psum over 'node') is missing"),
+                Mistake("the two scatters chained without reordering the slices",
+                        "every device holds a slice of the sum, but not its own"),
+                Mistake("scattered across the nodes first",
+                        "works on the whole vector"),
+                Mistake("psum across the nodes instead of psum_scatter",
+                        "across the nodes too, reduce-scatter"),
             ),
         ),
     ),
@@ -244,16 +249,21 @@ OUTLINE = (
              "the collectives, the two-level all-reduce across link rates, 16- against 32-bit "
              "rings and bucketing, timed against the link model",
         exercise=Exercise(
-            task="a function that predicts the flat and the two-level all-reduce's time from the "
-                 "link rate",
-            check="check_link_prediction", minutes=20,
-            judges="within 3 %, at the saved run and at shapes never shown; the package's link "
-                   "model refused; names unit slips and tbf's headers",
+            task="a function that predicts the flat and the two-level reduce-scatter's time from "
+                 "the link rate (a collective whose link bytes the page never gives)",
+            check="check_reduce_scatter_times", minutes=20,
+            judges="within 3 %, at the saved 2 × 4 run and at shapes never shown; the package's "
+                   "link model refused; names unit slips, counted frame headers, the all-reduce's "
+                   "two passes",
             mistakes=(
                 Mistake("the link rate in bits taken for bytes",
                         "the rate is in bits per second: divide it by 8 for bytes"),
+                Mistake("the all-reduce's two passes counted",
+                        "that is an all-reduce's time: a reduce-scatter is one pass"),
                 Mistake("the devices of a host not sharing its link",
                         "devices of a host share its one link"),
+                Mistake("the frame headers counted",
+                        "you counted the frame headers"),
             ),
         ),
     ),
@@ -281,20 +291,23 @@ OUTLINE = (
         19, "19_overlap", PART_FOUR,
         title="Overlap: hiding the all-reduce behind the backward pass",
         line="the backward pass of a tower of layers, each bucket all-reduced on a second device "
-             "while the first computes; one program, one device and two devices timed on the "
-             "cluster against the bucketed model; the collective matmul three ways",
+             "while the first computes; the overlap predicted, then one program, one device and "
+             "two devices timed on the cluster; the one program as XLA:CPU compiles it; the "
+             "collective matmul three ways",
         exercise=Exercise(
-            task="the overlapped loop: each bucket's all-reduce dispatched on the second device "
-                 "right after its backward program",
-            check="check_overlapped_backward", minutes=15,
-            judges="your loop with the check's own programs: `jax.grad`, where each sum lies, the "
-                   "order the programs went out, no wait inside the loop; the package's loop "
-                   "refused",
+            task="the overlap column predicted before the table: the overlapped backward pass's "
+                 "time from its compute, its buckets' bytes, the link's rate and α",
+            check="check_overlap_prediction", minutes=20,
+            judges="within 2 %, at the saved run's numbers and at cases bound by the compute, the "
+                   "link and α that the page never shows; a loop or the closed form; the "
+                   "package's models refused",
             mistakes=(
-                Mistake("every bucket sent after the loop",
-                        "that is the schedule one after the other"),
-                Mistake("the gradient sent from the computing device",
-                        "move each gradient there first, jax.device_put(grad, progs.stream)"),
+                Mistake("compute + communication (no overlap)",
+                        "that is one after the other (compute + communication)"),
+                Mistake("max(compute, communication)",
+                        "max(compute, communication) leaves out the start and the end"),
+                Mistake("α paid once per all-reduce",
+                        "α is paid per message step"),
             ),
         ),
     ),

@@ -1,0 +1,97 @@
+"""Self-check for step 13's exercise: a two-level reduce-scatter in one program, the case the page
+never shows (its all-reduce ends with an all-gather; here each device keeps only its 1/p slice,
+and which slice depends on the order of the two scatters)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax import P
+from jax.sharding import Mesh
+
+from course_utils.checks.forbidden import uses_forbidden
+from course_utils.checks.helpers import fail, function_given, passed, tiled_hint
+from course_utils.collectives.hierarchy import hierarchical_all_reduce
+from course_utils.collectives.kernels import Kernel, reduce_scatter_gradient
+from course_utils.display import error_line
+from course_utils.observe.ir import collectives_in
+
+_REFUSAL = ("my_two_level_scatter uses the package's {}: write the two reduce-scatters "
+            "yourself, with jax.lax.psum_scatter")
+
+
+def _kernel(fn, mesh: Mesh):
+    spec = P(("node", "local"), None)
+    return jax.jit(jax.shard_map(lambda b: fn(b[0])[None], mesh=mesh, in_specs=spec,
+                                 out_specs=spec))
+
+
+def check_two_level_scatter(fn, mesh: Mesh) -> None:
+    """Exercise 13: ``fn(x)``, this device's f32[m] → its f32[m/p] slice of the sum over all
+    devices, slice k on the k-th device of the mesh's order (as a flat ``psum_scatter`` over
+    ``("node", "local")`` gives), in two levels: a reduce-scatter inside the node on the whole
+    vector, then one across the nodes on 1/local of it. Checked on every device and through the
+    compiled program's collectives, their device groups and bytes."""
+    exercise = "two-level reduce-scatter"
+    function_given(exercise, "my_two_level_scatter", fn)
+    if isinstance(fn, Kernel) or (name := uses_forbidden(
+            fn, [hierarchical_all_reduce, reduce_scatter_gradient])) is not None:
+        fail(exercise, _REFUSAL.format(name if not isinstance(fn, Kernel) else "kernels"))
+    nodes, local = mesh.shape["node"], mesh.shape["local"]
+    p = nodes * local
+    blocks = np.random.default_rng(13).standard_normal((p, 3 * p)).astype(np.float32)
+    kernel = _kernel(fn, mesh)
+    try:
+        got = np.asarray(kernel(blocks))
+    except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
+        fail(exercise, f"running my_two_level_scatter on every device raised "
+                       f"{error_line(error)}{tiled_hint(error, 'local or node')}")
+    chunks = blocks.sum(axis=0).reshape(p, -1)  # chunk k: what device k should hold
+    if got.shape != chunks.shape:
+        fail(exercise, f"each device should end with m/p = {chunks.shape[1]} values (its slice "
+                       f"of the sum), yours end with {got.shape[1:]}"
+                       + (": across the nodes too, reduce-scatter (psum_scatter), not psum"
+                          if got.shape[1:] == (3 * p // local,) else ""))
+    close = lambda a, b: np.allclose(a, b, rtol=1e-4, atol=1e-4)  # noqa: E731
+    if not close(got, chunks):
+        scatter_order = [j * nodes + i for i in range(nodes) for j in range(local)]
+        if close(got, chunks[scatter_order]):
+            fail(exercise, "every device holds a slice of the sum, but not its own: the device "
+                           "of node i, place j should hold slice i·local + j, as the flat "
+                           "reduce-scatter gives; yours follow the order of your two scatters "
+                           "(slice j·nodes + i). Put the vector's slices in the order the two "
+                           "scatters hand them out before you scatter")
+        if close(got * nodes, chunks) or close(got * p, chunks) or close(got * local, chunks):
+            fail(exercise, "every device holds a mean, not the sum: use psum_scatter, not pmean")
+        fail(exercise, "the values are wrong on some devices: each device must end with its "
+                       "slice of the sum over all devices of all nodes")
+    if nodes < 2 or local < 2:
+        print(f"NOT CHECKED: {exercise}: the values are right on every device, but on {nodes} "
+              f"node(s) of {local} device(s) the two levels are one; run with N_DEVICES = 4, 6 "
+              "or 8")
+        return
+    _judge_program(exercise, collectives_in(kernel, blocks).hlo, nodes, local, blocks.shape[1])
+    passed(exercise, f"reduce-scatter in {nodes} nodes of {local} on the whole vector, then "
+                     "across the nodes on 1/local of it, each device its own slice")
+
+
+def _judge_program(exercise: str, program, nodes: int, local: int, m: int) -> None:
+    """Fail unless the compiled program reduce-scatters the whole vector inside the nodes and
+    only 1/local of it across them."""
+    p = nodes * local
+    inside = [list(range(n * local, (n + 1) * local)) for n in range(nodes)]
+    across = [list(range(i, p, local)) for i in range(local)]
+    ops = [(o.op, o.replica_groups, o.bytes) for o in program]
+    if any(groups in ([list(range(p))], []) for _, groups, _ in ops):
+        fail(exercise, "the right slices, but through one collective over all devices: that is "
+                       "the flat schedule; use the axes 'local' and 'node' one at a time")
+    crossing = [b for op, groups, b in ops if groups == across]
+    if any(op == "all-reduce" for op, _, _ in ops):
+        fail(exercise, "the right slices, but with an all-reduce in the program: every device "
+                       "sends its whole share again; two reduce-scatters are the schedule")
+    if not any(op == "reduce-scatter" and groups == inside for op, groups, _ in ops):
+        fail(exercise, "the right slices, but nothing is reduce-scattered inside the nodes")
+    if crossing and max(crossing) * nodes > 4 * m // local:  # result bytes: 1/nodes of the input
+        fail(exercise, "the right slices, but the reduce-scatter across the nodes works on the "
+                       "whole vector: scatter inside the node ('local') first, so that only "
+                       "1/local of it crosses the network")

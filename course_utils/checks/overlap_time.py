@@ -1,0 +1,104 @@
+"""Step 19's exercise check: the overlapped backward pass's time predicted from its compute, its
+buckets' bytes, the link's rate and α (the table's overlap column, before the table is read)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
+
+TOLERANCE = 0.02  # relative: the slips below are at least 4 % off in one case of each
+
+
+def overlap_model_ms(compute_ms: float, bucket_bytes: float, buckets: int, hosts: int,
+                     bytes_per_s: float, alpha_s: float) -> float:
+    """The bucketed model: ``buckets`` equal buckets ready at equal steps over ``compute_ms``, each
+    a ring all-reduce over ``hosts`` (2(h-1) steps of α, 2(h-1)/h of its bytes), sent one at a
+    time as soon as it is ready and the previous one has ended: ms from the backward pass's start
+    to the last bucket's end."""
+    send_ms = 2 * (hosts - 1) * (alpha_s + bucket_bytes / hosts / bytes_per_s) * 1e3
+    return max(compute_ms + send_ms, compute_ms / buckets + buckets * send_ms)
+
+
+# (compute ms, bucket bytes, buckets, hosts, payload bytes/s, α): compute- and link-bound cases
+_CASES = ((600.0, 2**20, 16, 2, 2.5e7 * 0.9564, 4.5e-4),  # about the saved run at 200 Mbit/s
+          (600.0, 2**20, 16, 2, 1.25e8, 4.5e-4),  # compute-bound: the link is fast
+          (200.0, 4 * 2**20, 8, 4, 1.25e7, 1e-3),  # link-bound, 4 hosts
+          (900.0, 2**18, 32, 8, 1.25e9, 5e-5),  # compute-bound, 8 hosts, small buckets
+          (100.0, 2**14, 64, 8, 1.25e9, 2e-3))  # bound by α: many tiny buckets
+
+
+def check_overlap_prediction(fn, *, compute_ms: float, bucket_bytes: float, buckets: int,
+                             hosts: int, bytes_per_s: float, alpha_s: float) -> None:
+    """Exercise 19: ``fn(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s)`` → the
+    overlapped backward pass's modelled time in ms (``overlap_model_ms``, a loop over the buckets
+    or its closed form), within ``TOLERANCE`` at the exercise's numbers and at cases bound by the
+    compute and by the link that the notebook never shows. The package's models are refused."""
+    from course_utils.models.latency import bucketed_step_time, collective_time
+    from course_utils.results.overlap import modelled
+
+    exercise = "the overlap column predicted"
+    function_given(exercise, "my_overlap_ms", fn)
+    forbidden = (bucketed_step_time, collective_time, modelled, overlap_model_ms)
+    first = (compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s)
+    answers = []
+    for case in (first, *_CASES):
+        call = "my_overlap_ms({:g}, {:g}, {}, {}, {:.4g}, {:g})".format(*case)
+        got = number(call_without(
+            exercise, fn, case, forbidden=forbidden, call=call,
+            refusal="my_overlap_ms uses the package's {}, which computes the answer: follow "
+                    "the buckets yourself"))
+        if got is None or not np.isfinite(got):
+            fail(exercise, f"{call} must return one finite number of milliseconds")
+        answers.append((case, call, got))
+    for case, call, got in answers:
+        if not np.isclose(got, overlap_model_ms(*case), rtol=TOLERANCE):
+            where = "" if case is first else f" (a case the page never shows: {call})"
+            fail(exercise, f"{off_by(got, overlap_model_ms(*case))}{where}; {_slip(answers)}")
+    passed(exercise, f"{overlap_model_ms(*first):.0f} ms at the exercise's numbers; and "
+                     f"{len(_CASES)} cases bound by the compute, the link or α")
+
+
+def _slip(answers: list) -> str:
+    """The slip that explains the answers in every case (each candidate is the right model with
+    one thing changed), else how to follow the buckets."""
+    for why in _SLIPS:
+        if all(np.isclose(got, _SLIPS[why](*case), rtol=TOLERANCE / 2) for case, _, got in answers):
+            return why
+    return ("follow each bucket: ready at its share of the compute, sent at the later of that "
+            "and the previous bucket's end, for 2(h-1)·α + 2(h-1)/h·bytes/rate")
+
+
+def _with(c, nbytes, n, h, rate, alpha, *, alpha_steps=None, share=None, first=1.0):
+    """The model with one thing changed: α's steps, the bucket's share sent, the first bucket."""
+    steps = 2 * (h - 1) if alpha_steps is None else alpha_steps
+    part = 2 * (h - 1) / h if share is None else share
+    t = (steps * alpha + part * nbytes / rate) * 1e3
+    return max(c + t, first * c / n + n * t)
+
+
+def _send_ms(c, nbytes, n, h, rate, alpha):
+    return 2 * (h - 1) * (alpha + nbytes / h / rate) * 1e3
+
+
+_SLIPS = {
+    "that is one after the other (compute + communication): a bucket is sent while the layers "
+    "below it are still computed": lambda *a: a[0] + a[2] * _send_ms(*a),
+    "max(compute, communication) leaves out the start and the end: the first bucket is ready "
+    "only after its layer's compute, and the last one is sent after all compute":
+        lambda *a: max(a[0], a[2] * _send_ms(*a)),
+    "give milliseconds, not seconds": lambda *a: overlap_model_ms(*a) / 1e3,
+    "each bucket's ring pays α at each of its 2(h-1) message steps":
+        lambda *a: _with(*a, alpha_steps=0),
+    "α is paid per message step: 2(h-1) per all-reduce": lambda *a: _with(*a, alpha_steps=1),
+    "an all-reduce is two passes of the ring: 2(h-1)/h of the bucket, not (h-1)/h":
+        lambda *a: _with(*a, share=(a[3] - 1) / a[3]),
+    "a rank never sends its own chunk: the ring moves 2(h-1)/h of the bucket":
+        lambda *a: _with(*a, share=2),
+    "the buckets queue on the stream: each starts when it is ready AND the previous one has "
+    "ended, so a slow link piles them up": lambda *a: a[0] + _send_ms(*a),
+    "the first bucket is ready only after its layer's compute": lambda *a: _with(*a, first=0.0),
+    "that holds while the link limits; on a fast link the last bucket is ready only when the "
+    "compute ends, and then it is sent: take the later of the two ends":
+        lambda *a: a[0] / a[2] + a[2] * _send_ms(*a),
+}

@@ -1,0 +1,82 @@
+"""Step 19's exercise check: the overlap column predicted from compute, bytes, rate and α."""
+
+import numpy as np
+import pytest
+
+from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.overlap_time import check_overlap_prediction
+from course_utils.models.latency import bucketed_step_time, collective_time
+
+STEP_19 = {"compute_ms": 667.0, "bucket_bytes": 2**20, "buckets": 16, "hosts": 2,
+           "bytes_per_s": 2.5e7 * 1448 / 1514, "alpha_s": 4.5e-4}  # about its numbers
+
+
+def _loop(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s, *, first=1.0,
+          alpha_steps=None, share=None, queue=True):
+    """A student's loop over the buckets; the keywords make one slip each."""
+    steps = 2 * (hosts - 1) if alpha_steps is None else alpha_steps
+    part = 2 * (hosts - 1) / hosts if share is None else share
+    send_s = steps * alpha_s + part * bucket_bytes / bytes_per_s
+    end = 0.0
+    for i in range(buckets):
+        ready = (i + first) * compute_ms / 1e3 / buckets
+        end = (max(ready, end) if queue else ready) + send_s
+    return max(end, compute_ms / 1e3) * 1e3
+
+
+def _closed(c, nbytes, n, h, rate, alpha):
+    t = 2 * (h - 1) * alpha * 1e3 + 2 * (h - 1) / h * nbytes / rate * 1e3
+    return np.float32(max(c + t, c / n + n * t))
+
+
+@pytest.mark.parametrize("fn", [_loop, _closed, lambda *a: np.array(_loop(*a))])
+def test_right_answers_in_several_forms_pass(fn, capsys):
+    check_overlap_prediction(fn, **STEP_19)
+    assert "PASSED: the overlap column predicted" in capsys.readouterr().out
+
+
+def _send(nbytes, h, rate, alpha):
+    return 2 * (h - 1) * alpha * 1e3 + 2 * (h - 1) / h * nbytes / rate * 1e3
+
+
+def _serial(c, nbytes, n, h, rate, alpha):
+    return c + n * (2 * (h - 1) * alpha * 1e3 + 2 * (h - 1) / h * nbytes / rate * 1e3)
+
+
+def _max(c, nbytes, n, h, rate, alpha):
+    return max(c, n * (2 * (h - 1) * alpha * 1e3 + 2 * (h - 1) / h * nbytes / rate * 1e3))
+
+
+@pytest.mark.parametrize("fn, message", [
+    (None, "my_overlap_ms is not defined"),
+    (lambda *a: "soon", "must return one finite number of milliseconds"),
+    (lambda c, b: c, r"my_overlap_ms\(667, 1.04858e\+06, 16, 2, 2.391e\+07, 0.00045\) raised"),
+    (_serial, "that is one after the other"),
+    (_max, "max\\(compute, communication\\) leaves out the start and the end"),
+    (lambda *a: _loop(*a) / 1e3, "milliseconds, not seconds"),
+    (lambda *a: _loop(*a, alpha_steps=0), "pays α at each of its 2\\(h-1\\) message steps"),
+    (lambda *a: _loop(*a, alpha_steps=1), "α is paid per message step"),
+    (lambda *a: _loop(*a, share=(a[3] - 1) / a[3]), "two passes of the ring"),
+    (lambda *a: _loop(*a, share=2), "never sends its own chunk"),
+    (lambda *a: _loop(*a, queue=False), "the buckets queue on the stream"),
+    (lambda *a: _loop(*a, first=0.0), "ready only after its layer's compute"),
+    (lambda *a: 758.0, "a case the page never shows"),
+    (lambda c, nbytes, n, h, rate, alpha: c / n + n * _send(nbytes, h, rate, alpha),
+     "that holds while the link limits"),
+])
+def test_each_slip_is_named(fn, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check_overlap_prediction(fn, **STEP_19)
+
+
+@pytest.mark.parametrize("fn, name", [
+    (lambda c, nbytes, n, h, rate, alpha: bucketed_step_time(
+        [nbytes] * n, nbytes, ranks=h, alpha_s=alpha, bandwidth_bytes_per_s=rate,
+        backward_s=c / 1e3) * 1e3, "bucketed_step_time"),
+    (lambda c, nbytes, n, h, rate, alpha: max(
+        c + (t := collective_time(nbytes, h, alpha_s=alpha, bandwidth_bytes_per_s=rate) * 1e3),
+        c / n + n * t), "collective_time"),
+])
+def test_the_package_model_is_refused(fn, name):
+    with pytest.raises(ExerciseFailed, match=f"uses the package's {name}, which computes"):
+        check_overlap_prediction(fn, **STEP_19)

@@ -1,0 +1,67 @@
+"""Step 13's exercise check: the two-level reduce-scatter in one program."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from course_utils import hierarchical_all_reduce, node_local_mesh
+from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.hierarchy import check_two_level_scatter
+
+
+def _reordered(x):
+    nodes, local = jax.lax.axis_size("node"), jax.lax.axis_size("local")
+    x = x.reshape(nodes, local, -1).transpose(1, 0, 2).reshape(-1)  # slices in scatter order
+    mine = jax.lax.psum_scatter(x, "local", tiled=True)  # f32[m/local], inside the node
+    return jax.lax.psum_scatter(mine, "node", tiled=True)  # f32[m/p], across the nodes
+
+
+def _by_swapaxes(x):
+    n, local = jax.lax.axis_size("node"), jax.lax.axis_size("local")
+    x = jnp.swapaxes(x.reshape(n, local, x.shape[0] // (n * local)), 0, 1).ravel()
+    return jax.lax.psum_scatter(jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True)
+
+
+def _scatter_dimension(x):  # a 2-D view: scatter rows of local, then rows of node
+    nodes, local = jax.lax.axis_size("node"), jax.lax.axis_size("local")
+    x = x.reshape(nodes, local, -1)
+    mine = jax.lax.psum_scatter(x, "local", scatter_dimension=1, tiled=True)  # [nodes, 1, m/p]
+    return jax.lax.psum_scatter(mine, "node", scatter_dimension=0, tiled=True).ravel()
+
+
+@pytest.mark.parametrize("fn", [_reordered, _by_swapaxes, _scatter_dimension])
+def test_right_answers_in_several_forms_pass(fn, capsys):
+    check_two_level_scatter(fn, node_local_mesh(2))
+    assert "PASSED: two-level reduce-scatter" in capsys.readouterr().out
+
+
+def _in_scatter_order(x):
+    return jax.lax.psum_scatter(jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (None, "my_two_level_scatter is not defined"),
+    (_in_scatter_order, "every device holds a slice of the sum, but not its own"),
+    (lambda x: jax.lax.psum_scatter(x, ("node", "local"), tiled=True), "the flat schedule"),
+    (lambda x: jax.lax.psum_scatter(jax.lax.psum_scatter(x, "node", tiled=True), "local",
+                                    tiled=True), "works on the whole vector"),
+    (lambda x: jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True), "node"),
+     "across the nodes too, reduce-scatter"),
+    (lambda x: _reordered(x) / 4, "a mean, not the sum"),
+    (lambda x: x[: x.shape[0] // 4], "the values are wrong"),
+    (lambda x: jax.lax.psum_scatter(x, "local"), "raised"),
+    (hierarchical_all_reduce(node_local_mesh(2)), "uses the package's"),
+    (lambda x: hierarchical_all_reduce(node_local_mesh(2))(x), "uses the package's "
+                                                               "hierarchical_all_reduce"),
+])
+def test_each_slip_is_named(fn, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check_two_level_scatter(fn, node_local_mesh(2))
+
+
+def test_on_nodes_of_one_device_the_values_are_checked_and_the_schedule_is_not(capsys):
+    mesh = node_local_mesh(jax.device_count())  # one device per node: the levels are one
+    check_two_level_scatter(_reordered, mesh)
+    assert "NOT CHECKED: two-level reduce-scatter: the values are right" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match="a mean, not the sum"):
+        check_two_level_scatter(lambda x: _reordered(x) / jax.device_count(), mesh)
