@@ -341,3 +341,14 @@ def test_ring_reduce_scatter_leaves_chunk_i_summed_on_device_i(p):
     data = ring_reduce_scatter_figure_data(p)
     validate_figure_data(data)
     assert [row[i] for i, row in enumerate(data["panels"][-1]["cells"])] == [p] * p
+
+
+@pytest.mark.parametrize("high, two_and_five", [(2e4, True), (2e6, False)])
+def test_a_log_axis_of_two_decades_labels_two_and_five_too(high, two_and_five):
+    panel = {"kind": "line", "title": "t", "x": [1, 2, 3], "yscale": "log", "xlabel": "x",
+             "ylabel": "µs", "series": [{"label": "a", "y": [150.0, 1e3, high]}]}
+    ax = plot_figure({"panels": [panel]}).axes[0]
+    low, top = ax.get_ylim()
+    shown = {t.get_text() for t in ax.get_yticklabels() if low <= t.get_position()[1] <= top}
+    assert {"1000", "10k"} <= shown
+    assert ({"200", "500", "2000", "5000"} <= shown) == two_and_five

@@ -12,6 +12,7 @@ from course_utils.checks import (
     check_break_even,
     check_bucket_model,
     check_budget_row,
+    check_busbw_prediction,
     check_error_feedback,
     check_link_prediction,
     check_local_sgd_bytes,
@@ -208,6 +209,16 @@ CASES = {
     ),
     (16, "one pass of the ring counted"): lambda: check_local_sgd_bytes(
         lambda nbytes, p, steps, h: steps // h * (p - 1) / p * nbytes
+    ),
+    (10, "the algorithm bandwidth S/t given as the bus bandwidth"): lambda: (
+        check_busbw_prediction(lambda s, a, b, k, p: s / (a + s / b) / 1e9)
+    ),
+    (10, "p where the bus factor has p − 1"): lambda: check_busbw_prediction(
+        lambda s, a, b, k, p: s / (a + s / b) / 1e9 * (2 if k == "all_reduce" else 1)
+    ),
+    (10, "the rate in bits, not bytes"): lambda: check_busbw_prediction(
+        lambda s, a, b, k, p: 8 * s / (a + s / b) / 1e9 * (p - 1) / p * (
+            2 if k == "all_reduce" else 1)
     ),
     (17, "the link rate in bits taken for bytes"): lambda: check_link_prediction(
         _link(1 / 8, 1 / 8), **STEP17

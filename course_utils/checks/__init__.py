@@ -18,6 +18,7 @@ from course_utils.checks.budget import check_budget_row
 from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.lab import check_busbw_prediction
 from course_utils.checks.links import check_link_prediction
 from course_utils.checks.overlap import check_overlapped_backward
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
@@ -33,6 +34,7 @@ __all__ = [
     "check_balanced_rows",
     "check_break_even",
     "check_bucket_model",
+    "check_busbw_prediction",
     "check_budget_row",
     "check_error_feedback",
     "check_joint_permutation",

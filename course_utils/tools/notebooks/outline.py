@@ -114,8 +114,21 @@ OUTLINE = (
     StepOutline(
         10, "10_performance_lab", PART_ONE,
         title="Performance lab: measured collectives against the model",
-        line="a live mini-sweep and the saved `course bench` run, read against the α-β and ring "
-             "models",
+        line="the saved `course bench` run; T = α + S/B fitted and a bus bandwidth computed by "
+             "hand, read against the α-β and ring models",
+        exercise=Exercise(
+            task="predict the bus bandwidth of any collective and p from a fit of T = α + S/B",
+            check="check_busbw_prediction", minutes=10,
+            judges="at sizes, fits, collectives and device counts the notebook never uses; "
+                   "`fit_alpha_beta`, `busbw_gbps` and `bus_factor` refused",
+            mistakes=(
+                Mistake("the algorithm bandwidth S/t given as the bus bandwidth",
+                        "that is the algorithm bandwidth S/t"),
+                Mistake("p where the bus factor has p − 1",
+                        "the factor has p − 1 where you have p"),
+                Mistake("the rate in bits, not bytes", "GB/s counts bytes, not bits"),
+            ),
+        ),
     ),
     StepOutline(
         11, "11_ring_by_hand", PART_TWO,
