@@ -61,16 +61,18 @@ OUTLINE = (
         title="Timing completed calls, and the idealized ring payload",
         line="timing completed calls; the idealized ring payload (48 and 24 bytes); the figure",
         exercise=Exercise(
-            task="write the rule for the bytes one device stores after each collective, for any "
-                 "size and p",
+            task="write the rule for the bytes one device holds when each collective returns, "
+                 "its input and its output, for any size and p",
             check="check_stored_bytes_rule", minutes=15,
-            judges="runs the kernels on meshes and sizes the notebook never used, reads device "
-                   "0's shards",
+            judges="runs the collectives on meshes and sizes the notebook never used, reads "
+                   "device 0's input and output shards",
             mistakes=(
-                Mistake("the whole vector counted as stored after a reduce-scatter",
+                Mistake("the whole vector counted as held after a reduce-scatter",
                         "after reduce-scatter each device keeps one slice of the sum"),
-                Mistake("what a ring sends counted instead of what a device stores",
+                Mistake("what a ring sends counted instead of what a device holds",
                         "that is what a ring sends per rank, not what a device keeps"),
+                Mistake("the input block left out",
+                        "the input block is still on the device when the call returns"),
             ),
         ),
     ),
