@@ -415,27 +415,29 @@ def test_predicted_shard_shapes_of_a_transpose_name_the_likely_mistake(setup):
     assert "(2, 16)" not in str(failed.value)
 
 
+def _held(all_reduce=None, reduce_scatter=None, all_gather=None):
+    """The right rule (input and output blocks), with any entry replaced by ``f(n, p)``."""
+    right = {"all_reduce": lambda n, p: 2 * n, "reduce_scatter": lambda n, p: n + n / p,
+             "all_gather": lambda n, p: n / p + n}
+    given = {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter, "all_gather": all_gather}
+    return lambda n, p: {k: (given[k] or f)(n, p) for k, f in right.items()}
+
+
 @pytest.mark.parametrize(
     "rule, match",
     [
-        (lambda n, p: {"all_reduce": n / p, "reduce_scatter": n / p, "all_gather": n},
-         "every device holds the whole"),
-        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p / 4, "all_gather": n},
-         r"bytes \(4 per float32"),
-        (lambda n, p: {"all_reduce": n, "reduce_scatter": (p - 1) * n / p, "all_gather": n},
-         "what a ring sends per rank"),
-        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": str(n)},
-         "give a number of bytes"),
-        (lambda n, p: {"all_reduce": 8 * n, "reduce_scatter": n / p, "all_gather": n},
-         "bytes, not bits"),
-        (lambda n, p: {"all_reduce": n / 2**20, "reduce_scatter": n / p, "all_gather": n},
-         "not KiB or MiB"),
-        (lambda n, p: {"all_reduce": n * p, "reduce_scatter": n / p, "all_gather": n},
-         "not all 2 together"),
-        (lambda n, p: {"all_reduce": float("nan"), "reduce_scatter": n / p, "all_gather": n},
-         "finite number"),
-        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n, "psum": n},
-         "'psum' is not asked for$"),
+        (_held(all_reduce=lambda n, p: n + n / p), "every device holds the whole"),
+        (_held(reduce_scatter=lambda n, p: (n + n / p) / 4), r"bytes \(4 per float32"),
+        (_held(reduce_scatter=lambda n, p: n + (p - 1) * n / p), "what a ring sends per rank"),
+        (_held(all_gather=lambda n, p: str(n)), "give a number of bytes"),
+        (_held(all_reduce=lambda n, p: 16 * n), "bytes, not bits"),
+        (_held(all_reduce=lambda n, p: 2 * n / 2**20), "not KiB or MiB"),
+        (_held(all_reduce=lambda n, p: 2 * n * p), "not all 4 together"),
+        (_held(all_reduce=lambda n, p: n), "the input block is still on the device"),
+        (_held(reduce_scatter=lambda n, p: n), "count the output too"),
+        (_held(all_gather=lambda n, p: 2 * n), "starts from the reduce-scattered slice"),
+        (_held(all_reduce=lambda n, p: float("nan")), "finite number"),
+        (lambda n, p: {**_held()(n, p), "psum": n}, "'psum' is not asked for$"),
         (lambda n, p: n, "must be a dict with the keys all_gather, all_reduce, reduce_scatter"),
     ],
 )
@@ -447,37 +449,29 @@ def test_stored_bytes_rule_names_the_likely_mistake(rule, match):
 
 def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
     devices = jax.devices()
-
-    def right(n_bytes, p):
-        return {"all_reduce": n_bytes, "reduce_scatter": n_bytes / p, "all_gather": n_bytes}
-
-    check_stored_bytes_rule(right, devices)  # floats from "/" are accepted
-    assert "48 B on p = 4" in capsys.readouterr().out
+    check_stored_bytes_rule(_held(), devices)  # floats from "/" are accepted
+    assert "48 B on p = 4 and 24 B on p = 2" in capsys.readouterr().out
     check_stored_bytes_rule(
-        lambda n, p: {"all_reduce": np.int64(n), "reduce_scatter": n // p, "all_gather": n},
+        lambda n, p: {"all_reduce": np.int64(2 * n), "reduce_scatter": n + n // p,
+                      "all_gather": [n // p + n][0]},
         devices,
     )
     wrong = [
-        (lambda n, p: {"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32},
-         "a 24-byte gradient on p = 2: all_reduce"),  # the notebook's numbers, copied
-        (lambda n, p: {"all_reduce": n, "reduce_scatter": n, "all_gather": n},
-         "keeps one slice of the sum"),
-        (lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n / p},
-         "every device holds the whole"),
-        (lambda n, p: {"all_reduce": 2 * (p - 1) * n / p, "reduce_scatter": n / p,
-                       "all_gather": n}, "what a ring sends per rank"),
+        (lambda n, p: {"all_reduce": 64, "reduce_scatter": 40, "all_gather": 40},
+         "a 48-byte gradient on p = 4: all_reduce"),  # the notebook's numbers, copied
+        (_held(reduce_scatter=lambda n, p: 2 * n), "keeps one slice of the sum"),
         (lambda n, p: {"all_reduce": n}, "it lacks 'all_gather', 'reduce_scatter'"),
-        (lambda n: {"all_reduce": n}, r"stored_bytes\(24, 2\) raised TypeError"),
-        ({"all_reduce": 32, "reduce_scatter": 8, "all_gather": 32}, "must be a function"),
+        (lambda n: {"all_reduce": n}, r"stored_bytes\(48, 4\) raised TypeError"),
+        ({"all_reduce": 64, "reduce_scatter": 40, "all_gather": 40}, "must be a function"),
         (None, "stored_bytes is not defined"),
     ]
     for rule, match in wrong:
         with pytest.raises(ExerciseFailed, match=match):
             check_stored_bytes_rule(rule, devices)
     with pytest.raises(ExerciseFailed, match="the device list was changed after setup"):
-        check_stored_bytes_rule(right, devices[:1])  # a one-device list from a rebound name
+        check_stored_bytes_rule(_held(), devices[:1])  # a one-device list from a rebound name
     with pytest.raises(ExerciseFailed, match="right for p = 4, not for p = 2: use the argument p"):
-        check_stored_bytes_rule(lambda n, p: right(n, 4), devices)
+        check_stored_bytes_rule(lambda n, p: _held()(n, 4), devices)
 
 
 def _two_state_step(mesh, update=None, *, collective="psum_scatter", lr=0.1, b1=0.9, b2=0.999,

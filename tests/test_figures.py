@@ -370,3 +370,14 @@ def test_the_tradeoff_axis_has_a_tick_at_data_parallelism():
 
     ticks = tradeoff_figure_data(saved_strategy_results())["panels"][0]["x"]
     assert 1.0 in ticks and all(b == 2 * a for a, b in zip(ticks, ticks[1:]))
+
+
+@pytest.mark.parametrize("high, two_and_five", [(2e4, True), (2e6, False)])
+def test_a_log_axis_of_two_decades_labels_two_and_five_too(high, two_and_five):
+    panel = {"kind": "line", "title": "t", "x": [1, 2, 3], "yscale": "log", "xlabel": "x",
+             "ylabel": "µs", "series": [{"label": "a", "y": [150.0, 1e3, high]}]}
+    ax = plot_figure({"panels": [panel]}).axes[0]
+    low, top = ax.get_ylim()
+    shown = {t.get_text() for t in ax.get_yticklabels() if low <= t.get_position()[1] <= top}
+    assert {"1000", "10k"} <= shown
+    assert ({"200", "500", "2000", "5000"} <= shown) == two_and_five

@@ -76,12 +76,32 @@ def global_inputs(mesh):
 """
 
 
+OWN_CHECK = """
+from course_utils import all_gather_shards, reduce_scatter_gradient
+
+def run_kernels(mesh, arrays):
+    g = reduce_scatter_gradient(mesh)(arrays["x"], arrays["y"], arrays["w"])
+    return {"all_gather_shards": (all_gather_shards(mesh), (g,), all_gather_shards(mesh)(g))}
+
+def check_shards(mesh, results):
+    return {"all_gather_shards": {"max_error": 7.0, "passed": False, "shards_checked": 2}}
+"""
+
+
 def test_a_program_file_replaces_the_join_and_the_inputs(tmp_path, course):
     # notebook 09 writes its own per-process program; every process must use it, checks included
     wrong = tmp_path / "wrong.py"
     wrong.write_text(WRONG_PROGRAM)
     status, output = course("launch", *TWO_BY_TWO, "--program", str(wrong))
     assert status == 1 and "wrong values on this process's shards" in output, output
+    own = tmp_path / "own_check.py"  # the program's own kernels and check are the ones used
+    own.write_text(WRONG_PROGRAM.replace("+ 1", "") + OWN_CHECK)
+    status, output = course("launch", *TWO_BY_TWO, "--program", str(own))
+    assert status == 1 and "all_gather_shards 7.00e+00" in output, output
+    half = tmp_path / "half.py"
+    half.write_text(WRONG_PROGRAM + "def run_kernels(mesh, arrays):\n    return {}\n")
+    status, output = course("launch", *TWO_BY_TWO, "--program", str(half))
+    assert status == 1 and "both run_kernels and check_shards, or neither" in output, output
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")
     status, output = course("launch", *TWO_BY_TWO, "--program", str(empty))

@@ -21,6 +21,7 @@ from course_utils.checks import (
     check_break_even,
     check_bucket_model,
     check_budget_row,
+    check_busbw_prediction,
     check_error_feedback,
     check_joint_permutation,
     check_local_sgd_h,
@@ -180,16 +181,21 @@ STEP20 = dict(dp_steps=140, dp_bytes=6.7e6, scheme_steps=100, scheme_bytes=2.7e5
 STEP18 = dict(weights=1_114_112, hosts=2, devices=2, rate_bits=2e8, alpha_s=4e-4,
               flops_per_s=3e10)
 CASES = {
-    (5, "the whole vector counted as stored after a reduce-scatter"): lambda: (
+    (5, "the whole vector counted as held after a reduce-scatter"): lambda: (
         check_stored_bytes_rule(
-            lambda n, p: {"all_reduce": n, "reduce_scatter": n, "all_gather": n}, jax.devices()
-        )
-    ),
-    (5, "what a ring sends counted instead of what a device stores"): lambda: (
-        check_stored_bytes_rule(
-            lambda n, p: {"all_reduce": n, "reduce_scatter": (p - 1) * n / p, "all_gather": n},
+            lambda n, p: {"all_reduce": 2 * n, "reduce_scatter": 2 * n, "all_gather": n + n / p},
             jax.devices(),
         )
+    ),
+    (5, "what a ring sends counted instead of what a device holds"): lambda: (
+        check_stored_bytes_rule(
+            lambda n, p: {"all_reduce": 2 * (p - 1) * n / p, "reduce_scatter": (p - 1) * n / p,
+                          "all_gather": (p - 1) * n / p},
+            jax.devices(),
+        )
+    ),
+    (5, "the input block left out"): lambda: check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n}, jax.devices()
     ),
     (8, "one pass of the ring counted for the all-reduce"): lambda: check_budget_row(
         lambda nbytes, p: {
@@ -250,6 +256,16 @@ CASES = {
     ),
     (16, "one pass of the ring counted"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: steps // (budget // ((p - 1) / p * nbytes) + 1) + 1
+    ),
+    (10, "the algorithm bandwidth S/t given as the bus bandwidth"): lambda: (
+        check_busbw_prediction(lambda s, a, b, k, p: s / (a + s / b) / 1e9)
+    ),
+    (10, "p where the bus factor has p − 1"): lambda: check_busbw_prediction(
+        lambda s, a, b, k, p: s / (a + s / b) / 1e9 * (2 if k == "all_reduce" else 1)
+    ),
+    (10, "the rate in bits, not bytes"): lambda: check_busbw_prediction(
+        lambda s, a, b, k, p: 8 * s / (a + s / b) / 1e9 * (p - 1) / p * (
+            2 if k == "all_reduce" else 1)
     ),
     (16, "the notebook's n and p instead of the arguments"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: steps // (budget // (1.5 * 4 * 10752) + 1) + 1

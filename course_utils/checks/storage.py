@@ -1,4 +1,5 @@
-"""Self-checks of steps 04 and 05: predicted shard shapes, and a rule for stored bytes."""
+"""Self-checks of steps 04 and 05: predicted shard shapes, and a rule for the bytes a device
+holds while a collective returns."""
 
 from __future__ import annotations
 
@@ -20,14 +21,9 @@ from course_utils.checks.helpers import (
     same_device_count,
     unit_causes,
 )
-from course_utils.collectives.kernels import (
-    all_gather_shards,
-    all_reduce_gradient,
-    reduce_scatter_gradient,
-)
+from course_utils.collectives.kernels import block_collective
 from course_utils.display import error_line
 from course_utils.observe.placement import values_per_device
-from course_utils.problems.regression import toy_regression
 
 
 def _split_hint(guess: list, block: tuple, whole: tuple) -> str:
@@ -74,53 +70,67 @@ def check_predicted_shard_shapes(predicted, array) -> None:
     passed(exercise, f"{blocks} of {actual[0][1]}")
 
 
-def _stored_mismatch(exercise: str, predicted: dict, measured: dict, where: str = "") -> None:
-    """Fail on the first entry of ``predicted`` that differs from the ``measured`` bytes, naming
-    every likely cause that fits the number."""
-    whole = max(measured.values())  # the whole gradient, after all-reduce
-    ranks = whole // min(measured.values())
-    for key, value in measured.items():
+def _held_mismatch(exercise: str, predicted: dict, n: int, p: int, where: str = "") -> None:
+    """Fail on the first entry of ``predicted`` that differs from the bytes device 0 holds when
+    each call returns (its input block and its output, ``_held``), naming every likely cause that
+    fits the number."""
+    for key, (given_in, given_out) in _held(n, p).items():
+        value = given_in + given_out
         got = number(predicted[key])
         if got is None:
             fail(exercise, f"{where}{key}: give a number of bytes, got {predicted[key]!r}")
-        if not math.isclose(got, value, abs_tol=1e-9):
-            causes = []  # every likely cause that fits the number (with p = 4, two can)
-            if value == whole and ranks > 1 and math.isclose(got * ranks, whole):
-                name = key.replace("_", "-")
-                causes.append(f"after {name} every device holds the whole gradient")
-            if value < whole and math.isclose(got, whole):
-                causes.append("after reduce-scatter each device keeps one slice of the sum")
-            passes = 2 if key == "all_reduce" else 1
-            if ranks > 1 and math.isclose(got * ranks, passes * (ranks - 1) * whole):
-                causes.append("that is what a ring sends per rank, not what a device keeps")
-            causes += unit_causes(got, value)
-            if ranks > 1 and math.isclose(got, value * ranks):
-                causes.append(f"count what one device holds, not all {ranks} together")
-            if value < whole and math.isclose(got * 2, whole):
-                causes.append("reduce-scatter splits the sum into one slice per device, not two")
-            hint = "; ".join([off_by(got, value), *([" — or ".join(causes)] if causes else [])])
-            fail(exercise, f"{where}{key}: {hint}")
+        if math.isclose(got, value, abs_tol=1e-9):
+            continue
+        name = key.replace("_", "-")
+        causes = []  # every likely cause that fits the number
+        if math.isclose(got, given_out):
+            causes.append("the input block is still on the device when the call returns "
+                          "(nothing is donated): count it too")
+        elif math.isclose(got, given_in):
+            causes.append("count the output too, not only the input block")
+        if key == "reduce_scatter" and math.isclose(got, given_in + n):
+            causes.append("after reduce-scatter each device keeps one slice of the sum")
+        if key != "reduce_scatter" and math.isclose(got, given_in + n / p):
+            causes.append(f"after {name} every device holds the whole gradient")
+        if key == "all_gather" and math.isclose(got, 2 * n):
+            causes.append("the all-gather starts from the reduce-scattered slice, not the "
+                          "whole gradient")
+        sent = (2 if key == "all_reduce" else 1) * (p - 1) * n / p
+        if any(math.isclose(got, x) for x in (sent, given_in + sent)):
+            causes.append("that is what a ring sends per rank, not what a device keeps")
+        causes += unit_causes(got, value)
+        if math.isclose(got, value * p):
+            causes.append(f"count what one device holds, not all {p} together")
+        hint = "; ".join([off_by(got, value), *([" — or ".join(causes)] if causes else [])])
+        fail(exercise, f"{where}{key}: {hint}")
 
 
-def _uses_other_p(predicted: dict, measured: dict, p_other: int) -> bool:
+def _held(n: int, p: int) -> dict:
+    """The (input, output) bytes device 0 holds for each collective of an ``n``-byte gradient on
+    ``p`` devices, as the check measured them: the all-reduce and the reduce-scatter start from a
+    whole partial gradient per device, the all-gather from the reduce-scattered slice."""
+    return {"all_reduce": (n, n), "reduce_scatter": (n, n / p), "all_gather": (n / p, n)}
+
+
+def _uses_other_p(predicted: dict, n: int, p_other: int) -> bool:
     """Whether ``predicted`` is the rule's answer for ``p_other`` devices instead of the p the
-    bytes were measured on: the reduce-scatter slice is N/p_other, the rest right."""
-    n = measured["all_reduce"]
+    bytes were measured on."""
     values = [number(predicted.get(k)) for k in ("all_reduce", "reduce_scatter", "all_gather")]
     return None not in values and all(math.isclose(a, b) for a, b in zip(
-        values, (n, n / p_other, n)))
+        values, (sum(v) for v in _held(n, p_other).values())))
 
 
-def _measured_bytes(arrays: dict) -> dict:
-    return {key: values_per_device(a) * a.dtype.itemsize for key, a in arrays.items()}
+def _bytes_on_device_0(array) -> int:
+    return values_per_device(array) * array.dtype.itemsize
 
 
 def check_stored_bytes_rule(stored_bytes, devices) -> None:
-    """Exercise 05: the student's rule ``stored_bytes(gradient_bytes, p)`` (a dict of bytes one
-    device stores after all-reduce, reduce-scatter and the all-gather of its result) against
-    bytes measured on meshes of 2 and of all ``devices``, for gradient sizes the notebook never
-    showed, so a dict of numbers copied from a run cannot pass."""
-    exercise = "bytes one device stores"
+    """Exercise 05: the student's rule ``stored_bytes(gradient_bytes, p)``, a dict of the bytes
+    device 0 holds when each collective returns, its input block and its output both (nothing
+    donated): all-reduce and reduce-scatter of the per-device partial gradients, and the
+    all-gather of the reduce-scattered result. Judged against bytes measured on meshes of 2 and
+    of all ``devices``, for gradient sizes the notebook never showed."""
+    exercise = "bytes one device holds"
     same_device_count(exercise, len(devices), "the device list")
     given(exercise, "stored_bytes", stored_bytes, "define a function stored_bytes(n_bytes, p)")
     if not callable(stored_bytes):
@@ -128,25 +138,29 @@ def check_stored_bytes_rule(stored_bytes, devices) -> None:
                        f"{type(stored_bytes).__name__}: the check calls it for other sizes")
     keys = ("all_reduce", "reduce_scatter", "all_gather")
     checked = []
-    for p in sorted({min(2, len(devices)), len(devices)}):
+    for p in sorted({min(2, len(devices)), len(devices)}, reverse=True):  # p = 2 hides slips
         mesh = Mesh(np.array(list(devices)[:p]), ("data",))
-        specs = (P("data", None), P("data"), P())
         n_values = 3 * p  # a size the notebook's gradient (2p values) does not have
-        args = [jax.device_put(a, NamedSharding(mesh, s))
-                for a, s in zip(toy_regression(2 * p, n_values), specs)]
-        scattered = reduce_scatter_gradient(mesh)(*args)
-        arrays = {"all_reduce": all_reduce_gradient(mesh)(*args), "reduce_scatter": scattered,
-                  "all_gather": all_gather_shards(mesh)(scattered)}
+        rng = np.random.default_rng(n_values)
+        partials = jax.device_put(rng.standard_normal((p, n_values), dtype=np.float32),
+                                  NamedSharding(mesh, P("data", None)))
+        runs = {kind: block_collective(mesh, kind) for kind in keys}
+        scattered = runs["reduce_scatter"](partials)
+        inputs = {"all_reduce": partials, "reduce_scatter": partials, "all_gather": scattered}
         n_bytes = 4 * n_values
+        measured = {k: _bytes_on_device_0(a) + _bytes_on_device_0(runs[k](a))
+                    for k, a in inputs.items()}
+        if measured != {k: sum(v) for k, v in _held(n_bytes, p).items()}:
+            raise RuntimeError(f"the kernels held {measured} bytes on device 0, not the "
+                               "input and output blocks this check expects")
         try:
             predicted = stored_bytes(n_bytes, p)
         except Exception as err:  # the student's error, shown as one line
             fail(exercise, f"stored_bytes({n_bytes}, {p}) raised {error_line(err)}")
         check_keys(exercise, f"stored_bytes({n_bytes}, {p})", predicted, keys)
-        measured = _measured_bytes(arrays)
-        if p != len(devices) and _uses_other_p(predicted, measured, len(devices)):
+        if p != len(devices) and _uses_other_p(predicted, n_bytes, len(devices)):
             fail(exercise, f"stored_bytes({n_bytes}, {p}) is right for p = {len(devices)}, not "
                  f"for p = {p}: use the argument p, not N_DEVICES")
-        _stored_mismatch(exercise, predicted, measured, f"a {n_bytes}-byte gradient on p = {p}: ")
+        _held_mismatch(exercise, predicted, n_bytes, p, f"a {n_bytes}-byte gradient on p = {p}: ")
         checked.append(f"{n_bytes} B on p = {p}")
     passed(exercise, f"measured on device 0 for {' and '.join(checked)}")

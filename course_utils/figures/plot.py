@@ -83,15 +83,15 @@ def _log2_ticks(ax, x: Sequence[float], unit: str | None) -> None:
 
 
 def _decades(axis) -> None:
-    """A log₁₀ y axis: a labelled tick at every decade; at 2 and 5 too where fewer than two
-    decades are in view."""
+    """A log₁₀ y axis: a labelled tick at every decade; at 2 and 5 too where fewer than three
+    decades are in view (so that a value read off the axis has a label near it)."""
     import math
 
     from matplotlib.ticker import LogLocator, NullFormatter
 
     low, high = sorted(axis.axes.get_ylim())  # forces the autoscale the data asks for
     decades = math.floor(math.log10(high)) - math.ceil(math.log10(max(low, 1e-300))) + 1
-    few = decades < 2  # one decade tick or none in view: label 2 and 5 too
+    few = decades < 3  # two decade ticks or fewer in view: label 2 and 5 too
     axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5) if few else (1,), numticks=30))
     axis.set_minor_locator(LogLocator(base=10, subs=range(2, 10), numticks=30))
     axis.set_major_formatter(_plain_formatter())

@@ -7,7 +7,9 @@ these. Each process joins and fills only its own shards of the global arrays (wi
 ``join_runtime`` and ``global_inputs``, or with the functions ``join`` and ``global_inputs`` of
 ``FILE``, the per-process program notebook 09 writes), runs the course kernels over all N·D devices
 (collectives go through gloo on 127.0.0.1), compares every addressable shard with the NumPy
-reference and prints one JSON line. A failure is one line on stderr and a non-zero exit status.
+reference (with ``run_kernels`` and ``check_results`` below, or with ``FILE``'s ``run_kernels``
+and ``check_shards`` where it defines them) and prints one JSON line. A failure is one line on
+stderr and a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ def fail(message: str, status: int) -> None:
 
 def load_program(path: str) -> ModuleType:
     """The per-process program in ``path``: a module with ``join(coordinator, process_id,
-    processes, devices_per_process, *, timeout_s)`` and ``global_inputs(mesh)``, or exit with one
-    readable line.
+    processes, devices_per_process, *, timeout_s)`` and ``global_inputs(mesh)`` (and, optionally,
+    ``run_kernels(mesh, arrays)`` returning ``{name: (fn, args, result)}`` and
+    ``check_shards(mesh, results)`` returning ``{name: {max_error, passed, shards_checked}}``),
+    or exit with one readable line.
     """
     spec = importlib.util.spec_from_file_location("per_process", path)
     try:
@@ -78,6 +82,10 @@ def load_program(path: str) -> ModuleType:
                                                                                   None))]
     if missing:
         fail(f"the program {path} defines no function {' or '.join(missing)}", EXIT_USAGE)
+    pair = [callable(getattr(program, name, None)) for name in ("run_kernels", "check_shards")]
+    if pair[0] != pair[1]:
+        fail(f"the program {path} must define both run_kernels and check_shards, or neither",
+             EXIT_USAGE)
     return program
 
 
@@ -200,13 +208,15 @@ def main(argv: list[str] | None = None) -> int:
 
     mesh = data_mesh()
     arrays = (program.global_inputs if program else global_inputs)(mesh)
-    results = run_kernels(mesh, arrays)
+    own = program is not None and hasattr(program, "run_kernels")
+    results = (program.run_kernels if own else run_kernels)(mesh, arrays)
     if args.fail_before_check:
         fail(
             f"process {me} failing on purpose before the check (--fail-rank {me})",
             EXIT_WRONG_VALUES,
         )
-    kernels = check_results(results, expected_results(mesh))
+    kernels = (program.check_shards(mesh, results) if own
+               else check_results(results, expected_results(mesh)))
     wrong = ", ".join(
         f"{name} {k['max_error']:.2e}" for name, k in kernels.items() if not k["passed"]
     )
@@ -215,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             f"wrong values on this process's shards: {wrong} (atol = rtol = {ATOL:g})",
             EXIT_WRONG_VALUES,
         )
-    for name, run in results.items():  # the same order in every process: collectives must match
-        timing = time_completed_calls(run.fn, *run.args, n_samples=N_SAMPLES)
+    for name, (fn, args, _) in results.items():  # the same order everywhere: collectives match
+        timing = time_completed_calls(fn, *args, n_samples=N_SAMPLES)
         kernels[name].update({key: timing[key] for key in ("median_us", "iqr_us", "min_us")})
     report = {
         "process_id": jax.process_index(),

@@ -61,16 +61,18 @@ OUTLINE = (
         title="Timing completed calls, and the idealized ring payload",
         line="timing completed calls; the idealized ring payload (48 and 24 bytes); the figure",
         exercise=Exercise(
-            task="write the rule for the bytes one device stores after each collective, for any "
-                 "size and p",
+            task="write the rule for the bytes one device holds when each collective returns, "
+                 "its input and its output, for any size and p",
             check="check_stored_bytes_rule", minutes=15,
-            judges="runs the kernels on meshes and sizes the notebook never used, reads device "
-                   "0's shards",
+            judges="runs the collectives on meshes and sizes the notebook never used, reads "
+                   "device 0's input and output shards",
             mistakes=(
-                Mistake("the whole vector counted as stored after a reduce-scatter",
+                Mistake("the whole vector counted as held after a reduce-scatter",
                         "after reduce-scatter each device keeps one slice of the sum"),
-                Mistake("what a ring sends counted instead of what a device stores",
+                Mistake("what a ring sends counted instead of what a device holds",
                         "that is what a ring sends per rank, not what a device keeps"),
+                Mistake("the input block left out",
+                        "the input block is still on the device when the call returns"),
             ),
         ),
     ),
@@ -123,8 +125,21 @@ OUTLINE = (
     StepOutline(
         10, "10_performance_lab", PART_ONE,
         title="Performance lab: measured collectives against the model",
-        line="a live mini-sweep and the saved `course bench` run, read against the α-β and ring "
-             "models",
+        line="the saved `course bench` run; T = α + S/B fitted and a bus bandwidth computed by "
+             "hand, read against the α-β and ring models",
+        exercise=Exercise(
+            task="predict the bus bandwidth of any collective and p from a fit of T = α + S/B",
+            check="check_busbw_prediction", minutes=10,
+            judges="at sizes, fits, collectives and device counts the notebook never uses; "
+                   "`fit_alpha_beta`, `busbw_gbps` and `bus_factor` refused",
+            mistakes=(
+                Mistake("the algorithm bandwidth S/t given as the bus bandwidth",
+                        "that is the algorithm bandwidth S/t"),
+                Mistake("p where the bus factor has p − 1",
+                        "the factor has p − 1 where you have p"),
+                Mistake("the rate in bits, not bytes", "GB/s counts bytes, not bits"),
+            ),
+        ),
     ),
     StepOutline(
         11, "11_ring_by_hand", PART_TWO,
