@@ -212,6 +212,9 @@ CASES = {
     (7, "only the labels reordered, the rows of x left in place"): lambda: _permuted(
         lambda n, p: np.roll(np.arange(n), n // p), labels_only=True
     ),
+    (7, "a shift by this notebook's block (4 rows) instead of n // p"): lambda: _permuted(
+        lambda n, p: np.roll(np.arange(n), 4)
+    ),
     (11, "the partial sum passed on, but nothing added"): lambda: check_ring_step(
         _ring_step(add=False), data_mesh()
     ),

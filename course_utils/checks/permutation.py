@@ -171,12 +171,14 @@ def check_joint_permutation(
 
 
 def _check_reorder(exercise: str, reorder, n_rows: int, n_devices: int) -> np.ndarray:
-    """The student's ``reorder(n, p)``: for this run and for p = 2 … 5, a permutation of
-    ``range(n)`` under which each device's new block holds none of the rows it held; returns
-    its order for this run's rows and devices."""
+    """The student's ``reorder(n, p)``: for this run and for p = 2 … 5 with blocks of 2 to 5
+    rows (so a block size read off the notebook fails), a permutation of ``range(n)`` under
+    which each device's new block holds none of the rows it held; returns its order for this
+    run's rows and devices."""
     function_given(exercise, "reorder", reorder)
     mine = None
-    for n, p in dict.fromkeys(((n_rows, n_devices), (8, 2), (12, 3), (16, 4), (20, 5))):
+    sizes = ((n_rows, n_devices), (6, 2), (9, 3), (8, 4), (15, 5), (20, 4), (2 * n_rows, n_devices))
+    for n, p in dict.fromkeys(sizes):
         if p < 2:
             continue
         call = f"reorder({n}, {p})"
@@ -191,8 +193,11 @@ def _check_reorder(exercise: str, reorder, n_rows: int, n_devices: int) -> np.nd
         if kept:
             reversal = " (reversal does that when p is odd)" if np.array_equal(
                 got, np.arange(n)[::-1]) else ""
+            other = "" if reversal or block == n_rows // max(n_devices, 1) else (
+                f"; here a device holds n // p = {block} rows: compute the block from the "
+                "arguments, not from this notebook's rows")
             fail(exercise, f"with {call}, device {kept[0]} still holds some of its own rows"
-                 f"{reversal}: every device's new block must come from other devices")
+                 f"{reversal}{other}: every device's new block must come from other devices")
         if (n, p) == (n_rows, n_devices):
             mine = got
     if mine is None:  # one device: nothing to move

@@ -100,6 +100,8 @@ OUTLINE = (
                         "still holds some of its own rows (reversal does that when p is odd)"),
                 Mistake("only the labels reordered, the rows of x left in place",
                         "reorder the rows with the same permutation as the labels"),
+                Mistake("a shift by this notebook's block (4 rows) instead of n // p",
+                        "compute the block from the arguments"),
             ),
         ),
     ),
