@@ -140,3 +140,22 @@ def test_alpha_is_one_extra_call_s_cost_spread_over_its_message_steps():
     assert set(alpha) == {r.link_rate for r in saved.runs} and min(alpha.values()) > 0
     with pytest.raises(ValueError, match="messages must be at least 1"):
         per_message_s(saved, 0)
+
+
+def test_curves_are_trained_per_seed_copied_for_the_same_updates_and_kept_when_saved(
+        monkeypatch):
+    from course_utils.tools.cluster import training
+
+    wanted = [("data_parallel", 32, 10, 10), ("hsdp", 32, 10, 10)]
+    curves = training.train_curves(wanted, 4, seeds=(0, 1))
+    assert [(c["strategy"], c["seed"]) for c in curves] == [
+        ("data_parallel", 0), ("data_parallel", 1), ("hsdp", 0), ("hsdp", 1)]
+    assert curves[2]["heldout_loss"] == curves[0]["heldout_loss"]  # HSDP's updates are DP's
+    assert curves[0]["heldout_loss"] != curves[1]["heldout_loss"]  # another start and order
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a kept curve was trained again")
+
+    monkeypatch.setattr("course_utils.training.train.train", no_training)
+    again = training.train_curves(wanted[:1], 4, seeds=(0, 1), kept=curves)
+    assert again == curves[:2]
