@@ -286,7 +286,9 @@ def saved_training_results() -> TrainingResults:
     ``course cluster --measure training --plan full --link-rate 50mbit,200mbit,1gbit,10gbit
     --timeout 3000 --out build/training-K`` (K = 1, 2, 3), then ``python
     scripts/median_training_runs.py build/training-*/training.json >
-    course_utils/saved/training.json``."""
+    course_utils/saved/training.json``. Its held-out curves alone, by seed, without the cluster:
+    ``python scripts/retrain_curves.py course_utils/saved/training.json --seeds 3`` (batch 128
+    took 10 minutes on this machine's two shared cores)."""
     return load_saved(TrainingResults, "training.json",
                       "course cluster --measure training (three runs, then "
                       "scripts/median_training_runs.py)")
