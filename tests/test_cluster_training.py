@@ -57,6 +57,10 @@ def test_the_target_is_the_seed_mean_of_dp_where_it_still_falls_and_steps_are_pe
     rows = (ROW, TrainingRow("bf16", "200mbit", 64, 0.2, 0.05, 0.15))
     results = TrainingResults(META, CLUSTER, 1e9, rows, (CURVE, other, *scheme))
     assert target_loss(results, 64, fraction=0.5) == pytest.approx((0.7 + 0.7) / 2)  # step 15
+    longer = HeldoutCurve("data_parallel", 64, ((10, 0.9), (20, 0.5), (30, 0.4), (40, 0.1),
+                                                (50, 0.1), (60, 0.1)), seed=2)
+    with_longer = TrainingResults(META, CLUSTER, 1e9, rows, (CURVE, other, longer, *scheme))
+    assert target_loss(with_longer, 64, fraction=0.5) == pytest.approx(0.7)  # still step 15
     assert steps_by_seed(results, "data_parallel", 64, 0.6) == pytest.approx({0: 17.5, 1: 20.0})
     assert mean_steps(results, "bf16", 64, 0.6) is None  # seed 1 never gets there
     assert mean_steps(results, "bf16", 64, 0.8) == pytest.approx((10.0 + 20.0) / 2)

@@ -166,9 +166,12 @@ def seed_curves(results: TrainingResults, strategy: str, batch_size: int
 def target_loss(results: TrainingResults, batch_size: int,
                 fraction: float = TARGET_FRACTION) -> float:
     """The target at ``batch_size``: the mean over seeds of data parallelism's held-out loss at
-    ``fraction`` of its run (``TARGET_FRACTION``: where its curve still falls)."""
+    ``fraction`` of the run (``TARGET_FRACTION``: where its curve still falls); the run is the
+    shortest of the batch size's curves (the plan's steps: a curve trained longer for another
+    comparison does not move the target onto its plateau)."""
+    run = min(c.heldout_loss[-1][0] for c in results.curves if c.batch_size == batch_size)
     curves = seed_curves(results, "data_parallel", batch_size).values()
-    return float(np.mean([loss_at(c, fraction * c.heldout_loss[-1][0]) for c in curves]))
+    return float(np.mean([loss_at(c, fraction * run) for c in curves]))
 
 
 def steps_by_seed(results: TrainingResults, strategy: str, batch_size: int, target: float
