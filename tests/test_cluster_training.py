@@ -131,6 +131,10 @@ def test_the_saved_run_is_a_full_plan_of_every_strategy():
     assert {r.strategy for r in saved.rows} == set(plan["strategies"])
     assert {r.link_rate for r in saved.rows} == {"50mbit", "200mbit", "1gbit", "10gbit"}
     assert all(r.link_bytes and r.link_bytes > 0 for r in saved.rows)
+    seeds = {}
+    for c in saved.curves:
+        seeds.setdefault((c.strategy, c.batch_size), set()).add(c.seed)
+    assert set(map(frozenset, seeds.values())) == {frozenset(range(plan["seeds"]))}
 
 
 def test_alpha_is_one_extra_call_s_cost_spread_over_its_message_steps():
