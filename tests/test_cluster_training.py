@@ -13,8 +13,13 @@ from course_utils.results.training import (
     OwnWorkRow,
     TrainingResults,
     TrainingRow,
+    crossing_step,
+    loss_at,
+    mean_steps,
     own_work_s,
+    steps_by_seed,
     steps_to,
+    target_loss,
     time_to,
 )
 from course_utils.tools.cluster.training import TRAINING_PLANS
@@ -33,6 +38,35 @@ def test_time_to_a_target_is_the_steps_to_it_times_the_step_time():
     assert time_to(results, "data_parallel", "200mbit", 64, 0.1) is None
     with pytest.raises(ValueError, match="no run of bf16 at 200mbit and batch size 64"):
         time_to(results, "bf16", "200mbit", 64, 0.5)
+
+
+def test_the_crossing_is_interpolated_between_evaluations():
+    assert crossing_step(CURVE, 0.45) == pytest.approx(25.0)  # halfway from 0.5 to 0.4
+    assert crossing_step(CURVE, 0.5) == pytest.approx(20.0)  # on an evaluation
+    assert crossing_step(CURVE, 0.95) == 10.0  # the first evaluation is already below
+    assert crossing_step(CURVE, 0.3) is None
+    assert loss_at(CURVE, 25) == pytest.approx(0.45)
+    with pytest.raises(ValueError, match="step 40 is outside the curve's evaluations, 10 to 30"):
+        loss_at(CURVE, 40)
+
+
+def test_the_target_is_the_seed_mean_of_dp_where_it_still_falls_and_steps_are_per_seed():
+    other = HeldoutCurve("data_parallel", 64, ((10, 0.8), (20, 0.6), (30, 0.5)), seed=1)
+    scheme = (HeldoutCurve("bf16", 64, ((10, 0.7), (20, 0.4), (30, 0.3))),
+              HeldoutCurve("bf16", 64, ((10, 0.9), (20, 0.8), (30, 0.7)), seed=1))
+    rows = (ROW, TrainingRow("bf16", "200mbit", 64, 0.2, 0.05, 0.15))
+    results = TrainingResults(META, CLUSTER, 1e9, rows, (CURVE, other, *scheme))
+    assert target_loss(results, 64, fraction=0.5) == pytest.approx((0.7 + 0.7) / 2)  # step 15
+    longer = HeldoutCurve("data_parallel", 64, ((10, 0.9), (20, 0.5), (30, 0.4), (40, 0.1),
+                                                (50, 0.1), (60, 0.1)), seed=2)
+    with_longer = TrainingResults(META, CLUSTER, 1e9, rows, (CURVE, other, longer, *scheme))
+    assert target_loss(with_longer, 64, fraction=0.5) == pytest.approx(0.7)  # still step 15
+    assert steps_by_seed(results, "data_parallel", 64, 0.6) == pytest.approx({0: 17.5, 1: 20.0})
+    assert mean_steps(results, "bf16", 64, 0.6) is None  # seed 1 never gets there
+    assert mean_steps(results, "bf16", 64, 0.8) == pytest.approx((10.0 + 20.0) / 2)
+    assert time_to(results, "data_parallel", "200mbit", 64, 0.6) == pytest.approx(18.75 * 0.3)
+    with pytest.raises(ValueError, match="no held-out curve of zero3 at batch size 64"):
+        steps_by_seed(results, "zero3", 64, 0.6)
 
 
 def test_a_bad_measure_gets_one_line(capsys):
@@ -62,25 +96,30 @@ def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():
         modelled_step_s(TrainingRow("ddp", "50mbit", 64, 1.0, 0.05, 0.95), 2, 2)
 
 
-@pytest.mark.parametrize("strategy, batch_size", [("data_parallel", 32), ("topk_ef", 32),
-                                                  ("accumulation", 32)])
+@pytest.mark.parametrize("strategy, batch_size", [("data_parallel", 128), ("topk_ef", 128),
+                                                  ("accumulation", 128)])
 def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy, batch_size):
     from course_utils.devices.setup import data_mesh
-    from course_utils.results.training import saved_training_results
+    from course_utils.results.training import saved_training_results, seed_curves
     from course_utils.tools.cluster.training import TRAINING_PLANS
     from course_utils.training.part_four import TOPK_FRACTION, find_row
     from course_utils.training.train import train
 
     saved = saved_training_results()
     every = TRAINING_PLANS[saved.cluster.plan]["every"]
-    curve = next(c for c in saved.curves if (c.strategy, c.batch_size) == (strategy, batch_size))
+    curves = seed_curves(saved, strategy, batch_size)
+    assert list(curves) == list(range(TRAINING_PLANS["full"]["seeds"]))
     mesh = data_mesh()
     assert mesh.size == saved.cluster.hosts * saved.cluster.devices_per_host
-    run = train(mesh, find_row(strategy).trained, steps=every, batch_size=batch_size,
-                accumulate=find_row(strategy).accumulate,
-                topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
-    assert run.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
-    assert run.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
+    first = []
+    for seed, curve in curves.items():
+        run = train(mesh, find_row(strategy).trained, steps=every, batch_size=batch_size,
+                    accumulate=find_row(strategy).accumulate, seed=seed, data_seed=0,
+                    topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
+        assert run.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
+        assert run.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
+        first.append(curve.heldout_loss[0][1])
+    assert len(set(first)) == len(first)  # the seeds draw different runs
 
 
 def test_the_saved_run_is_a_full_plan_of_every_strategy():
@@ -92,6 +131,10 @@ def test_the_saved_run_is_a_full_plan_of_every_strategy():
     assert {r.strategy for r in saved.rows} == set(plan["strategies"])
     assert {r.link_rate for r in saved.rows} == {"50mbit", "200mbit", "1gbit", "10gbit"}
     assert all(r.link_bytes and r.link_bytes > 0 for r in saved.rows)
+    seeds = {}
+    for c in saved.curves:
+        seeds.setdefault((c.strategy, c.batch_size), set()).add(c.seed)
+    assert set(map(frozenset, seeds.values())) == {frozenset(range(plan["seeds"]))}
 
 
 def test_alpha_is_one_extra_call_s_cost_spread_over_its_message_steps():
@@ -105,3 +148,22 @@ def test_alpha_is_one_extra_call_s_cost_spread_over_its_message_steps():
     assert set(alpha) == {r.link_rate for r in saved.runs} and min(alpha.values()) > 0
     with pytest.raises(ValueError, match="messages must be at least 1"):
         per_message_s(saved, 0)
+
+
+def test_curves_are_trained_per_seed_copied_for_the_same_updates_and_kept_when_saved(
+        monkeypatch):
+    from course_utils.tools.cluster import training
+
+    wanted = [("data_parallel", 32, 10, 10), ("hsdp", 32, 10, 10)]
+    curves = training.train_curves(wanted, 4, seeds=(0, 1))
+    assert [(c["strategy"], c["seed"]) for c in curves] == [
+        ("data_parallel", 0), ("data_parallel", 1), ("hsdp", 0), ("hsdp", 1)]
+    assert curves[2]["heldout_loss"] == curves[0]["heldout_loss"]  # HSDP's updates are DP's
+    assert curves[0]["heldout_loss"] != curves[1]["heldout_loss"]  # another start and order
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a kept curve was trained again")
+
+    monkeypatch.setattr("course_utils.training.train.train", no_training)
+    again = training.train_curves(wanted[:1], 4, seeds=(0, 1), kept=curves)
+    assert again == curves[:2]

@@ -114,6 +114,14 @@ def test_the_break_even_rate_passes_and_each_slip_is_named(capsys):
             check_break_even(fn, **STEP_20)
 
 
+def test_the_break_even_rate_takes_fractional_steps_as_the_notebook_gives_them(capsys):
+    interpolated = {**STEP_20, "dp_steps": 38.64, "scheme_steps": 41.17}  # seed means
+    check_break_even(_break_even(), **interpolated)
+    assert "PASSED: the break-even rate" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match="that is bytes per second"):
+        check_break_even(_break_even(bits=1), **interpolated)
+
+
 def test_an_answer_wrong_only_where_the_scheme_has_no_own_work_gets_a_message():
     """A slip seen only at an unseen case without own work, or with equal steps, is named or
     described, not a ZeroDivisionError."""

@@ -176,6 +176,20 @@ def test_minibatches_are_drawn_by_the_seed_and_the_whole_shard_is_the_full_batch
     assert other.loss != small[0].loss
 
 
+def test_a_data_seed_keeps_the_rows_while_the_seed_draws_the_start_and_the_minibatches(mesh):
+    kwargs = {"steps": 2, "batch_size": 32, "heldout_every": 2}
+    default = train(mesh, "data_parallel", **kwargs)
+    assert train(mesh, "data_parallel", data_seed=0, **kwargs).loss == default.loss
+    other = train(mesh, "data_parallel", seed=1, data_seed=0, **kwargs)
+    assert other.loss != default.loss
+    # the same held-out rows: the loss of seed 1's parameters on seed 0's held-out rows
+    _, _, (x_held, y_held) = split_task(0, skewed=False, heldout=True)
+    want = float(loss_sum(other.params, x_held, y_held)) / len(y_held)
+    assert other.heldout_loss[-1][1] == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="data_seed"):
+        train(mesh, "data_parallel", steps=1, data_seed=-1)
+
+
 def test_the_heldout_loss_is_the_loss_of_the_parameters_on_rows_held_out(mesh):
     run = train(mesh, "data_parallel", steps=4, heldout_every=2)
     assert [s for s, _ in run.heldout_loss] == [2, 4]

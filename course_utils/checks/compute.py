@@ -162,19 +162,20 @@ def _fresh_rate_case(rng: random.Random) -> tuple:
             return case
 
 
-def check_break_even(fn, *, dp_steps: int, dp_bytes: float, scheme_steps: int,
+def check_break_even(fn, *, dp_steps: float, dp_bytes: float, scheme_steps: float,
                      scheme_bytes: float, compute_s: float, own_s: float) -> None:
     """Exercise 20: ``fn(dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s)`` →
     the link rate in bit/s below which the scheme reaches the target sooner than data
     parallelism (``math.inf``: at every rate; 0: at none), within ``TOLERANCE``, at the
-    exercise's numbers and at cases the notebook never uses. ``fn`` must not call
+    exercise's numbers (the steps may be fractional: interpolated, or a mean over seeds) and
+    at cases the notebook never uses. ``fn`` must not call
     ``break_even_bits``."""
 
     exercise = "the break-even rate"
     function_given(exercise, "my_break_even", fn)
 
     def judge(case, first: bool) -> float:
-        call = "my_break_even({}, {:.3g}, {}, {:.3g}, {:g}, {:g})".format(*case)
+        call = "my_break_even({:g}, {:.3g}, {:g}, {:.3g}, {:g}, {:g})".format(*case)
         raw = call_without(exercise, fn, case, forbidden=(break_even_bits,),
                            refusal="my_break_even uses the package's {}, which computes "
                                    "the answer: write both times yourself", call=call)

@@ -10,6 +10,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+import numpy as np
+
 from course_utils.results.cluster import ClusterSetup
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load_saved
@@ -32,11 +34,14 @@ class TrainingRow:
 
 @dataclass(frozen=True)
 class HeldoutCurve:
-    """A strategy's held-out loss after each ``every``-th step, trained in one process."""
+    """A strategy's held-out loss after each ``every``-th step, trained in one process from
+    ``seed``'s initial parameters and minibatch order (the task's rows are seed 0's for every
+    seed)."""
 
     strategy: str
     batch_size: int
     heldout_loss: tuple[tuple[int, float], ...]
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,19 +112,96 @@ def steps_to(curve: HeldoutCurve, target: float) -> int | None:
     return next((step for step, loss in curve.heldout_loss if loss <= target), None)
 
 
+# the target of part four: data parallelism's seed-mean held-out loss at this fraction of its
+# run, where its curve still falls (at its end it has levelled off, and a few thousandths of
+# loss there move the steps to the target by tens of per cent)
+TARGET_FRACTION = 0.2
+
+
+def loss_at(curve: HeldoutCurve, step: float) -> float:
+    """``curve``'s held-out loss at ``step``, linearly interpolated between its evaluations.
+
+    Examples:
+        >>> loss_at(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 15)
+        0.7
+    """
+    steps, losses = zip(*curve.heldout_loss)
+    if not steps[0] <= step <= steps[-1]:
+        raise ValueError(f"step {step} is outside the curve's evaluations, {steps[0]} to "
+                         f"{steps[-1]}")
+    return float(np.interp(step, steps, losses))
+
+
+def crossing_step(curve: HeldoutCurve, target: float) -> float | None:
+    """The step at which ``curve``'s held-out loss first reaches ``target``, linearly
+    interpolated between the last evaluation above it and the first at or below it (the first
+    evaluation's step if that one already is; ``None``: never, in the steps run).
+
+    Examples:
+        >>> crossing_step(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 0.45)
+        25.0
+    """
+    before = None
+    for step, loss in curve.heldout_loss:
+        if loss <= target:
+            if before is None:
+                return float(step)
+            (s0, l0) = before
+            return s0 + (step - s0) * (l0 - target) / (l0 - loss)
+        before = (step, loss)
+    return None
+
+
+def seed_curves(results: TrainingResults, strategy: str, batch_size: int
+                ) -> dict[int, HeldoutCurve]:
+    """``strategy``'s curves at ``batch_size``, by seed."""
+    found = {c.seed: c for c in results.curves if (c.strategy, c.batch_size) == (strategy,
+                                                                                 batch_size)}
+    if not found:
+        raise ValueError(f"no held-out curve of {strategy} at batch size {batch_size} in these "
+                         "results; re-train it with scripts/retrain_curves.py")
+    return dict(sorted(found.items()))
+
+
+def target_loss(results: TrainingResults, batch_size: int,
+                fraction: float = TARGET_FRACTION) -> float:
+    """The target at ``batch_size``: the mean over seeds of data parallelism's held-out loss at
+    ``fraction`` of the run (``TARGET_FRACTION``: where its curve still falls); the run is the
+    shortest of the batch size's curves (the plan's steps: a curve trained longer for another
+    comparison does not move the target onto its plateau)."""
+    run = min(c.heldout_loss[-1][0] for c in results.curves if c.batch_size == batch_size)
+    curves = seed_curves(results, "data_parallel", batch_size).values()
+    return float(np.mean([loss_at(c, fraction * run) for c in curves]))
+
+
+def steps_by_seed(results: TrainingResults, strategy: str, batch_size: int, target: float
+                  ) -> dict[int, float | None]:
+    """Each seed's interpolated steps to ``target`` (``crossing_step``) for ``strategy``."""
+    return {seed: crossing_step(c, target)
+            for seed, c in seed_curves(results, strategy, batch_size).items()}
+
+
+def mean_steps(results: TrainingResults, strategy: str, batch_size: int,
+               target: float) -> float | None:
+    """The mean over seeds of ``strategy``'s interpolated steps to ``target`` at
+    ``batch_size`` (``None``: some seed does not reach it in the steps run)."""
+    steps = list(steps_by_seed(results, strategy, batch_size, target).values())
+    return None if None in steps else float(np.mean(steps))
+
+
 def time_to(results: TrainingResults, strategy: str, link_rate: str, batch_size: int,
             target: float) -> float | None:
     """Seconds for ``strategy`` to reach ``target`` at ``link_rate`` and ``batch_size``: its
-    curve's steps to the target times its measured step time there (``None``: not reached)."""
-    curve = next((c for c in results.curves
-                  if (c.strategy, c.batch_size) == (strategy, batch_size)), None)
+    curves' mean steps to the target (``mean_steps``) times its measured step time there
+    (``None``: not reached)."""
     row = next((r for r in results.rows
                 if (r.strategy, r.link_rate, r.batch_size) == (strategy, link_rate, batch_size)),
                None)
-    if curve is None or row is None:
+    if row is None or not any((c.strategy, c.batch_size) == (strategy, batch_size)
+                              for c in results.curves):
         raise ValueError(f"no run of {strategy} at {link_rate} and batch size {batch_size} in "
                          "these results; run course cluster --measure training with them")
-    steps = steps_to(curve, target)
+    steps = mean_steps(results, strategy, batch_size, target)
     return None if steps is None else steps * row.step_s
 
 
@@ -207,7 +289,9 @@ def saved_training_results() -> TrainingResults:
     ``course cluster --measure training --plan full --link-rate 50mbit,200mbit,1gbit,10gbit
     --timeout 3000 --out build/training-K`` (K = 1, 2, 3), then ``python
     scripts/median_training_runs.py build/training-*/training.json >
-    course_utils/saved/training.json``."""
+    course_utils/saved/training.json``. Its held-out curves alone, by seed, without the cluster:
+    ``python scripts/retrain_curves.py course_utils/saved/training.json --seeds 3`` (batch 128
+    took 10 minutes on this machine's two shared cores)."""
     return load_saved(TrainingResults, "training.json",
                       "course cluster --measure training (three runs, then "
                       "scripts/median_training_runs.py)")

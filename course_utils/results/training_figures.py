@@ -9,10 +9,10 @@ from typing import Mapping, Sequence
 from course_utils.models.links import rate_bytes_per_s, rate_label
 from course_utils.results.training import (
     TrainingResults,
+    mean_steps,
     median_compute_s,
     modelled_step_s,
     own_work_s,
-    steps_to,
 )
 
 
@@ -64,9 +64,9 @@ def time_to_target_figure_data(results: TrainingResults, strategies: Sequence[st
     m, alpha_s, rates = results.cluster, alpha_s or {}, _rates(results)
     series = []
     for k, strategy in enumerate(strategies):
-        curve = next((c for c in results.curves
-                      if (c.strategy, c.batch_size) == (strategy, batch_size)), None)
-        steps = None if curve is None else steps_to(curve, target)
+        has_curve = any((c.strategy, c.batch_size) == (strategy, batch_size)
+                        for c in results.curves)
+        steps = mean_steps(results, strategy, batch_size, target) if has_curve else None
         if steps is None:
             continue
         rows = [_row(results, strategy, rate, batch_size) for rate in rates]

@@ -26,8 +26,11 @@ ROWS = P((HOST, DEVICE))  # every device its own rows
 def _host_gradient(w, x, y, *, rows: int, mlp: MLP):
     """This device's share of the mean loss, and its slice of the gradient summed over every
     host (``w``: its slice, f32[n/D])."""
-    whole = jax.lax.all_gather(w, DEVICE, tiled=True)  # the host's slices: the whole w
-    loss, g = jax.value_and_grad(loss_sum)(whole, x, y, mlp)
+    # the host's slices: the whole w, the same on every device; then this device's own copy,
+    # so that the gradient is its own (of the same w, JAX would sum it over both axes itself)
+    whole = jax.lax.all_gather(w, DEVICE, tiled=True, to="invarying")
+    mine = jax.lax.pcast(whole, (HOST, DEVICE), to="varying")
+    loss, g = jax.value_and_grad(loss_sum)(mine, x, y, mlp)
     g = jax.lax.psum_scatter(g / rows, DEVICE, tiled=True)  # my slice of my host's sum
     return loss / rows, jax.lax.psum(g, HOST)  # my slice of the sum over every host: crosses
 
@@ -55,10 +58,8 @@ def hsdp_program(mesh: Mesh, *, rows: int, mlp: MLP, optimizer: Optimizer = MOME
     def step(state, x, y):
         return hsdp_step(*state, x, y, rows=rows, mlp=mlp, optimizer=optimizer)
 
-    # check_vma=False keeps the gradient this device's own: with the check, JAX would sum the
-    # gradient of the gathered w (the same on every host) across the hosts itself, whole
     return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=((SLICED, SLICED), ROWS, ROWS),
-                                 out_specs=(SLICED, SLICED), check_vma=False))
+                                 out_specs=(SLICED, SLICED)))
 
 
 def two_level_traffic(n: int, topology: Topology, settings: TrafficSettings) -> Traffic:

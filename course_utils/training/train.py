@@ -89,15 +89,16 @@ def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> 
 
 def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: int = 1,
           topk_fraction: float = 0.01, skewed: bool = False, batch_size: int | None = None,
-          accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE
-          ) -> TrainingRun:
+          accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE,
+          data_seed: int | None = None) -> TrainingRun:
     """Train the task's MLP for ``steps`` steps with ``strategy`` on ``mesh``.
 
     Args:
         mesh: a one-axis mesh (``data_mesh()``); its size p divides the data's rows.
         strategy: one of ``STRATEGIES``.
         steps: optimizer steps.
-        seed: seed of the data, the initial parameters and the minibatches.
+        seed: seed of the initial parameters and the minibatches (and of the data, unless
+            ``data_seed`` is given).
         local_steps: H, for a strategy that syncs every H steps (``local_sgd``): its outer
             step (``Sync.outer``; local SGD's averages the parameters) after every H-th step.
         topk_fraction: for ``topk`` and ``topk_ef``: each device sends this fraction of entries.
@@ -111,6 +112,9 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         heldout_every: if given, ``HELDOUT_ROWS`` rows are held out of training and the loss on
             them is recorded after every ``heldout_every``-th step.
         mlp: the task's model: part three's, or ``PART_FOUR``'s wider one.
+        data_seed: seed of the task's rows and its held-out split; ``None``: ``seed``. Runs of
+            one ``data_seed`` and several ``seed`` differ only in the initial parameters and
+            the minibatch order (the seeds of a held-out curve).
 
     Returns:
         A ``TrainingRun``.
@@ -124,7 +128,10 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed)
     axis, p = axis_of(mesh), mesh.size
     n, spec = padded_size(p, mlp), SPECS[strategy]
-    x, y, held = split_task(seed, skewed=skewed, heldout=heldout_every is not None, mlp=mlp)
+    if data_seed is not None:
+        positive_int("data_seed", data_seed, low=0)
+    x, y, held = split_task(seed if data_seed is None else data_seed, skewed=skewed,
+                            heldout=heldout_every is not None, mlp=mlp)
     if len(y) % p:
         raise ValueError(f"{len(y)} rows do not split evenly across {p} devices")
     _check_batches(strategy, len(y) // p, batch_size, accumulate, heldout_every)

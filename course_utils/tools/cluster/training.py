@@ -35,13 +35,13 @@ from course_utils.training.part_four import ROWS, SAME_CURVE, TOPK_FRACTION, fin
 HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
 
 # curves: steps (by batch size) trained in one process for the held-out loss, recorded every
-# ``every`` steps; the large batches take fewer steps, which keeps the full plan under 30 minutes
+# ``every`` steps, from each of ``seeds`` seeds; the large batches take fewer steps
 TRAINING_PLANS = {
     "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation", "hsdp"),
-              "repeats": 3, "steps": {64: 20}, "every": 10},
+              "repeats": 3, "steps": {64: 20}, "every": 10, "seeds": 1},
     "full": {"batch_sizes": (32, 128, 512, 1024), "strategies": tuple(r.name for r in ROWS),
              "repeats": 5,
-             "steps": {32: 200, 128: 200, 512: 100, 1024: 100}, "every": 10},
+             "steps": {32: 200, 128: 200, 512: 100, 1024: 100}, "every": 10, "seeds": 3},
 }
 FLOPS_ROWS = 1024  # rows of the timed matrix product (the model's first layer at batch 1024)
 
@@ -145,28 +145,44 @@ def measure_training(plan: dict, timed) -> list[dict]:
 
 def heldout_curves(plan: dict, p: int) -> list[dict]:
     """Each (strategy, batch size) of ``plan`` trained in this process on ``p`` devices for the
-    plan's steps: the held-out loss every ``every`` steps (what the link does not change)."""
+    plan's steps, from each of its ``seeds``: the held-out loss every ``every`` steps (what the
+    link does not change)."""
+    wanted = [(name, b, plan["steps"][b], plan["every"]) for b in plan["batch_sizes"]
+              for name in plan["strategies"] if step_fits(name, b, p, HELDOUT_FREE_ROWS)]
+    return train_curves(wanted, p, seeds=range(plan["seeds"]))
+
+
+def train_curves(wanted: Sequence[tuple[str, int, int, int]], p: int, *,
+                 seeds: Sequence[int], kept: Sequence[dict] = ()) -> list[dict]:
+    """The held-out curve of each ``(row name, batch size, steps, every)`` of ``wanted`` from
+    each seed (``train``'s ``seed``: the initial parameters and the minibatch order; the task's
+    rows are seed 0's), trained in this process on ``p`` devices. A curve of ``kept`` (dicts as
+    ``training.json`` holds them) of the same row, batch size and seed that reaches as many
+    steps is used as it is; a row with the same updates as another (``SAME_CURVE``) copies it."""
     from course_utils.devices.setup import data_mesh, use_cpu_devices
     from course_utils.training.train import train
 
     use_cpu_devices(p)
     mesh, curves = data_mesh(), []
-    for batch_size in plan["batch_sizes"]:
-        for name in plan["strategies"]:
-            if not step_fits(name, batch_size, p, HELDOUT_FREE_ROWS):
+
+    def found(among, name, batch_size, seed, steps):
+        return next((c for c in among if (c["strategy"], c["batch_size"], c.get("seed", 0)) == (
+            name, batch_size, seed) and c["heldout_loss"][-1][0] >= steps), None)
+
+    for name, batch_size, steps, every in wanted:
+        for seed in seeds:
+            same = found(curves, SAME_CURVE.get(name), batch_size, seed, steps) or found(
+                kept, name, batch_size, seed, steps)
+            if same is not None:  # the same updates, or this very curve, already trained
+                curves.append({**same, "strategy": name, "seed": seed})
                 continue
-            same = next((c for c in curves if name in SAME_CURVE and (
-                c["strategy"], c["batch_size"]) == (SAME_CURVE[name], batch_size)), None)
-            if same is not None:  # the same updates: the curve already trained
-                curves.append({**same, "strategy": name})
-                continue
-            run = train(mesh, find_row(name).trained, steps=plan["steps"][batch_size],
+            run = train(mesh, find_row(name).trained, steps=steps, seed=seed, data_seed=0,
                         batch_size=batch_size, accumulate=find_row(name).accumulate,
                         local_steps=find_row(name).local_steps,
-                        topk_fraction=TOPK_FRACTION, heldout_every=plan["every"],
-                        mlp=PART_FOUR)
+                        topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
             curves.append({"strategy": name, "batch_size": batch_size,
-                           "heldout_loss": [list(point) for point in run.heldout_loss]})
+                           "heldout_loss": [list(point) for point in run.heldout_loss],
+                           "seed": seed})
     return curves
 
 
