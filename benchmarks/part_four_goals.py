@@ -10,18 +10,19 @@ runs, and data parallelism's step is printed with its spread (the runs' lowest a
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 from course_utils.results.cluster import per_message_s, saved_cluster_results
 from course_utils.results.records import load
 from course_utils.results.training import (
     TrainingResults,
+    mean_steps,
     median_compute_s,
     median_of_runs,
     modelled_step_s,
     own_work_s,
-    steps_to,
+    steps_by_seed,
+    target_loss,
 )
 from course_utils.training.part_four import COMPRESSED
 
@@ -72,15 +73,19 @@ def main(paths: list[str]) -> None:
           f"({len({b for _, b in good})} batch sizes × {len({r for r, _ in good})} rates)")
 
     for b in sizes:
-        curves = {c.strategy: c for c in results.curves if c.batch_size == b}
-        if "data_parallel" not in curves:
+        strategies = list(dict.fromkeys(c.strategy for c in results.curves if c.batch_size == b))
+        if "data_parallel" not in strategies:
             continue
-        dp_curve = curves["data_parallel"]
-        target = statistics.median(loss for _, loss in dp_curve.heldout_loss[-5:]) * 1.02
-        print(f"\n2–3. batch {b}: target held-out loss {target:.4f} (DP's last 5 points' "
-              "median + 2 %); time to it, measured (model)")
-        steps = {s: steps_to(c, target) for s, c in curves.items()}
-        print("steps to it: " + ", ".join(f"{s} {n}" for s, n in steps.items()))
+        target = target_loss(results, b)
+        print(f"\n2–3. batch {b}: target held-out loss {target:.4f} (DP's seed-mean loss where "
+              "its curve still falls, as step 20); time to it, measured (model), from the "
+              "seed-mean interpolated steps")
+        steps = {s: mean_steps(results, s, b, target) for s in strategies}
+        spread = {s: [v for v in steps_by_seed(results, s, b, target).values() if v is not None]
+                  for s in strategies}
+        print("steps to it (seed mean, range): " + ", ".join(
+            f"{s} {n:.1f} [{min(spread[s]):.1f}, {max(spread[s]):.1f}]" if n is not None
+            else f"{s} never" for s, n in steps.items()))
         for rate in rates:
             rows = {r.strategy: r for r in results.rows
                     if r.link_rate == rate and r.batch_size == b}
