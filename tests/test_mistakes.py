@@ -18,10 +18,10 @@ from course_utils import (
 )
 from course_utils.checks import (
     check_balanced_rows,
+    check_bandwidth_fraction_size,
     check_break_even,
     check_bucket_model,
     check_budget_row,
-    check_busbw_prediction,
     check_error_feedback,
     check_joint_permutation,
     check_local_sgd_h,
@@ -260,15 +260,14 @@ CASES = {
     (16, "one pass of the ring counted"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: steps // (budget // ((p - 1) / p * nbytes) + 1) + 1
     ),
-    (10, "the algorithm bandwidth S/t given as the bus bandwidth"): lambda: (
-        check_busbw_prediction(lambda s, a, b, k, p: s / (a + s / b) / 1e9)
+    (10, "alpha_s taken for µs and converted to seconds"): lambda: (
+        check_bandwidth_fraction_size(lambda a, b, f: a * 1e6 * b * f / (1 - f))
     ),
-    (10, "p where the bus factor has p − 1"): lambda: check_busbw_prediction(
-        lambda s, a, b, k, p: s / (a + s / b) / 1e9 * (2 if k == "all_reduce" else 1)
+    (10, "the page's all-reduce bus factor multiplied in"): lambda: (
+        check_bandwidth_fraction_size(lambda a, b, f: a * b * f / (1 - f) * 2 * 3 / 4)
     ),
-    (10, "the rate in bits, not bytes"): lambda: check_busbw_prediction(
-        lambda s, a, b, k, p: 8 * s / (a + s / b) / 1e9 * (p - 1) / p * (
-            2 if k == "all_reduce" else 1)
+    (10, "fraction and 1 − fraction swapped"): lambda: check_bandwidth_fraction_size(
+        lambda a, b, f: a * b * (1 - f) / f
     ),
     (16, "the notebook's n and p instead of the arguments"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: steps // (budget // (1.5 * 4 * 10752) + 1) + 1

@@ -19,7 +19,7 @@ from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.hierarchy import check_two_level_scatter
-from course_utils.checks.lab import check_busbw_prediction
+from course_utils.checks.lab import check_bandwidth_fraction_size
 from course_utils.checks.links import check_reduce_scatter_times
 from course_utils.checks.overlap import check_overlapped_backward
 from course_utils.checks.overlap_time import check_overlap_prediction
@@ -36,9 +36,9 @@ from course_utils.checks.updates import check_two_state_update
 __all__ = [
     "ExerciseFailed",
     "check_balanced_rows",
+    "check_bandwidth_fraction_size",
     "check_break_even",
     "check_bucket_model",
-    "check_busbw_prediction",
     "check_budget_row",
     "check_error_feedback",
     "check_joint_permutation",

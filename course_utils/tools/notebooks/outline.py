@@ -130,16 +130,17 @@ OUTLINE = (
         line="the saved `course bench` run; T = α + S/B fitted and a bus bandwidth computed by "
              "hand, read against the α-β and ring models",
         exercise=Exercise(
-            task="predict the bus bandwidth of any collective and p from a fit of T = α + S/B",
-            check="check_busbw_prediction", minutes=10,
-            judges="at sizes, fits, collectives and device counts the notebook never uses; "
-                   "`fit_alpha_beta`, `busbw_gbps` and `bus_factor` refused",
+            task="solve a fit of T = α + S/B for the size at which S/T reaches a fraction of B",
+            check="check_bandwidth_fraction_size", minutes=10,
+            judges="at fits and fractions the notebook never uses; `fit_alpha_beta`, "
+                   "`busbw_gbps` and `bus_factor` refused",
             mistakes=(
-                Mistake("the algorithm bandwidth S/t given as the bus bandwidth",
-                        "that is the algorithm bandwidth S/t"),
-                Mistake("p where the bus factor has p − 1",
-                        "the factor has p − 1 where you have p"),
-                Mistake("the rate in bits, not bytes", "GB/s counts bytes, not bits"),
+                Mistake("alpha_s taken for µs and converted to seconds",
+                        "alpha_s is already in seconds"),
+                Mistake("the page's all-reduce bus factor multiplied in",
+                        "the bus factor multiplies the bus bandwidth and its limit alike"),
+                Mistake("fraction and 1 − fraction swapped",
+                        "fraction and 1 − fraction are swapped"),
             ),
         ),
     ),
