@@ -272,6 +272,10 @@ CASES = {
     (16, "the notebook's n and p instead of the arguments"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: steps // (budget // (1.5 * 4 * 10752) + 1) + 1
     ),
+    (16, "a run that spends exactly the budget refused"): lambda: check_local_sgd_h(
+        lambda nbytes, p, steps, budget: next(
+            h for h in range(1, steps + 2) if steps // h * 2 * (p - 1) / p * nbytes < budget)
+    ),
     (17, "the link rate in bits taken for bytes"): lambda: check_reduce_scatter_times(
         _link(1 / 8, 1 / 8), **STEP17
     ),

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from course_utils import modelled_overlap
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.overlap_time import check_overlap_prediction
 from course_utils.models.latency import bucketed_step_time, collective_time
@@ -63,10 +64,20 @@ def _max(c, nbytes, n, h, rate, alpha):
     (lambda *a: 758.0, "a case the page never shows"),
     (lambda c, nbytes, n, h, rate, alpha: c / n + n * _send(nbytes, h, rate, alpha),
      "that holds while the link limits"),
+    (lambda *a: _loop(*a) * 1e3, "milliseconds and seconds mixed"),
+    (lambda *a: _loop(a[0] * 1e3, *a[1:]), "milliseconds and seconds mixed"),
+    (lambda *a: _loop(*STEP_19.values()), "right at this notebook's numbers only: use the "
+     "function's arguments"),
 ])
 def test_each_slip_is_named(fn, message):
     with pytest.raises(ExerciseFailed, match=message):
         check_overlap_prediction(fn, **STEP_19)
+
+
+def test_an_unexplained_slip_gets_a_hint_not_the_model():
+    with pytest.raises(ExerciseFailed, match="follow the buckets one by one") as failed:
+        check_overlap_prediction(lambda *a: 1.3 * _loop(*a), **STEP_19)
+    assert not any(part in str(failed.value) for part in ("2(h-1)", "α", "later of"))
 
 
 @pytest.mark.parametrize("fn, name", [
@@ -76,6 +87,7 @@ def test_each_slip_is_named(fn, message):
     (lambda c, nbytes, n, h, rate, alpha: max(
         c + (t := collective_time(nbytes, h, alpha_s=alpha, bandwidth_bytes_per_s=rate) * 1e3),
         c / n + n * t), "collective_time"),
+    (lambda *a: modelled_overlap(None, "200 Mbit/s").overlap_ms, "modelled_overlap"),
 ])
 def test_the_package_model_is_refused(fn, name):
     with pytest.raises(ExerciseFailed, match=f"uses the package's {name}, which computes"):

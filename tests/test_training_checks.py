@@ -1,15 +1,17 @@
 """The self-checks of steps 14-16 pass right answers and name what is wrong in wrong ones."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.local_sgd import check_local_sgd_h
 from course_utils.checks.training import (
     check_error_feedback,
     check_local_sgd_bytes,
-    check_local_sgd_h,
     check_memory_prediction,
 )
 from course_utils.training.run import Memory
@@ -198,15 +200,49 @@ def _h_right(nbytes, p, steps, budget):
 
 def _h_by_search(nbytes, p, steps, budget):
     ring = 2 * (p - 1) * nbytes / p
-    return next(h for h in range(1, steps + 1) if steps // h * ring <= budget)
+    return next(h for h in range(1, steps + 2) if steps // h * ring <= budget)
+
+
+def _h_by_loop(nbytes, p, steps, budget, *, spent=lambda sent, budget: sent > budget):
+    """A while loop on the bytes in float ((p - 1) / p first); ``spent``: H is too small."""
+    h = 1
+    while spent(steps // h * ((p - 1) / p * 2 * nbytes), budget):
+        h += 1
+    return h
 
 
 def test_local_sgd_h_right_forms_pass(capsys):
     check_local_sgd_h(_h_right)
     check_local_sgd_h(_h_by_search)
+    check_local_sgd_h(_h_by_loop)
     check_local_sgd_h(lambda *args: float(_h_right(*args)))
     check_local_sgd_h(lambda *args: np.int64(_h_by_search(*args)))
-    assert capsys.readouterr().out.count("PASSED: H for a byte budget") == 4
+    assert capsys.readouterr().out.count("PASSED: H for a byte budget") == 5
+
+
+def test_local_sgd_h_tries_a_budget_spent_exactly_and_one_below_one_averaging():
+    with pytest.raises(ExerciseFailed, match=r"my_local_sgd_h\(96000, 4, 100, 1440000\): a "
+                       "smaller H also stays within the budget: return the smallest; at most the "
+                       "budget: a run that spends exactly the budget fits"):
+        check_local_sgd_h(partial(_h_by_loop, spent=lambda sent, budget: sent >= budget))
+    with pytest.raises(ExerciseFailed, match=r"\(96000, 4, 100, 72000\): this budget is below "
+                       "one averaging"):
+        check_local_sgd_h(lambda nbytes, p, steps, budget: min(
+            steps, _h_right(nbytes, p, steps, budget)))
+
+
+@pytest.mark.parametrize("fn, said", [
+    (lambda nbytes, p, steps, budget: _h_right(8 * nbytes, p, steps, budget),
+     "do not count bits"),
+    (lambda nbytes, p, steps, budget: steps,
+     "your H does not depend on nbytes: the bytes per averaging come from it"),
+    (lambda nbytes, p, steps, budget: _h_right(nbytes, 16, steps, budget),
+     r"your H does not depend on p: the ring's factor \(p−1\)/p comes from it"),
+])
+def test_local_sgd_h_says_the_notebook_only_when_it_is_the_notebook(fn, said):
+    with pytest.raises(ExerciseFailed, match=said) as failed:
+        check_local_sgd_h(fn)
+    assert "notebook" not in str(failed.value)
 
 
 def _h_with(per_round):

@@ -21,6 +21,7 @@ from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.hierarchy import check_two_level_scatter
 from course_utils.checks.lab import check_bandwidth_fraction_size
 from course_utils.checks.links import check_reduce_scatter_times
+from course_utils.checks.local_sgd import check_local_sgd_h
 from course_utils.checks.overlap import check_overlapped_backward
 from course_utils.checks.overlap_time import check_overlap_prediction
 from course_utils.checks.permutation import check_joint_permutation
@@ -28,7 +29,6 @@ from course_utils.checks.storage import check_predicted_shard_shapes, check_stor
 from course_utils.checks.training import (
     check_error_feedback,
     check_local_sgd_bytes,
-    check_local_sgd_h,
     check_memory_prediction,
 )
 from course_utils.checks.updates import check_two_state_update

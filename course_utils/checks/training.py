@@ -1,9 +1,9 @@
-"""Self-checks for steps 14–16: memory per ZeRO stage, error feedback, the bytes of local SGD."""
+"""Self-checks for steps 14–16: memory per ZeRO stage, error feedback, the bytes of local SGD
+(deprecated; step 16's H for a byte budget is in ``local_sgd``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 
 import jax
 import numpy as np
@@ -254,104 +254,6 @@ def _ignored(fn, got: float, nbytes: int, p: int, steps: int, h: int) -> str:
         except Exception:  # noqa: BLE001 - a probe only: the main call already ran
             continue
         if other is not None and np.isclose(other, got, rtol=1e-9):
-            what = "n (4 · n bytes)" if name == "nbytes" else "p"
-            return (f"the result does not change with the argument {name}: use the arguments, "
-                    f"not this notebook's {what}")
-    return ""
-
-
-def check_local_sgd_h(fn) -> None:
-    """Exercise 16: ``fn(nbytes, p, steps, budget)``, the smallest H whose run of ``steps`` steps
-    of local SGD (a ring all-reduce of ``nbytes`` over ``p`` devices every H steps, a round cut
-    short at the end not averaged) sends at most ``budget`` bytes per device; judged against
-    ``local_sgd_bytes`` on sizes, device counts and budgets the notebook never used. It must not
-    be or call ``local_sgd_bytes`` or ``train``."""
-    from course_utils.training.strategies import local_sgd_bytes
-    from course_utils.training.train import train
-
-    exercise = "H for a byte budget"
-    function_given(exercise, "my_local_sgd_h", fn)
-    p_run, checked = jax.device_count(), []
-    for p in dict.fromkeys(q for q in (p_run, 2, 3, 8) if q > 1):  # this run's p first
-        ring = 2 * (p - 1) / p
-        # budgets between whole averagings (no float rounding decides); 96 / (11 + 1) is whole
-        for nbytes, steps, rounds in ((24_000 * p, 100, 7.5), (6_000 * p, 250, 20.2),
-                                      (24_000 * p, 96, 11.5), (12_000 * p, 50, 60.5)):
-            budget = round(rounds * ring * nbytes)
-            args = (nbytes, p, steps, budget)
-            call = f"my_local_sgd_h{args}"
-            got = number(call_without(
-                exercise, fn, args, forbidden=(local_sgd_bytes, train),
-                refusal="my_local_sgd_h calls {}, which this exercise asks you not to call: "
-                "write the bytes of a run yourself, then find H", call=call))
-            want = _smallest_h(partial(local_sgd_bytes, nbytes, p, steps), steps, budget)
-            if got is None or not np.isfinite(got) or got != round(got) or got < 1:
-                fail(exercise, f"{call} must return a whole number of steps H ≥ 1")
-            if got == want:
-                continue
-            why = (_h_slip(int(got), nbytes, p, steps, budget, p_run)
-                   or _h_ignored(fn, got, args, local_sgd_bytes))
-            sent = local_sgd_bytes(nbytes, p, steps, int(got))
-            if sent > budget:
-                what = f"H = {int(got)} sends {sent:.0f} bytes, above the budget of {budget}"
-            else:
-                what = "a smaller H also stays within the budget: return the smallest"
-            fail(exercise, f"{call}: {what}" + (f"; {why}" if why else ""))
-        checked.append(p)
-    passed(exercise, f"the smallest H for p = {', '.join(map(str, checked))}, runs that H "
-           "does not divide included")
-
-
-def _smallest_h(run_bytes, steps: int, budget: float) -> int:
-    """The smallest H ≥ 1 whose run sends at most ``budget`` (rounding forgiven to half a byte)."""
-    return next(h for h in range(1, steps + 2) if run_bytes(h) <= budget + 0.5)
-
-
-def _h_slip(got: int, nbytes: int, p: int, steps: int, budget: float, p_run: int) -> str:
-    """The likely mistake behind a wrong H, or ``""``."""
-    ring = 2 * (p - 1) / p * nbytes
-    averagings = int((budget + 0.5) // ring)
-    slips = (
-        (-(-steps // max(averagings, 1)), "a run averages steps // H times (a round cut short "
-         "is not averaged), not steps / H: a smaller H may already fit"),
-        (-(-steps // (averagings + 1)), "when steps / (m + 1) is a whole number, that H averages "
-         "m + 1 times: H must be above steps / (m + 1)"),
-        (steps // max(averagings, 1), "with H = steps // m the run averages at most m times, "
-         "but a smaller H may too: find the smallest"),
-        (int(steps // (budget / ring + 1)) + 1, "the budget pays for whole averagings only: "
-         "round budget / (bytes of one averaging) down first"),
-    )
-    for value, why in slips:
-        if got == value:
-            return why
-    per_round = (
-        (2 * nbytes, "the ring's factor (p−1)/p is missing"),
-        ((p - 1) / p * nbytes, "count both passes of the ring all-reduce (reduce-scatter and "
-         "all-gather)"),
-        (nbytes, "one all-reduce of N bytes sends 2(p−1)/p·N per device, not N"),
-        (4 * ring, "nbytes is already in bytes: do not multiply by 4"),
-        (ring / 4, "nbytes is already in bytes: do not divide by 4"),
-        (2 * p / (p - 1) * nbytes if p > 1 else -1.0, "the ring's factor is (p−1)/p, not p/(p−1)"),
-        (2 * (p_run - 1) / p_run * nbytes if p != p_run else -1.0,
-         "use the argument p, not N_DEVICES"),
-    )
-    for cost, why in per_round:
-        if cost > 0 and got == _smallest_h(lambda h, c=cost: steps // h * c, steps, budget):
-            return why
-    return ""
-
-
-def _h_ignored(fn, got: float, args: tuple, local_sgd_bytes) -> str:
-    """Which argument ``fn`` ignores (the notebook's ``n`` or ``p`` used instead), or ``""``."""
-    nbytes, p, steps, budget = args
-    for name, other in (("nbytes", (2 * nbytes, p, steps, budget)),
-                        ("p", (nbytes, p + 1, steps, budget))):
-        want = _smallest_h(partial(local_sgd_bytes, *other[:3]), steps, budget)
-        try:
-            again = number(fn(*other))
-        except Exception:  # noqa: BLE001 - a probe only: the main call already ran
-            continue
-        if want != got and again is not None and np.isclose(again, got):
             what = "n (4 · n bytes)" if name == "nbytes" else "p"
             return (f"the result does not change with the argument {name}: use the arguments, "
                     f"not this notebook's {what}")

@@ -257,6 +257,8 @@ OUTLINE = (
                 Mistake("one pass of the ring counted", "count both passes of the ring all-reduce"),
                 Mistake("the notebook's n and p instead of the arguments",
                         "does not change with the argument nbytes: use the arguments"),
+                Mistake("a run that spends exactly the budget refused",
+                        "at most the budget: a run that spends exactly the budget fits"),
             ),
         ),
     ),
