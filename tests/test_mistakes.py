@@ -53,6 +53,12 @@ def _permuted(reorder, *, labels_only=False):
                             reorder=reorder)
 
 
+def _swapped_reorder(x):  # a def, not a lambda: the check sends its source to 6 devices
+    nodes, local = jax.lax.axis_size("node"), jax.lax.axis_size("local")
+    x = x.reshape(local, nodes, -1).transpose(1, 0, 2).reshape(-1)
+    return jax.lax.psum_scatter(jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True)
+
+
 def _host_mesh():
     from jax.sharding import Mesh
 
@@ -233,6 +239,9 @@ CASES = {
                 jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True),
             node_local_mesh(2),
         ),
+    (13, "nodes and local swapped in the reorder"): lambda: check_two_level_scatter(
+        _swapped_reorder, node_local_mesh(2)
+    ),
     (13, "scattered across the nodes first"): lambda: check_two_level_scatter(
         lambda x: jax.lax.psum_scatter(
             jax.lax.psum_scatter(x, "node", tiled=True), "local", tiled=True),
