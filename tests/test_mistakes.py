@@ -203,6 +203,17 @@ CASES = {
     (5, "the input block left out"): lambda: check_stored_bytes_rule(
         lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n}, jax.devices()
     ),
+    (5, "the notebook's gradient_bytes and N_DEVICES used instead of the arguments"): lambda: (
+        check_stored_bytes_rule(  # the notebook's 32-byte gradient on its 4 devices
+            lambda n, p: {"all_reduce": 64, "reduce_scatter": 40, "all_gather": 40},
+            jax.devices(),
+        )
+    ),
+    (5, "p − 1 in place of p in a slice"): lambda: check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": 2 * n, "reduce_scatter": n + n / (p - 1),
+                      "all_gather": n / (p - 1) + n},
+        jax.devices(),
+    ),
     (8, "one pass of the ring counted for the all-reduce"): lambda: check_budget_row(
         lambda nbytes, p: {
             "ranks": p,
