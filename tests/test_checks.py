@@ -68,6 +68,10 @@ def test_shares_function_is_called_on_fresh_data(setup, capsys):
         (lambda x, y, w: None, r"my_shares\(x, y, w, 4\), with x of shape .* raised TypeError"),
         (lambda x, y, w, p: None, "returned None"),
         (lambda x, y, w, p: _right_shares(x, y, w, p) * p, "global row count"),
+        (lambda x, y, w, p: _right_shares(x, y, w, p) * len(x) / 16,  # the notebook's n_rows
+         r"my_shares\(x, y, w, 4\) divides by a fixed row count \(16 — the notebook's n_rows\?\)"
+         ": use the rows of the x you are given"),
+        (lambda x, y, w, p: _right_shares(x, y, w, p) / 2, "0.5× the expected value"),
         (lambda x, y, w, p: np.stack([local_contribution(xb, yb, w, len(x)) for xb, yb in zip(
             np.split(x, p), np.split(y, p))]), "uses local_contribution, which this exercise"),
     ]
