@@ -68,6 +68,10 @@ def test_shares_function_is_called_on_fresh_data(setup, capsys):
         (lambda x, y, w: None, r"my_shares\(x, y, w, 4\), with x of shape .* raised TypeError"),
         (lambda x, y, w, p: None, "returned None"),
         (lambda x, y, w, p: _right_shares(x, y, w, p) * p, "global row count"),
+        (lambda x, y, w, p: _right_shares(x, y, w, p) * len(x) / 16,  # the notebook's n_rows
+         r"my_shares\(x, y, w, 4\) divides by a fixed row count \(16 — the notebook's n_rows\?\)"
+         ": use the rows of the x you are given"),
+        (lambda x, y, w, p: _right_shares(x, y, w, p) / 2, "0.5× the expected value"),
         (lambda x, y, w, p: np.stack([local_contribution(xb, yb, w, len(x)) for xb, yb in zip(
             np.split(x, p), np.split(y, p))]), "uses local_contribution, which this exercise"),
     ]
@@ -436,6 +440,11 @@ def _held(all_reduce=None, reduce_scatter=None, all_gather=None):
         (_held(all_reduce=lambda n, p: n), "the input block is still on the device"),
         (_held(reduce_scatter=lambda n, p: n), "count the output too"),
         (_held(all_gather=lambda n, p: 2 * n), "starts from the reduce-scattered slice"),
+        (_held(reduce_scatter=lambda n, p: n + n / (p - 1)), "the rule with p − 1 in place of p"),
+        (_held(all_gather=lambda n, p: n / (p - 1) + n), "the rule with p − 1 in place of p"),
+        (lambda n, p: _held()(32, 4), "the rule for a 32-byte gradient, not the 48 bytes given: "
+                                      "use the arguments n_bytes and p"),  # the notebook's globals
+        (lambda n, p: _held()(32, p), "use the arguments n_bytes and p"),  # gradient_bytes only
         (_held(all_reduce=lambda n, p: float("nan")), "finite number"),
         (lambda n, p: {**_held()(n, p), "psum": n}, "'psum' is not asked for$"),
         (lambda n, p: n, "must be a dict with the keys all_gather, all_reduce, reduce_scatter"),
@@ -458,7 +467,7 @@ def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
     )
     wrong = [
         (lambda n, p: {"all_reduce": 64, "reduce_scatter": 40, "all_gather": 40},
-         "a 48-byte gradient on p = 4: all_reduce"),  # the notebook's numbers, copied
+         "use the arguments n_bytes and p"),  # the notebook's numbers, copied
         (_held(reduce_scatter=lambda n, p: 2 * n), "keeps one slice of the sum"),
         (lambda n, p: {"all_reduce": n}, "it lacks 'all_gather', 'reduce_scatter'"),
         (lambda n: {"all_reduce": n}, r"stored_bytes\(48, 4\) raised TypeError"),

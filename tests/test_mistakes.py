@@ -53,6 +53,12 @@ def _permuted(reorder, *, labels_only=False):
                             reorder=reorder)
 
 
+def _swapped_reorder(x):  # a def, not a lambda: the check sends its source to 6 devices
+    nodes, local = jax.lax.axis_size("node"), jax.lax.axis_size("local")
+    x = x.reshape(local, nodes, -1).transpose(1, 0, 2).reshape(-1)
+    return jax.lax.psum_scatter(jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True)
+
+
 def _host_mesh():
     from jax.sharding import Mesh
 
@@ -197,6 +203,17 @@ CASES = {
     (5, "the input block left out"): lambda: check_stored_bytes_rule(
         lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n}, jax.devices()
     ),
+    (5, "the notebook's gradient_bytes and N_DEVICES used instead of the arguments"): lambda: (
+        check_stored_bytes_rule(  # the notebook's 32-byte gradient on its 4 devices
+            lambda n, p: {"all_reduce": 64, "reduce_scatter": 40, "all_gather": 40},
+            jax.devices(),
+        )
+    ),
+    (5, "p − 1 in place of p in a slice"): lambda: check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": 2 * n, "reduce_scatter": n + n / (p - 1),
+                      "all_gather": n / (p - 1) + n},
+        jax.devices(),
+    ),
     (8, "one pass of the ring counted for the all-reduce"): lambda: check_budget_row(
         lambda nbytes, p: {
             "ranks": p,
@@ -233,6 +250,9 @@ CASES = {
                 jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True),
             node_local_mesh(2),
         ),
+    (13, "nodes and local swapped in the reorder"): lambda: check_two_level_scatter(
+        _swapped_reorder, node_local_mesh(2)
+    ),
     (13, "scattered across the nodes first"): lambda: check_two_level_scatter(
         lambda x: jax.lax.psum_scatter(
             jax.lax.psum_scatter(x, "node", tiled=True), "local", tiled=True),

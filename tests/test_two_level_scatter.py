@@ -7,6 +7,7 @@ import pytest
 from course_utils import hierarchical_all_reduce, node_local_mesh
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.hierarchy import check_two_level_scatter
+from course_utils.checks.mesh_order import run_on_two_by_three
 
 
 def _reordered(x):
@@ -65,3 +66,38 @@ def test_on_nodes_of_one_device_the_values_are_checked_and_the_schedule_is_not(c
     assert "NOT CHECKED: two-level reduce-scatter: the values are right" in capsys.readouterr().out
     with pytest.raises(ExerciseFailed, match="a mean, not the sum"):
         check_two_level_scatter(lambda x: _reordered(x) / jax.device_count(), mesh)
+
+
+def _swapped(x):  # at 2 × 2 the same program as _reordered; at 2 × 3 not
+    nodes, local = jax.lax.axis_size("node"), jax.lax.axis_size("local")
+    x = x.reshape(local, nodes, -1).transpose(1, 0, 2).reshape(-1)
+    mine = jax.lax.psum_scatter(x, "local", tiled=True)
+    return jax.lax.psum_scatter(mine, "node", tiled=True)
+
+
+def _reads_a_notebook_name(x):
+    return _reordered(x)  # a name the subprocess does not have
+
+
+def test_nodes_and_local_swapped_is_caught_on_two_nodes_of_three():
+    assert node_local_mesh(2).shape["local"] == 2  # the 2 × 2 mesh where the two coincide
+    with pytest.raises(ExerciseFailed, match="on 2 nodes of 3 devices .*nodes and local swapped "
+                                             "in the reorder"):
+        check_two_level_scatter(_swapped, node_local_mesh(2))
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda x: _reordered(x), "only a function defined with def"),
+    (_reads_a_notebook_name, "NameError: name '_reordered' is not defined"),
+])
+def test_when_the_order_cannot_be_checked_the_passed_line_says_so(fn, why, capsys):
+    check_two_level_scatter(fn, node_local_mesh(2))
+    out = capsys.readouterr().out
+    assert out.startswith("PASSED: two-level reduce-scatter")
+    assert f"could not check the order of nodes and local ({why}" in out
+    assert "run the step with N_DEVICES = 6 or 8" in out
+
+
+def test_a_subprocess_that_does_not_finish_is_reported():
+    run = run_on_two_by_three(_reordered, timeout=0.01)
+    assert not run.ran and "did not finish" in run.message

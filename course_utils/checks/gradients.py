@@ -54,13 +54,39 @@ def _shares_mistake(got: np.ndarray, expected: np.ndarray, gradient: np.ndarray)
     return ""
 
 
+def _expected_shares(x, y, w, p: int) -> np.ndarray:
+    """The ``(p, n_features)`` shares of p blocks of consecutive rows, over the global rows."""
+    blocks = np.split(np.arange(x.shape[0]), p)
+    return np.stack([2 * x[b].T @ (x[b] @ w - y[b]) / x.shape[0] for b in blocks])
+
+
+def _fixed_row_count(my_shares, got, x, y, w, p: int) -> float | None:
+    """The row count ``my_shares`` divides by when it is the same for ``x`` and for ``x`` twice
+    as long (a number from outside, such as the notebook's ``n_rows``), else None."""
+
+    def count(shares, xs, ys) -> float | None:
+        expected = _expected_shares(xs, ys, w, p)
+        if np.shape(shares) != expected.shape:
+            return None
+        ratio = common_ratio(np.ravel(shares), expected.ravel())
+        return len(xs) / ratio if ratio is not None and ratio > 0 else None
+
+    if (first := count(got, x, y)) is None:
+        return None
+    x2, y2 = np.concatenate([x, x]), np.concatenate([y, y])
+    try:  # the student's function once more, on twice the rows
+        second = count(np.asarray(my_shares(x2.copy(), y2.copy(), w.copy(), p)), x2, y2)
+    except Exception:  # noqa: BLE001 - any failure: no fixed count to name
+        return None
+    return first if second is not None and math.isclose(first, second, rel_tol=1e-3) else None
+
+
 def _check_stacked(shares, x, y, w, n_devices: int, name: str = "my_shares") -> None:
     """The stacked ``(n_devices, n_features)`` shares of the row blocks of x, y, against the
     formula; names the likely mistake (wrong divisor, transposed, another order, ...)."""
     exercise = "per-device shares"
     n_rows = x.shape[0]
-    blocks = np.split(np.arange(n_rows), n_devices)
-    expected = np.stack([2 * x[b].T @ (x[b] @ w - y[b]) / n_rows for b in blocks])
+    expected = _expected_shares(x, y, w, n_devices)
     hint, got = "", np.asarray(shares) if isinstance(shares, np.ndarray | jax.Array) else None
     ratio = common_ratio(got.ravel(), expected.ravel()) if got is not None and (
         got.shape == expected.shape) else None
@@ -103,6 +129,9 @@ def check_shares(my_shares) -> None:
         if checked and _stacked_right(got, x, y, w, p_run):
             fail(exercise, f"{call} gives the shares for p = {p_run}: use the argument p, not "
                  "N_DEVICES")
+        if (fixed := _fixed_row_count(my_shares, got, x, y, w, p)) is not None:
+            fail(exercise, f"{call} divides by a fixed row count ({fixed:g} — the notebook's "
+                 f"n_rows?): use the rows of the x you are given, whatever its length")
         _check_stacked(got, x, y, w, p, call)
         checked.append(p)
     passed(exercise, f"the shares of p = {', '.join(map(str, checked))} blocks add up to the "

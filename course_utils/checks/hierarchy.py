@@ -11,6 +11,7 @@ from jax.sharding import Mesh
 
 from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.helpers import fail, function_given, passed, tiled_hint
+from course_utils.checks.mesh_order import run_on_two_by_three
 from course_utils.collectives.hierarchy import hierarchical_all_reduce
 from course_utils.collectives.kernels import Kernel, reduce_scatter_gradient
 from course_utils.display import error_line
@@ -31,12 +32,51 @@ def check_two_level_scatter(fn, mesh: Mesh) -> None:
     devices, slice k on the k-th device of the mesh's order (as a flat ``psum_scatter`` over
     ``("node", "local")`` gives), in two levels: a reduce-scatter inside the node on the whole
     vector, then one across the nodes on 1/local of it. Checked on every device and through the
-    compiled program's collectives, their device groups and bytes."""
+    compiled program's collectives, their device groups and bytes; on a mesh of nodes = local
+    (2 × 2 at 4 devices, where a reorder with nodes and local swapped is the right program) the
+    values also on 2 nodes of 3, in a subprocess with 6 CPU devices when this process has fewer
+    (the PASSED line says when that could not run)."""
     exercise = "two-level reduce-scatter"
     function_given(exercise, "my_two_level_scatter", fn)
     if isinstance(fn, Kernel) or (name := uses_forbidden(
             fn, [hierarchical_all_reduce, reduce_scatter_gradient])) is not None:
         fail(exercise, _REFUSAL.format(name if not isinstance(fn, Kernel) else "kernels"))
+    nodes, local = mesh.shape["node"], mesh.shape["local"]
+    kernel, blocks, message = values_slip(fn, mesh)
+    if message:
+        fail(exercise, message)
+    if nodes < 2 or local < 2:
+        print(f"NOT CHECKED: {exercise}: the values are right on every device, but on {nodes} "
+              f"node(s) of {local} device(s) the two levels are one; run with N_DEVICES = 4, 6 "
+              "or 8")
+        return
+    _judge_program(exercise, collectives_in(kernel, blocks).hlo, nodes, local, blocks.shape[1])
+    slip, note = _order_of_nodes_and_local(fn) if nodes == local else ("", "")
+    if slip:
+        fail(exercise, slip)
+    passed(exercise, f"reduce-scatter in {nodes} nodes of {local} on the whole vector, then "
+                     "across the nodes on 1/local of it, each device its own slice" + note)
+
+
+def _order_of_nodes_and_local(fn) -> tuple[str, str]:
+    """(the slip, a note for the PASSED line) from ``fn`` run on 2 nodes of 3, where a reorder
+    with nodes and local swapped goes wrong: on this process's devices when there are 6 or
+    more, else in a subprocess with 6 CPU devices."""
+    if len(jax.devices()) >= 6:
+        other = Mesh(np.asarray(jax.devices()[:6]).reshape(2, 3), ("node", "local"))
+        message = values_slip(fn, other)[2]
+        return (f"on 2 nodes of 3 devices: {message}" if message else ""), ""
+    run = run_on_two_by_three(fn)
+    if not run.ran:
+        return "", (f"; this run could not check the order of nodes and local ({run.message}): "
+                    "at 2 × 2 they coincide; run the step with N_DEVICES = 6 or 8")
+    where = "on 2 nodes of 3 devices (6 CPU devices, in a subprocess)"
+    return (f"{where}: {run.message}" if run.message else ""), ""
+
+
+def values_slip(fn, mesh: Mesh):
+    """Run ``fn`` on every device of ``mesh`` against NumPy: (the compiled kernel, its input,
+    a message naming the slip or ``""`` when every device holds its own slice of the sum)."""
     nodes, local = mesh.shape["node"], mesh.shape["local"]
     p = nodes * local
     blocks = np.random.default_rng(13).standard_normal((p, 3 * p)).astype(np.float32)
@@ -44,35 +84,37 @@ def check_two_level_scatter(fn, mesh: Mesh) -> None:
     try:
         got = np.asarray(kernel(blocks))
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how, in a line
-        fail(exercise, f"running my_two_level_scatter on every device raised "
-                       f"{error_line(error)}{tiled_hint(error, 'local or node')}")
+        return kernel, blocks, (f"running my_two_level_scatter on every device raised "
+                                f"{error_line(error)}{tiled_hint(error, 'local or node')}")
     chunks = blocks.sum(axis=0).reshape(p, -1)  # chunk k: what device k should hold
     if got.shape != chunks.shape:
-        fail(exercise, f"each device should end with m/p = {chunks.shape[1]} values (its slice "
-                       f"of the sum), yours end with {got.shape[1:]}"
-                       + (": across the nodes too, reduce-scatter (psum_scatter), not psum"
-                          if got.shape[1:] == (3 * p // local,) else ""))
+        return kernel, blocks, (
+            f"each device should end with m/p = {chunks.shape[1]} values (its slice of the "
+            f"sum), yours end with {got.shape[1:]}"
+            + (": across the nodes too, reduce-scatter (psum_scatter), not psum"
+               if got.shape[1:] == (3 * p // local,) else ""))
     close = lambda a, b: np.allclose(a, b, rtol=1e-4, atol=1e-4)  # noqa: E731
-    if not close(got, chunks):
-        scatter_order = [j * nodes + i for i in range(nodes) for j in range(local)]
-        if close(got, chunks[scatter_order]):
-            fail(exercise, "every device holds a slice of the sum, but not its own: the device "
-                           "of node i, place j should hold slice i·local + j, as the flat "
-                           "reduce-scatter gives; yours follow the order of your two scatters "
-                           "(slice j·nodes + i). Put the vector's slices in the order the two "
-                           "scatters hand them out before you scatter")
-        if close(got * nodes, chunks) or close(got * p, chunks) or close(got * local, chunks):
-            fail(exercise, "every device holds a mean, not the sum: use psum_scatter, not pmean")
-        fail(exercise, "the values are wrong on some devices: each device must end with its "
-                       "slice of the sum over all devices of all nodes")
-    if nodes < 2 or local < 2:
-        print(f"NOT CHECKED: {exercise}: the values are right on every device, but on {nodes} "
-              f"node(s) of {local} device(s) the two levels are one; run with N_DEVICES = 4, 6 "
-              "or 8")
-        return
-    _judge_program(exercise, collectives_in(kernel, blocks).hlo, nodes, local, blocks.shape[1])
-    passed(exercise, f"reduce-scatter in {nodes} nodes of {local} on the whole vector, then "
-                     "across the nodes on 1/local of it, each device its own slice")
+    if close(got, chunks):
+        return kernel, blocks, ""
+    scatter_order = [j * nodes + i for i in range(nodes) for j in range(local)]
+    # x.reshape(local, nodes, s).transpose(1, 0, 2): device (i, j) gets chunk a·nodes + b of
+    # q = j·nodes + i = b·local + a; the same as the right order only when nodes == local
+    swapped = [(q % local) * nodes + q // local for q in scatter_order]
+    if close(got, chunks[scatter_order]):
+        return kernel, blocks, (
+            "every device holds a slice of the sum, but not its own: the device of node i, "
+            "place j should hold slice i·local + j, as the flat reduce-scatter gives; yours "
+            "follow the order of your two scatters (slice j·nodes + i). Put the vector's slices "
+            "in the order the two scatters hand them out before you scatter")
+    if close(got, chunks[swapped]):
+        return kernel, blocks, (
+            "every device holds a slice of the sum, but not its own: nodes and local swapped "
+            "in the reorder (the vector's slices are indexed [node, local] before you reorder "
+            "them)")
+    if close(got * nodes, chunks) or close(got * p, chunks) or close(got * local, chunks):
+        return kernel, blocks, "every device holds a mean, not the sum: use psum_scatter, not pmean"
+    return kernel, blocks, ("the values are wrong on some devices: each device must end with "
+                            "its slice of the sum over all devices of all nodes")
 
 
 def _judge_program(exercise: str, program, nodes: int, local: int, m: int) -> None:

@@ -98,6 +98,9 @@ def _held_mismatch(exercise: str, predicted: dict, n: int, p: int, where: str = 
         sent = (2 if key == "all_reduce" else 1) * (p - 1) * n / p
         if any(math.isclose(got, x) for x in (sent, given_in + sent)):
             causes.append("that is what a ring sends per rank, not what a device keeps")
+        if p > 1 and math.isclose(got, sum(_held(n, p - 1)[key])):
+            causes.append("that is the rule with p − 1 in place of p: a slice is 1/p of the "
+                          "gradient (a ring sends p − 1 of them, but a device keeps one)")
         causes += unit_causes(got, value)
         if math.isclose(got, value * p):
             causes.append(f"count what one device holds, not all {p} together")
@@ -118,6 +121,15 @@ def _uses_other_p(predicted: dict, n: int, p_other: int) -> bool:
     values = [number(predicted.get(k)) for k in ("all_reduce", "reduce_scatter", "all_gather")]
     return None not in values and all(math.isclose(a, b) for a, b in zip(
         values, (sum(v) for v in _held(n, p_other).values())))
+
+
+def _fixed_gradient_bytes(predicted: dict, n: int, ps: set) -> float | None:
+    """The gradient size ``predicted`` is the rule's answer for, on one of the device counts
+    ``ps``, when that is not the ``n`` bytes asked about (a global used in place of n_bytes)."""
+    whole = number(predicted.get("all_reduce"))
+    if whole is None or math.isclose(whole, 2 * n) or whole <= 0:
+        return None
+    return whole / 2 if any(_uses_other_p(predicted, whole / 2, q) for q in ps) else None
 
 
 def _bytes_on_device_0(array) -> int:
@@ -158,6 +170,10 @@ def check_stored_bytes_rule(stored_bytes, devices) -> None:
         except Exception as err:  # the student's error, shown as one line
             fail(exercise, f"stored_bytes({n_bytes}, {p}) raised {error_line(err)}")
         check_keys(exercise, f"stored_bytes({n_bytes}, {p})", predicted, keys)
+        if (other := _fixed_gradient_bytes(predicted, n_bytes, {p, len(devices)})) is not None:
+            fail(exercise, f"stored_bytes({n_bytes}, {p}) is the rule for a {other:g}-byte "
+                 f"gradient, not the {n_bytes} bytes given: use the arguments n_bytes and p, not "
+                 "this notebook's gradient_bytes or N_DEVICES")
         if p != len(devices) and _uses_other_p(predicted, n_bytes, len(devices)):
             fail(exercise, f"stored_bytes({n_bytes}, {p}) is right for p = {len(devices)}, not "
                  f"for p = {p}: use the argument p, not N_DEVICES")

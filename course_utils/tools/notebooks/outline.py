@@ -73,6 +73,10 @@ OUTLINE = (
                         "that is what a ring sends per rank, not what a device keeps"),
                 Mistake("the input block left out",
                         "the input block is still on the device when the call returns"),
+                Mistake("the notebook's gradient_bytes and N_DEVICES used instead of the arguments",
+                        "use the arguments n_bytes and p"),
+                Mistake("p − 1 in place of p in a slice",
+                        "the rule with p − 1 in place of p"),
             ),
         ),
     ),
@@ -191,11 +195,14 @@ OUTLINE = (
                  "slice in the mesh's order (the page builds the all-reduce)",
             check="check_two_level_scatter", minutes=25,
             judges="every device against NumPy's slice of the sum, and the compiled program's "
-                   "device groups and bytes (inside the node first, 1/local across); the "
-                   "package's kernels refused",
+                   "device groups and bytes (inside the node first, 1/local across); on a "
+                   "2 × 2 mesh also on 2 nodes of 3 (a subprocess with 6 CPU devices), where "
+                   "nodes and local differ; the package's kernels refused",
             mistakes=(
                 Mistake("the two scatters chained without reordering the slices",
                         "every device holds a slice of the sum, but not its own"),
+                Mistake("nodes and local swapped in the reorder",
+                        "nodes and local swapped in the reorder"),
                 Mistake("scattered across the nodes first",
                         "works on the whole vector"),
                 Mistake("psum across the nodes instead of psum_scatter",

@@ -1,0 +1,85 @@
+"""Run step 13's check of a student's per-device function on a 2 × 3 ``("node", "local")`` mesh in
+a short subprocess with 6 CPU devices, for a process whose devices only make a 2 × 2 mesh, where
+nodes and local coincide and a reorder that swaps them gives the right program. The function
+travels as its source (``inspect.getsource``, which also reads a function defined in a notebook
+cell); it sees ``jax``, ``jnp``, ``np`` and ``P``, and nothing else of the caller's process."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import NamedTuple
+
+SUBPROCESS_SECONDS = 180.0
+
+
+class OtherMesh(NamedTuple):
+    """What the subprocess found: whether the function ran on 2 × 3, and the slip it showed
+    there (``""`` for none) or why it could not run."""
+
+    ran: bool
+    message: str
+
+
+def run_on_two_by_three(fn, timeout: float = SUBPROCESS_SECONDS) -> OtherMesh:
+    """Run ``course_utils.checks.hierarchy.values_slip(fn, 2 × 3 mesh)`` in a subprocess with
+    6 CPU devices and report what it found."""
+    name = getattr(fn, "__name__", "")
+    if not name.isidentifier():
+        return OtherMesh(False, "only a function defined with def can be sent to it")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return OtherMesh(False, "the function's source could not be read")
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(
+            {"source": source, "name": name}), capture_output=True, text=True, timeout=timeout,
+            env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return OtherMesh(False, f"the subprocess did not finish: {type(error).__name__}")
+    try:
+        return OtherMesh(**json.loads(done.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError, TypeError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return OtherMesh(False, f"the subprocess stopped: {last[:160]}")
+
+
+def _main() -> None:
+    request = json.loads(sys.stdin.read())
+    from course_utils import use_cpu_devices
+
+    use_cpu_devices(6)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import P
+    from jax.sharding import Mesh
+
+    from course_utils.checks.hierarchy import values_slip
+    from course_utils.display import error_line
+
+    namespace = {"jax": jax, "jnp": jnp, "np": np, "P": P}
+    try:
+        exec(request["source"], namespace)  # noqa: S102 - the student's own function, alone
+        fn = namespace[request["name"]]
+    except Exception as error:  # noqa: BLE001 - a source that needs the notebook: say so
+        answer = OtherMesh(False, f"its source alone raised {error_line(error)}")
+        print(json.dumps(answer._asdict()))
+        return
+    message = values_slip(fn, Mesh(np.asarray(jax.devices()).reshape(2, 3), ("node", "local")))[2]
+    if "NameError" in message:  # it reads a name of the notebook the subprocess does not have
+        print(json.dumps(OtherMesh(False, message.split("raised ")[-1])._asdict()))
+        return
+    print(json.dumps(OtherMesh(True, message)._asdict()))
+
+
+if __name__ == "__main__":
+    _main()
