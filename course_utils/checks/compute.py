@@ -219,8 +219,8 @@ def _rate_slip(got, dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, o
     saved = dp_steps * dp_bytes - scheme_steps * scheme_bytes
     extra = scheme_steps * (compute_s + own_s) - dp_steps * compute_s
 
-    def near(value: float) -> bool:
-        return bool(np.isclose(got, value, rtol=TOLERANCE))
+    def near(value: float, rtol: float = TOLERANCE) -> bool:
+        return bool(np.isclose(got, value, rtol=rtol))
 
     if near(saved / extra):
         return "that is bytes per second: the rate is in bits per second, 8 per byte"
@@ -231,11 +231,15 @@ def _rate_slip(got, dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, o
     if own_s > 0 and near(8 * (dp_bytes - scheme_bytes) / own_s):
         return ("that compares one step of each; count each one's steps to the target: their "
                 "bytes and their compute differ in number of steps")
-    if own_s > 0 and near(8 * saved / (scheme_steps * own_s)):
+    if own_s > 0 and near(8 * saved / (scheme_steps * own_s), rtol=1e-3):
         return "count the compute of every step: the two take different numbers of steps"
     if scheme_steps != dp_steps and near(8 * saved / ((scheme_steps - dp_steps) * compute_s)):
         return "add the scheme's own work, own_s, to each of its steps"
-    if any(near(8 * saved / extra * f) for f in (FRAME_SHARE, 1 / FRAME_SHARE, 0.96, 1 / 0.96)):
+    if any(near(8 * saved / extra * f, rtol=1e-3)
+           for f in (FRAME_SHARE, 1 / FRAME_SHARE, 0.96, 1 / 0.96)):
         return "leave out the headers: the exercise divides the bytes by the rate alone"
+    if near(8 * saved / extra, rtol=0.1):
+        return ("close: use the steps and bytes exactly as given (the steps are the seeds' means, "
+                "not one seed's)")
     return ("the rate where the bytes saved to the target, over the link, take as long as the "
             "extra seconds of compute to the target")
