@@ -65,18 +65,6 @@ def _host_mesh():
     return Mesh(np.asarray(jax.devices()).reshape(2, 2), ("host", "device"))
 
 
-def _overlap(serial=False, moved=True):
-    def loop(progs, hs, ws, y):
-        g, grads, summed = progs.top(hs[-1], y), [], []
-        for i in reversed(range(len(ws))):
-            grad, g = progs.backward(hs[i], hs[i + 1], g, ws[i])
-            grad = jax.device_put(grad, progs.stream) if moved else grad
-            (grads if serial else summed).append(grad if serial else progs.all_reduce(grad))
-        return [progs.all_reduce(grad) for grad in grads][::-1] if serial else summed[::-1]
-
-    return loop
-
-
 def _bucket(ready_by_count=False, wait=True):
     def model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, backward_s):
         total, produced, finished = sum(sizes), 0, 0.0
