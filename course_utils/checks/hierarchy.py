@@ -66,7 +66,7 @@ def _order_of_nodes_and_local(fn) -> tuple[str, str]:
         other = Mesh(np.asarray(jax.devices()[:6]).reshape(2, 3), ("node", "local"))
         message = values_slip(fn, other)[2]
         return (f"on 2 nodes of 3 devices: {message}" if message else ""), ""
-    run = run_on_two_by_three(fn)
+    run = run_on_two_by_three(fn, judge=f"{__name__}:values_slip")
     if not run.ran:
         return "", (f"; this run could not check the order of nodes and local ({run.message}): "
                     "at 2 × 2 they coincide; run the step with N_DEVICES = 6 or 8")

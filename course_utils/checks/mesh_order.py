@@ -6,6 +6,7 @@ cell); it sees ``jax``, ``jnp``, ``np`` and ``P``, and nothing else of the calle
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
@@ -26,9 +27,10 @@ class OtherMesh(NamedTuple):
     message: str
 
 
-def run_on_two_by_three(fn, timeout: float = SUBPROCESS_SECONDS) -> OtherMesh:
-    """Run ``course_utils.checks.hierarchy.values_slip(fn, 2 × 3 mesh)`` in a subprocess with
-    6 CPU devices and report what it found."""
+def run_on_two_by_three(fn, judge: str, timeout: float = SUBPROCESS_SECONDS) -> OtherMesh:
+    """Run ``judge(fn, 2 × 3 mesh)`` in a subprocess with 6 CPU devices and report what it
+    found; ``judge`` is ``"module:function"`` (the check's own values test, named rather than
+    imported, so this module imports no check)."""
     name = getattr(fn, "__name__", "")
     if not name.isidentifier():
         return OtherMesh(False, "only a function defined with def can be sent to it")
@@ -40,9 +42,10 @@ def run_on_two_by_three(fn, timeout: float = SUBPROCESS_SECONDS) -> OtherMesh:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     try:
-        done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(
-            {"source": source, "name": name}), capture_output=True, text=True, timeout=timeout,
-            env=env, check=False)
+        request = json.dumps({"source": source, "name": name, "judge": judge})
+        done = subprocess.run([sys.executable, "-m", __name__], input=request,
+                              capture_output=True, text=True, timeout=timeout, env=env,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         return OtherMesh(False, f"the subprocess did not finish: {type(error).__name__}")
     try:
@@ -63,8 +66,10 @@ def _main() -> None:
     from jax import P
     from jax.sharding import Mesh
 
-    from course_utils.checks.hierarchy import values_slip
     from course_utils.display import error_line
+
+    module, function = request["judge"].split(":")
+    values_slip = getattr(importlib.import_module(module), function)
 
     namespace = {"jax": jax, "jnp": jnp, "np": np, "P": P}
     try:
