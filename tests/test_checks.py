@@ -80,6 +80,34 @@ def test_shares_function_is_called_on_fresh_data(setup, capsys):
             check_shares(fn)
 
 
+def test_a_forbidden_function_imported_inside_the_answer_is_named():
+    """``from course_utils import x`` in the function's body names x as much as a global does
+    (a student's second round found it passed); an unrelated import does not."""
+    from course_utils.models.step import break_even_bits
+    from course_utils.training.local import local_sgd_bytes
+
+    def inner_from_module(*args):
+        from course_utils.training.local import local_sgd_bytes
+        return local_sgd_bytes(*args)
+
+    def inner_from_package(*args):
+        from course_utils import break_even_bits
+        return break_even_bits(*args)
+
+    def inner_alias(*args):
+        import course_utils as cu
+        return cu.break_even_bits(*args)
+
+    def own(*args):
+        from course_utils import format_bytes
+        return format_bytes(args[0])
+
+    assert uses_forbidden(inner_from_module, [local_sgd_bytes]) == "local_sgd_bytes"
+    assert uses_forbidden(inner_from_package, [break_even_bits]) == "break_even_bits"
+    assert uses_forbidden(inner_alias, [break_even_bits]) == "break_even_bits"
+    assert uses_forbidden(own, [break_even_bits, local_sgd_bytes]) is None
+
+
 def test_uses_forbidden_follows_wrappers_copies_and_helpers():
     import functools
     import types

@@ -6,6 +6,8 @@ function looked up only at call time is not seen, and grading does not rest on t
 
 from __future__ import annotations
 
+import dis
+import sys
 import traceback
 import types
 
@@ -64,11 +66,12 @@ def _named_objects(fn) -> list:
     names = list(dict.fromkeys(n for code in _code_objects(fn.__code__) for n in code.co_names))
     found = [scope[n] for n in names if n in scope]
     found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
-    modules = [m for m in found if isinstance(m, types.ModuleType)]
+    modules = [m for m in found if isinstance(m, types.ModuleType)] + _imported(fn.__code__)
     seen = {id(m) for m in modules}
     while modules:  # vars(), not getattr: a module's lazy __getattr__ is not run
         space = vars(modules.pop())
-        named = [space[n] for n in names if n in space]
+        named = [space[n] if n in space else _lazy(space, n) for n in names
+                 if n in space or _lazy(space, n) is not None]
         found += named
         modules += [v for v in named if isinstance(v, types.ModuleType) and id(v) not in seen]
         seen.update(id(v) for v in modules)
@@ -76,6 +79,22 @@ def _named_objects(fn) -> list:
     found += [v for obj in found if isinstance(obj, (dict, list, tuple, set))
               for v in (obj.values() if isinstance(obj, dict) else obj) if callable(v)]
     return found
+
+
+def _imported(code: types.CodeType) -> list:
+    """The course's modules ``code`` imports inside itself (``from course_utils import x`` in a
+    function's body), already loaded: a name taken from them is named as much as a global."""
+    wanted = {i.argval for c in _code_objects(code) for i in dis.get_instructions(c)
+              if i.opname == "IMPORT_NAME" and str(i.argval).split(".")[0] == "course_utils"}
+    return [sys.modules[m] for m in sorted(wanted) if m in sys.modules]
+
+
+def _lazy(space: dict, name: str):
+    """``name`` of the package's lazy top-level API (``course_utils._API``) when ``space`` is the
+    package's namespace and the name's module is loaded, else ``None`` (nothing is imported)."""
+    where = space.get("_API", {}).get(name) if space.get("__name__") == "course_utils" else None
+    module = sys.modules.get(f"course_utils.{where[0]}") if where else None
+    return vars(module).get(where[1]) if module is not None else None
 
 
 def _filled(cell) -> bool:

@@ -88,11 +88,13 @@ def _slip(answers: list) -> str:
             "in ms and from the arguments only")
 
 
-def _with(c, nbytes, n, h, rate, alpha, *, alpha_steps=None, share=None, first=1.0):
-    """The model with one thing changed: α's steps, the bucket's share sent, the first bucket."""
+def _with(c, nbytes, n, h, rate, alpha, *, alpha_steps=None, share=None, first=1.0,
+          to_ms=1e3):
+    """The model with one thing changed: α's steps, the bucket's share sent, the first bucket,
+    the all-reduce's seconds left unconverted (``to_ms=1``)."""
     steps = 2 * (h - 1) if alpha_steps is None else alpha_steps
     part = 2 * (h - 1) / h if share is None else share
-    t = (steps * alpha + part * nbytes / rate) * 1e3
+    t = (steps * alpha + part * nbytes / rate) * to_ms
     return max(c + t, first * c / n + n * t)
 
 
@@ -107,8 +109,12 @@ _SLIPS = {
     "only after its layer's compute, and the last one is sent after all compute":
         lambda *a: max(a[0], a[2] * _send_ms(*a)),
     "give milliseconds, not seconds": lambda *a: overlap_model_ms(*a) / 1e3,
-    "each bucket's ring pays α at each of its 2(h-1) message steps":
-        lambda *a: _with(*a, alpha_steps=0),
+    "α is missing or left in seconds: each bucket's ring pays α, in ms, at each of its 2(h-1) "
+    "message steps": lambda *a: _with(*a, alpha_steps=0),
+    "each all-reduce's time is in seconds: convert it to ms before adding it to compute_ms":
+        lambda *a: _with(*a, to_ms=1.0),
+    "the ring sends 2(h-1)/h of each bucket over the link, not the bucket once":
+        lambda *a: _with(*a, share=1.0),
     "α is paid per message step: 2(h-1) per all-reduce": lambda *a: _with(*a, alpha_steps=1),
     "an all-reduce is two passes of the ring: 2(h-1)/h of the bucket, not (h-1)/h":
         lambda *a: _with(*a, share=(a[3] - 1) / a[3]),
