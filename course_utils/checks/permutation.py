@@ -96,7 +96,8 @@ def check_joint_permutation(
     block = x.shape[0] // n_devices
     if x2 is not _NOT_GIVEN:
         _defined(exercise, "x2", x2, x.shape, "place the reordered rows of xh as x2")
-        if np.array_equal(np.asarray(x2), x):
+        unmoved = mine is not None and np.array_equal(mine, np.arange(len(x)))  # p = 1
+        if np.array_equal(np.asarray(x2), x) and not unmoved:
             labels_moved = y2 is not _NOT_GIVEN and y2 is not None and np.shape(y2) == y.shape \
                 and not np.array_equal(np.asarray(y2), y)
             fail(exercise, "x2 holds the rows of x in their original order" + (
