@@ -1,0 +1,90 @@
+"""Step 22's exercise check: the slowest rate at which a fragment's quantized sync hides behind
+τ inner steps."""
+
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from course_utils.checks import check_slowest_hidden_rate
+from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.streaming import hiding_rate_bits
+
+# about the saved run's numbers: part four's model, 4 fragments, 4 bits, 2 hosts, τ = 2
+STEP22 = dict(n_params=1_118_464, fragments=4, bits=4, bucket=64, hosts=2, tau=2, step_s=0.04)
+
+
+def _mine(n, f, bits, bucket, hosts, tau, step_s, *, per_byte=8, share=1, peers=None,
+          scales=True, steps=None, each=None):
+    """A student's answer; the keywords make one slip each."""
+    values = n // f * share
+    sent = values * (bits / 8 if each is None else each) + (values / bucket * 4 if scales else 0)
+    others = hosts - 1 if peers is None else peers
+    return per_byte * others * sent / ((tau if steps is None else steps) * step_s)
+
+
+def _in_mbit(n, f, bits, bucket, hosts, tau, step_s):
+    codes_mbit = n / f * bits / 1e6  # the codes, in Mbit
+    scales_mbit = n / f / bucket * 32 / 1e6
+    return (hosts - 1) * (codes_mbit + scales_mbit) / (tau * step_s) * 1e6
+
+
+@pytest.mark.parametrize("fn", [
+    _mine,
+    _in_mbit,
+    lambda *a: np.float32(_mine(*a)),
+    lambda *a: jnp.asarray(_mine(*a)),
+    lambda *a: round(_mine(*a)),
+])
+def test_right_answers_in_several_forms_pass(fn, capsys):
+    check_slowest_hidden_rate(fn, **STEP22)
+    assert "PASSED: the slowest rate that still hides a fragment's sync" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, message", [
+    (None, "my_slowest_rate is not defined"),
+    (lambda *a: "fast", "must return one positive number of bit/s"),
+    (lambda n, f: n, r"my_slowest_rate\(1118464, 4, 4, 64, 2, 2, 0.04\) raised"),
+    (functools.partial(_mine, per_byte=1), "that is bytes per second"),
+    (functools.partial(_mine, per_byte=1 / 8), "bytes to bits is × 8, not ÷ 8"),
+    (lambda *a: _mine(*a, each=a[2]), "each value is bits / 8 bytes"),
+    (lambda *a: _mine(*a, share=a[1]), "one fragment is n_params / fragments values"),
+    (lambda *a: _mine(*a, peers=a[4]), "hosts − 1 of them, not its own too"),
+    (lambda *a: _mine(*a, peers=1), "every other host's codes"),
+    (functools.partial(_mine, scales=False), "the scales travel too"),
+    (functools.partial(_mine, steps=1), "tau inner steps to hide behind, not one"),
+    (lambda *a: _mine(*a) / 1e6, "that is Mbit/s"),
+    (lambda *a: 2.3e6, "right at this notebook's numbers|is about|too"),
+])
+def test_each_slip_is_named(fn, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check_slowest_hidden_rate(fn, **STEP22)
+
+
+def test_an_answer_typed_in_from_the_notebook_is_named():
+    typed = hiding_rate_bits(*STEP22.values())
+    with pytest.raises(ExerciseFailed, match="gives the same number: compute the rate from the "
+                                             "arguments"):
+        check_slowest_hidden_rate(lambda *a: typed, **STEP22)
+
+
+def test_the_check_s_own_model_is_refused_however_wrapped():
+    for fn in (hiding_rate_bits, functools.partial(hiding_rate_bits),
+               lambda *a: hiding_rate_bits(*a)):
+        with pytest.raises(ExerciseFailed, match="uses the check's own hiding_rate_bits"):
+            check_slowest_hidden_rate(fn, **STEP22)
+
+
+def test_each_call_tries_a_fresh_case():
+    seen = []
+
+    def recording(*case):
+        seen.append(case)
+        return _mine(*case)
+
+    check_slowest_hidden_rate(recording, **STEP22)
+    check_slowest_hidden_rate(recording, **STEP22)
+    half = len(seen) // 2
+    assert seen[:half - 1] == seen[half:-1]  # the fixed cases, twice
+    assert seen[half - 1] != seen[-1]  # the drawn one, anew
