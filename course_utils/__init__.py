@@ -51,6 +51,8 @@ _API = {
     "placement_figure_data": ("figures.data", "placement_figure_data"),
     "plot_figure": ("figures.plot", "plot_figure"),
     "validate_figure_data": ("figures.data", "validate_figure_data"),
+    "schedule_figure_data": ("figures.streaming", "schedule_figure_data"),
+    "wall_clock_figure_data": ("figures.streaming", "wall_clock_figure_data"),
     "Collective": ("observe.ir", "Collective"),
     "ProgramCollectives": ("observe.ir", "ProgramCollectives"),
     "collectives_in": ("observe.ir", "collectives_in"),
