@@ -12,22 +12,25 @@ from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.streaming import hiding_rate_bits
 
 # about the saved run's numbers: part four's model, 4 fragments, 4 bits, 2 hosts, τ = 2
-STEP22 = dict(n_params=1_118_464, fragments=4, bits=4, bucket=64, hosts=2, tau=2, step_s=0.04)
+STEP22 = dict(n_params=1_118_464, fragments=4, bits=4, hosts=2, tau=2, step_s=0.04)
 
 
-def _mine(n, f, bits, bucket, hosts, tau, step_s, *, per_byte=8, share=1, peers=None,
-          scales=True, steps=None, each=None):
+def _mine(n, f, bits, hosts, tau, step_s, *, per_byte=8, whole=1, ring=None, scales=True,
+          steps=None, each=None):
     """A student's answer; the keywords make one slip each."""
-    values = n // f * share
-    sent = values * (bits / 8 if each is None else each) + (values / bucket * 4 if scales else 0)
-    others = hosts - 1 if peers is None else peers
-    return per_byte * others * sent / ((tau if steps is None else steps) * step_s)
+    values = n // f * whole
+    sent = values * (bits / 8 if each is None else each) + (values / 64 * 4 if scales else 0)
+    share = 2 * (hosts - 1) / hosts if ring is None else ring
+    return per_byte * share * sent / ((tau if steps is None else steps) * step_s)
 
 
-def _in_mbit(n, f, bits, bucket, hosts, tau, step_s):
+def _in_mbit(n, f, bits, hosts, tau, step_s):
     codes_mbit = n / f * bits / 1e6  # the codes, in Mbit
-    scales_mbit = n / f / bucket * 32 / 1e6
-    return (hosts - 1) * (codes_mbit + scales_mbit) / (tau * step_s) * 1e6
+    scales_mbit = n / f / 64 * 32 / 1e6
+    mbit = 0.0
+    for _ in ("reduce-scatter", "all-gather"):  # each pass: (R − 1)/R of the fragment
+        mbit += (hosts - 1) / hosts * (codes_mbit + scales_mbit)
+    return mbit / (tau * step_s) * 1e6
 
 
 @pytest.mark.parametrize("fn", [
@@ -45,13 +48,14 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
 @pytest.mark.parametrize("fn, message", [
     (None, "my_slowest_rate is not defined"),
     (lambda *a: "fast", "must return one positive number of bit/s"),
-    (lambda n, f: n, r"my_slowest_rate\(1118464, 4, 4, 64, 2, 2, 0.04\) raised"),
+    (lambda n, f: n, r"my_slowest_rate\(1118464, 4, 4, 2, 2, 0.04\) raised"),
     (functools.partial(_mine, per_byte=1), "that is bytes per second"),
     (functools.partial(_mine, per_byte=1 / 8), "bytes to bits is × 8, not ÷ 8"),
     (lambda *a: _mine(*a, each=a[2]), "each value is bits / 8 bytes"),
-    (lambda *a: _mine(*a, share=a[1]), "one fragment is n_params / fragments values"),
-    (lambda *a: _mine(*a, peers=a[4]), "hosts − 1 of them, not its own too"),
-    (lambda *a: _mine(*a, peers=1), "every other host's codes"),
+    (lambda *a: _mine(*a, whole=a[1]), "one fragment is n_params / fragments values"),
+    (functools.partial(_mine, ring=2), "never sends its own chunk to itself"),
+    (lambda *a: _mine(*a, ring=2 * (a[3] - 1)), r"moves \(R − 1\)/R of the fragment, not R − 1"),
+    (lambda *a: _mine(*a, ring=(a[3] - 1) / a[3]), "an all-reduce is two passes of the ring"),
     (functools.partial(_mine, scales=False), "the scales travel too"),
     (functools.partial(_mine, steps=1), "tau inner steps to hide behind, not one"),
     (lambda *a: _mine(*a) / 1e6, "that is Mbit/s"),

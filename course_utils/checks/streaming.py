@@ -12,33 +12,34 @@ from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
 
 TOLERANCE = 0.02  # relative: every slip below is at least 6 % off in each case the check tries
-SCALE_BYTES = 4  # one f32 scale per bucket of values
+SCALE_EVERY = 64  # values per f32 scale (the package's ``training.quantize.BLOCK``)
 
 
-def hiding_rate_bits(n_params: int, fragments: int, bits: int, bucket: int, hosts: int,
-                     tau: int, step_s: float) -> float:
-    """The slowest link rate, in bit/s, at which one fragment's sync ends within ``tau`` inner
-    steps of ``step_s``: the fragment's ``n_params / fragments`` values sent as ``bits``-bit codes
-    with one f32 scale per ``bucket`` values, all-gathered across ``hosts`` (each host's link
-    carries the other ``hosts − 1`` hosts' codes and scales), at a rate that is all payload.
+def hiding_rate_bits(n_params: int, fragments: int, bits: int, hosts: int, tau: int,
+                     step_s: float) -> float:
+    """The slowest link rate, in payload bit/s, at which one fragment's sync ends within
+    ``tau`` inner steps of ``step_s``: the fragment's ``n_params / fragments`` values sent as
+    ``bits``-bit codes with one 4-byte scale per ``SCALE_EVERY`` values, through a ring
+    all-reduce among ``hosts`` (a host's link carries 2(R − 1)/R of them: a reduce-scatter and
+    an all-gather).
 
     Examples:
-        >>> round(hiding_rate_bits(2**20, 4, 4, 64, 2, 2, 0.05) / 1e6, 2)  # Mbit/s
+        >>> round(hiding_rate_bits(2**20, 4, 4, 2, 2, 0.05) / 1e6, 2)  # Mbit/s
         11.8
     """
     values = n_params / fragments
-    fragment_bytes = values * bits / 8 + values / bucket * SCALE_BYTES
-    return 8 * (hosts - 1) * fragment_bytes / (tau * step_s)
+    fragment_bytes = values * bits / 8 + values / SCALE_EVERY * 4
+    return 8 * 2 * (hosts - 1) / hosts * fragment_bytes / (tau * step_s)
 
 
-def _with(n, f, bits, bucket, hosts, tau, step_s, *, per_byte=8.0, fragments=None, peers=None,
+def _with(n, f, bits, hosts, tau, step_s, *, per_byte=8.0, fragments=None, share=None,
           scales=True, value_bytes=None, steps=None):
     """``hiding_rate_bits`` with one thing changed (a slip a student makes)."""
     values = n / (f if fragments is None else fragments)
     each = bits / 8 if value_bytes is None else value_bytes
-    fragment_bytes = values * each + (values / bucket * SCALE_BYTES if scales else 0.0)
-    others = hosts - 1 if peers is None else peers
-    return per_byte * others * fragment_bytes / ((tau if steps is None else steps) * step_s)
+    fragment_bytes = values * each + (values / SCALE_EVERY * 4 if scales else 0.0)
+    part = 2 * (hosts - 1) / hosts if share is None else share
+    return per_byte * part * fragment_bytes / ((tau if steps is None else steps) * step_s)
 
 
 _SLIPS = {
@@ -50,48 +51,49 @@ _SLIPS = {
         lambda *a: _with(*a, value_bytes=a[2]),
     "one fragment is n_params / fragments values: only that part of the model syncs at once":
         lambda *a: _with(*a, fragments=1),
-    "a host's link carries the other hosts' codes, hosts − 1 of them, not its own too":
-        lambda *a: _with(*a, peers=a[4]),
-    "a host's link carries every other host's codes (hosts − 1 of them), not one host's":
-        lambda *a: _with(*a, peers=1),
-    "the scales travel too: one f32 (4 bytes) per bucket of values":
+    "a host never sends its own chunk to itself: the ring moves 2(R − 1)/R of the fragment, "
+    "not 2 whole copies": lambda *a: _with(*a, share=2.0),
+    "each pass of the ring moves (R − 1)/R of the fragment, not R − 1 copies":
+        lambda *a: _with(*a, share=2.0 * (a[3] - 1)),
+    "an all-reduce is two passes of the ring (reduce-scatter, then all-gather): 2(R − 1)/R, "
+    "not (R − 1)/R": lambda *a: _with(*a, share=(a[3] - 1) / a[3]),
+    "the scales travel too: one 4-byte scale per 64 values":
         lambda *a: _with(*a, scales=False),
     "the sync has tau inner steps to hide behind, not one": lambda *a: _with(*a, steps=1),
     "that is Mbit/s: return bit/s": lambda *a: hiding_rate_bits(*a) / 1e6,
 }
 
-# (n_params, fragments, bits, bucket, hosts, tau, step_s) the page never shows: int8 and 4-bit,
-# 3 to 8 hosts (hosts − 1 and hosts differ by a third at most), τ from 1 to 8
-_UNSEEN = ((1_118_464, 4, 4, 64, 3, 2, 0.06), (4_194_304, 8, 8, 128, 4, 4, 0.2),
-           (262_144, 2, 4, 32, 8, 1, 0.01), (65_536_000, 16, 8, 64, 5, 8, 0.5))
+# (n_params, fragments, bits, hosts, tau, step_s) the page never shows: int8 and 4-bit, 3 to 8
+# hosts (so that R, R − 1 and the ring's share tell apart), τ from 1 to 8
+_UNSEEN = ((1_118_208, 4, 4, 3, 2, 0.06), (4_194_304, 8, 8, 4, 4, 0.2),
+           (262_144, 2, 4, 8, 1, 0.01), (65_536_000, 16, 8, 5, 8, 0.5))
 
 
 def _fresh_case(rng: random.Random) -> tuple:
     """One more case, drawn anew at every check: hosts ≥ 3 (so that hosts and hosts − 1 tell
     apart), τ ≥ 2 (so that one step and τ do)."""
-    fragments = rng.choice((2, 4, 8, 16))
-    bucket = rng.choice((32, 64, 128))
-    return (fragments * bucket * rng.randint(1_000, 50_000), fragments, rng.choice((4, 8)),
-            bucket, rng.randint(3, 9), rng.randint(2, 8), round(10 ** rng.uniform(-2.3, -0.3), 4))
+    fragments, hosts = rng.choice((2, 4, 8, 16)), rng.randint(3, 9)
+    return (fragments * hosts * SCALE_EVERY * rng.randint(100, 5_000), fragments,
+            rng.choice((4, 8)), hosts, rng.randint(2, 8), round(10 ** rng.uniform(-2.3, -0.3), 4))
 
 
-def check_slowest_hidden_rate(fn, *, n_params: int, fragments: int, bits: int, bucket: int,
-                              hosts: int, tau: int, step_s: float) -> None:
-    """Exercise 22: ``fn(n_params, fragments, bits, bucket, hosts, tau, step_s)`` → the slowest
-    link rate in bit/s at which one fragment's quantized sync hides behind ``tau`` inner steps
-    (``hiding_rate_bits``), within ``TOLERANCE``, at the exercise's numbers and at cases the page
-    never shows (one drawn anew at every call). The check's own model is refused."""
+def check_slowest_hidden_rate(fn, *, n_params: int, fragments: int, bits: int, hosts: int,
+                              tau: int, step_s: float) -> None:
+    """Exercise 22: ``fn(n_params, fragments, bits, hosts, tau, step_s)`` → the slowest link
+    rate in payload bit/s at which one fragment's quantized sync hides behind ``tau`` inner
+    steps (``hiding_rate_bits``), within ``TOLERANCE``, at the exercise's numbers and at cases
+    the page never shows (one drawn anew at every call). The check's own model is refused."""
     exercise = "the slowest rate that still hides a fragment's sync"
     function_given(exercise, "my_slowest_rate", fn)
     forbidden = (hiding_rate_bits,)
     if (name := uses_forbidden(fn, forbidden)) is not None:
         fail(exercise, f"my_slowest_rate uses the check's own {name}, which computes the "
                        "answer: write the fragment's bytes and its time yourself")
-    first = (n_params, fragments, bits, bucket, hosts, tau, step_s)
+    first = (n_params, fragments, bits, hosts, tau, step_s)
     cases = (first, *_UNSEEN, _fresh_case(random.Random()))
     answers = []
     for case in cases:
-        call = "my_slowest_rate({}, {}, {}, {}, {}, {}, {:g})".format(*case)
+        call = "my_slowest_rate({}, {}, {}, {}, {}, {:g})".format(*case)
         raw = call_without(exercise, fn, case, forbidden=(), call=call, refusal="")
         got = number(raw)
         if got is None or not math.isfinite(got) or got <= 0:
@@ -118,4 +120,4 @@ def _slip(answers: list) -> str:
     if np.isclose(answers[0][2], hiding_rate_bits(*answers[0][0]), rtol=TOLERANCE):
         return "right at this notebook's numbers only: use the function's arguments"
     return ("the rate at which the bits one host's link carries for one fragment's sync take "
-            "exactly the tau inner steps' seconds")
+            "exactly the seconds of tau inner steps")
