@@ -60,8 +60,8 @@ class TrainState(NamedTuple):
         warm_start: PowerSGD's right factors, one per weight matrix.
         accumulated: the local gradient summed over this step's micro-steps so far (only with
             gradient accumulation).
-        outer: what a strategy that syncs every H steps keeps for its outer step (the
-            parameters at the last sync, an outer optimizer's state; any pytree).
+        outer: what a strategy with an outer optimizer keeps for its outer step: the
+            parameters at the last sync, then the outer optimizer's state (any pytree).
     """
 
     params: jax.Array
