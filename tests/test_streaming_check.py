@@ -10,6 +10,8 @@ import pytest
 from course_utils.checks import check_slowest_hidden_rate
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.streaming import hiding_rate_bits
+from course_utils.models.cost_model import Topology, link_bytes_sent
+from course_utils.training.quantize import exchange_bytes
 
 # about the saved run's numbers: part four's model, 4 fragments, 4 bits, 2 hosts, τ = 2
 STEP22 = dict(n_params=1_118_464, fragments=4, bits=4, hosts=2, tau=2, step_s=0.04)
@@ -78,6 +80,22 @@ def test_the_check_s_own_model_is_refused_however_wrapped():
                lambda *a: hiding_rate_bits(*a)):
         with pytest.raises(ExerciseFailed, match="uses the check's own hiding_rate_bits"):
             check_slowest_hidden_rate(fn, **STEP22)
+
+
+def _by_exchange(n, f, bits, hosts, tau, step_s):
+    return 8 * exchange_bytes(n // f, hosts, f"int{bits}") / (tau * step_s)
+
+
+def _by_ring(n, f, bits, hosts, tau, step_s):
+    fragment = n / f * (bits / 8 + 4 / 64)
+    return 8 * link_bytes_sent("all_reduce", "ring", fragment, Topology(hosts, 1)) / (tau * step_s)
+
+
+@pytest.mark.parametrize("fn", [_by_exchange, _by_ring])
+def test_the_package_s_byte_models_are_refused(fn):
+    with pytest.raises(ExerciseFailed, match="uses the package's (exchange_bytes|link_bytes_sent)"
+                                             ", which counts the sync's bytes for you"):
+        check_slowest_hidden_rate(fn, **STEP22)
 
 
 def test_each_call_tries_a_fresh_case():

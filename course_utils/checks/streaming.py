@@ -82,13 +82,22 @@ def check_slowest_hidden_rate(fn, *, n_params: int, fragments: int, bits: int, h
     """Exercise 22: ``fn(n_params, fragments, bits, hosts, tau, step_s)`` → the slowest link
     rate in payload bit/s at which one fragment's quantized sync hides behind ``tau`` inner
     steps (``hiding_rate_bits``), within ``TOLERANCE``, at the exercise's numbers and at cases
-    the page never shows (one drawn anew at every call). The check's own model is refused."""
+    the page never shows (one drawn anew at every call). The check's own model and the
+    package's byte models (``exchange_bytes``, ``bytes_sent``, ``link_bytes_sent``) are
+    refused."""
     exercise = "the slowest rate that still hides a fragment's sync"
     function_given(exercise, "my_slowest_rate", fn)
-    forbidden = (hiding_rate_bits,)
-    if (name := uses_forbidden(fn, forbidden)) is not None:
-        fail(exercise, f"my_slowest_rate uses the check's own {name}, which computes the "
-                       "answer: write the fragment's bytes and its time yourself")
+    from course_utils.models.cost_model import bytes_sent, link_bytes_sent
+    from course_utils.training.quantize import exchange_bytes
+
+    if uses_forbidden(fn, (hiding_rate_bits,)) is not None:
+        fail(exercise, "my_slowest_rate uses the check's own hiding_rate_bits, which computes "
+                       "the answer: write the fragment's bytes and its time yourself")
+    models = (exchange_bytes, bytes_sent, link_bytes_sent)
+    if (name := uses_forbidden(fn, models)) is not None:
+        fail(exercise, f"my_slowest_rate uses the package's {name}, which counts the sync's "
+                       "bytes for you: count the codes, the scales and the ring's share "
+                       "yourself")
     first = (n_params, fragments, bits, hosts, tau, step_s)
     cases = (first, *_UNSEEN, _fresh_case(random.Random()))
     answers = []
