@@ -20,8 +20,11 @@ from course_utils.results.diloco_cluster import (
     DATA_PARALLEL,
     NOTHING_SENT,
     DilocoClusterResults,
+    byte_goals,
+    hidden_syncs,
     link_bytes,
     load_diloco_cluster,
+    model_gaps,
     modelled_step_s,
     round_time,
     step,
@@ -115,6 +118,25 @@ def test_the_model_adds_what_the_overlap_does_not_hide_to_h_steps_of_compute():
     assert modelled_step_s(results, "streaming_diloco", 16, RATE) == pytest.approx(
         compute + streaming.fragments * (fragment - hidden) / 16)
     assert round_time(0.1, 0.1, local_steps=8, fragments=2, overlap=1) == pytest.approx(0.8)
+
+
+def test_the_goals_are_read_per_run_against_the_counters_and_the_model():
+    results = _results((1.0, 3.0))
+    goals = byte_goals(results, 16, RATE)
+    dp_share = goals["DiLoCo / data parallelism, bytes per inner step"]
+    assert dp_share.value.median == pytest.approx(1 / 16) and dp_share.met
+    int8 = goals["int8 / float32, one sync"]  # the fake int8 sync sends half of f32's
+    assert int8.value.median == pytest.approx(0.5) and not int8.met
+    assert int8.target == pytest.approx((1 + 4 / 64) / 4)  # int8 codes and a scale per 64
+    fragment = goals["Streaming / DiLoCo (int4), largest single sync"]
+    assert fragment.value.median == pytest.approx(3 / 4) and fragment.target == 1 / 4
+    # the fake fragment's sync (0.5 s) needs more than half of τ · compute: nothing hides
+    assert hidden_syncs(results) == []
+    gaps = {(rate, h, name): gap for rate, h, name, gap in model_gaps(results)}
+    assert set(gaps) == {(RATE, 1, DATA_PARALLEL)} | {
+        (RATE, 16, m.name) for m in results.methods}
+    assert gaps[(RATE, 16, "diloco")] == pytest.approx(
+        modelled_step_s(results, "diloco", 16, RATE) / 0.1 - 1)
 
 
 def test_a_bad_file_gets_one_line_naming_it_the_field_and_the_command(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from course_utils.results.cluster import ClusterSetup
 from course_utils.results.meta import RunMeta
@@ -205,6 +206,99 @@ def modelled_step_s(results: DilocoClusterResults, name: str, h: int, link_rate:
     sync_s = step_time(traffic, 0.0, alpha_s=alpha_s, bytes_per_s=bytes_per_s).communication_s
     return round_time(compute, sync_s, local_steps=h, fragments=m.fragments,
                       overlap=m.overlap) / h
+
+
+class Figure(NamedTuple):
+    """A figure measured in every run (``value``: median and range over the runs) against
+    its ``target``, met when the median is within ``tolerance`` of it (as a fraction)."""
+
+    value: Spread
+    target: float
+    tolerance: float
+
+    @property
+    def met(self) -> bool:
+        """Whether the median is within the tolerance of the target."""
+        return abs(self.value.median / self.target - 1) <= self.tolerance
+
+
+def _run_values(results: DilocoClusterResults, key, link_rate: str) -> dict[int, dict]:
+    """By run: ``key(row)`` of every round (by (method, H)) and sync (by method) at the rate."""
+    runs: dict[int, dict] = {}
+    for r in results.rounds:
+        if r.link_rate == link_rate:
+            runs.setdefault(r.run, {})[(r.method, r.local_steps)] = key(r)
+    for r in results.syncs:
+        if r.link_rate == link_rate:
+            runs.setdefault(r.run, {})[r.method] = key(r)
+    return runs
+
+
+def ratio(results: DilocoClusterResults, top, bottom, link_rate: str, key) -> Spread:
+    """``key`` of ``top`` over ``key`` of ``bottom`` in each run at ``link_rate`` (a round is
+    ``(method, H)``, data parallelism's ``(DATA_PARALLEL, 1)``; a sync alone its method's
+    name; ``key(row)`` a row's figure), over the runs.
+
+    Raises:
+        ValueError: no run has both.
+    """
+    values = [v[top] / v[bottom] for v in _run_values(results, key, link_rate).values()
+              if v.get(top) is not None and v.get(bottom) is not None]
+    return _over_runs(values, f"{top} and {bottom} at {link_rate}")
+
+
+def byte_goals(results: DilocoClusterResults, h: int, link_rate: str) -> dict[str, Figure]:
+    """The counters' goals at H = ``h`` and ``link_rate``, each within 5 %: DiLoCo's bytes per
+    inner step against data parallelism's / H; Streaming DiLoCo's largest single sync (one
+    fragment) against DiLoCo's in the same format / F; DiLoCo's int8 and int4 syncs against
+    its float32 sync, whose target is the model's ratio (1/4 and 1/8 plus the scales)."""
+    streaming = next(m for m in results.methods if m.fragments > 1)
+    whole = next(m for m in results.methods if m.fragments == 1 and m.dtype == streaming.dtype)
+    n, hosts = results.sizes.n, results.cluster.hosts
+
+    def counted(row):
+        return row.link_bytes if isinstance(row, RoundRow) else row.sync_bytes
+
+    f32 = next(m for m in results.methods if m.fragments == 1 and m.dtype == "float32")
+    goals = {
+        "DiLoCo / data parallelism, bytes per inner step": Figure(ratio(
+            results, (f32.name, h), (DATA_PARALLEL, 1), link_rate, counted), 1 / h, 0.05),
+        f"Streaming / DiLoCo ({streaming.dtype}), largest single sync": Figure(ratio(
+            results, streaming.name, whole.name, link_rate, counted), 1 / streaming.fragments,
+            0.05)}
+    for m in results.methods:
+        if m.fragments == 1 and m.dtype != "float32":
+            goals[f"{m.dtype} / float32, one sync"] = Figure(
+                ratio(results, m.name, f32.name, link_rate, counted),
+                sync_link_bytes(m, n, hosts) / sync_link_bytes(f32, n, hosts), 0.05)
+    return goals
+
+
+def hidden_syncs(results: DilocoClusterResults) -> list[tuple[str, int, Figure]]:
+    """``(rate, H, Streaming DiLoCo's inner step / the step with nothing sent)`` where its
+    fragment's sync alone (median) needs at most half the compute of the τ inner steps it
+    overlaps; the target is 1, the tolerance 15 %."""
+    streaming = next(m for m in results.methods if m.fragments > 1)
+    found = []
+    for rate in rates(results):
+        for h in local_steps(results):
+            compute = step(results, NOTHING_SENT, h, rate).median
+            if sync(results, streaming.name, rate).median <= 0.5 * streaming.overlap * compute:
+                found.append((rate, h, Figure(ratio(
+                    results, (streaming.name, h), (NOTHING_SENT, h), rate,
+                    lambda r: getattr(r, "step_s", None)), 1.0, 0.15)))
+    return found
+
+
+def model_gaps(results: DilocoClusterResults) -> list[tuple[str, int, str, float]]:
+    """``(rate, H, method, model / measured − 1)`` of every round (data parallelism's once a
+    rate, at H = 1): the model's seconds per inner step (``modelled_step_s``) against the
+    median of the runs."""
+    cells = [(rate, 1, DATA_PARALLEL) for rate in rates(results)] + [
+        (rate, h, m.name) for rate in rates(results) for h in local_steps(results)
+        for m in results.methods]
+    return [(rate, h, name, modelled_step_s(results, name, h, rate)
+             / step(results, name, h, rate).median - 1) for rate, h, name in cells]
 
 
 def load_diloco_cluster(path: str | Path) -> DilocoClusterResults:
