@@ -1,7 +1,8 @@
 """What every cluster measurement times with, on a host: a call's median seconds and the bytes
 the host's link sent meanwhile (``timer``), and a value placed on the global devices
 (``placed``). Run inside a host's namespace, after the host joined JAX's multi-process runtime;
-``timer`` also runs in the parent, where no link counter exists and the bytes are ``None``."""
+``timer`` also runs in the parent, where no link counter exists and the bytes are ``None``;
+``interleaved`` times several calls taking turns."""
 
 from __future__ import annotations
 
@@ -58,6 +59,30 @@ def timer(repeats: int) -> Timed:
         return float(np.median(times)), sent
 
     return timed
+
+
+def interleaved(calls: dict, repeats: int) -> dict:
+    """Each of ``calls`` (name: a function of no argument) called once to compile and touch
+    its inputs, then all of them in turn ``repeats`` times, each call waited for: by name, the
+    median seconds of its calls and the bytes the host's link sent per call (``None`` without
+    a counter). Taking turns spreads a busy machine's slow spells over every call alike."""
+    import jax
+
+    for fn in calls.values():
+        jax.block_until_ready(fn())
+    times = {name: [] for name in calls}
+    sent: dict = {name: 0 for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            before = settled_sent_bytes()
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - start)
+            after = settled_sent_bytes()
+            sent[name] = None if None in (before, after, sent[name]) else (
+                sent[name] + after - before)
+    return {name: (float(np.median(times[name])),
+                   None if sent[name] is None else sent[name] / repeats) for name in calls}
 
 
 def placed(mesh, value: np.ndarray, spec):
