@@ -9,8 +9,9 @@ import pytest
 
 from course_utils.checks import check_slowest_hidden_rate
 from course_utils.checks.helpers import ExerciseFailed
-from course_utils.checks.streaming import hiding_rate_bits
+from course_utils.checks.streaming import _UNSEEN, hiding_rate_bits
 from course_utils.models.cost_model import Topology, link_bytes_sent
+from course_utils.results.diloco_cluster import MethodRow, sync_link_bytes
 from course_utils.training.quantize import exchange_bytes
 
 # about the saved run's numbers: part four's model, 4 fragments, 4 bits, 2 hosts, τ = 2
@@ -91,11 +92,25 @@ def _by_ring(n, f, bits, hosts, tau, step_s):
     return 8 * link_bytes_sent("all_reduce", "ring", fragment, Topology(hosts, 1)) / (tau * step_s)
 
 
-@pytest.mark.parametrize("fn", [_by_exchange, _by_ring])
+def _by_cluster_model(n, f, bits, hosts, tau, step_s):
+    sync = sync_link_bytes(MethodRow("streaming_diloco", f"int{bits}", f, tau), n, hosts)
+    return 8 * sync / (tau * step_s)
+
+
+@pytest.mark.parametrize("fn", [_by_exchange, _by_ring, _by_cluster_model])
 def test_the_package_s_byte_models_are_refused(fn):
-    with pytest.raises(ExerciseFailed, match="uses the package's (exchange_bytes|link_bytes_sent)"
-                                             ", which counts the sync's bytes for you"):
+    with pytest.raises(ExerciseFailed, match="uses the package's (exchange_bytes|link_bytes_sent|"
+                                             "sync_link_bytes), which counts the sync's bytes"):
         check_slowest_hidden_rate(fn, **STEP22)
+
+
+@pytest.mark.parametrize("case", [tuple(STEP22.values()), *_UNSEEN])
+def test_the_check_s_model_is_the_cluster_run_s(case):
+    # the cluster's model of one sync, where the fragment splits into whole blocks per host
+    n, f, bits, hosts, tau, step_s = case
+    n = n // (f * hosts * 64) * f * hosts * 64
+    assert hiding_rate_bits(n, f, bits, hosts, tau, step_s) == pytest.approx(
+        _by_cluster_model(n, f, bits, hosts, tau, step_s), rel=1e-12)
 
 
 def test_each_call_tries_a_fresh_case():
