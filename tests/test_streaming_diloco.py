@@ -30,7 +30,7 @@ def _variant(monkeypatch, name: str, **sync) -> str:
     monkeypatch.setitem(SPECS, name, dataclasses.replace(
         entry, name=name,
         parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
-            outer, options["fragments"])),
+            outer, options["fragments"], options["overlap"])),
         sync=entry.sync._replace(outer=streaming_diloco.outer_step(outer, **options),
                                  merge=merge if options["overlap"] else None, **options)))
     return name
@@ -62,7 +62,7 @@ def test_a_fragment_merges_tau_steps_after_its_outer_step_exactly():
 
 def _state(mesh, ctx, fragments, w0, replicas):
     own = NamedSharding(mesh, P(HOST))
-    extra = streaming_diloco.streaming_parts(outer_nesterov(), fragments)(w0, mesh, ctx)
+    extra = streaming_diloco.streaming_parts(outer_nesterov(), fragments, 1)(w0, mesh, ctx)
     return TrainState(jax.device_put(replicas.reshape(-1), own), None, **extra), own
 
 
@@ -90,8 +90,8 @@ def test_an_outer_step_updates_its_fragment_alone_and_the_merge_mixes_it_in():
     arrived = w0[part] - 0.7 * (delta + 0.9 * delta)  # Nesterov from a zero momentum
     np.testing.assert_array_equal(np.asarray(sent.params), np.asarray(state.params))  # τ > 0
     np.testing.assert_array_equal(np.asarray(sent.outer[0]), w0)  # not arrived yet
-    np.testing.assert_allclose(np.asarray(sent.outer[2]), arrived, rtol=1e-6, atol=1e-6)
-    trace = np.asarray(jax.tree.leaves(sent.outer[1])[0])
+    np.testing.assert_allclose(np.asarray(sent.outer.pending), arrived, rtol=1e-6, atol=1e-6)
+    trace = np.asarray(jax.tree.leaves(sent.outer.state)[0])
     np.testing.assert_allclose(trace[part], delta, rtol=1e-6, atol=1e-6)
     assert not trace[0::fragments].any()  # fragment 0's momentum untouched
     # τ inner steps later the replicas' fragment mixes: α · local + (1 − α) · arrived
@@ -109,11 +109,18 @@ def test_an_outer_step_updates_its_fragment_alone_and_the_merge_mixes_it_in():
 def test_quantized_outer_gradients_send_a_quarter_and_an_eighth_plus_the_scales():
     mesh = replica_mesh()
     runs = {s: train(mesh, s, steps=1, batch_size=32, local_steps=8)
-            for s in ("diloco", "diloco_int8", "diloco_4bit")}
+            for s in ("diloco", "diloco_int8", "diloco_4bit", "streaming_diloco")}
     f32 = runs["diloco"].bytes_across_replicas
     for name, share in (("diloco_int8", 1 / 4), ("diloco_4bit", 1 / 8)):
         assert runs[name].bytes_across_replicas / f32 == pytest.approx(share + 1 / BLOCK,
                                                                        rel=0.05)
+    # DiLoCo's memory, and the count of syncs; Streaming's also a slice of the fragment on its
+    # way (the parameters' 1/(D·F))
+    n, d = runs["diloco"].params.size, mesh.shape["device"]
+    f = spec("streaming_diloco").sync.fragments
+    base = runs["diloco"].memory.optimizer
+    assert runs["diloco_int8"].memory.optimizer == base + 4
+    assert runs["streaming_diloco"].memory.optimizer == base + 4 + 4 * n // (d * f)
 
 
 def test_streaming_s_largest_sync_is_diloco_s_over_f_on_part_four():

@@ -205,8 +205,8 @@ def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: 
                 merge=merge if overlap else None)
     entry = _every_h(name, label, family, outer)
     return replace(
-        entry, parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(outer,
-                                                                                 fragments)),
+        entry, parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
+            outer, fragments, overlap)),
         sync=sync, traffic=streaming_diloco.quantized_traffic(dtype, fragments))
 
 

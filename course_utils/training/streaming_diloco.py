@@ -5,10 +5,10 @@ its outer step cut into fragments, overlapped with the inner steps and sent in f
 strategy            communication                                       the state per device
 ==================  ==================================================  ==========================
 diloco_int8,        DiLoCo's, the outer gradient sent as int8 or int4   DiLoCo's
-diloco_4bit         codes with a scale per 64 values, summed in f32
+diloco_4bit         codes with a scale per 64 values, summed in f32     (and the count of syncs)
 streaming_diloco    every H/F steps one fragment's outer gradient       DiLoCo's, a slice of the
-                    (1/F of the parameters, strided), sent in int4;     fragment on its way and
-                    it merges τ steps later (α = 0.5)                   the count of syncs
+                    (1/F of the parameters, strided), sent in int4;     fragment on its way
+                    it merges τ steps later (α = 0.5)
 ==================  ==================================================  ==========================
 
 The outer step (``outer_step``, ``Sync.outer``) runs every H/F inner steps (``train``); its
@@ -27,7 +27,7 @@ outer step merges at once. F = 1, τ = 0, α = 0 and float32 is DiLoCo's outer s
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -44,18 +44,35 @@ from course_utils.training.state import Context, TrainState
 from course_utils.training.streaming import mix, put_fragment, take_fragment
 
 
-def streaming_parts(outer: Optimizer, fragments: int) -> Callable[[np.ndarray, Mesh, Context],
-                                                                  dict]:
-    """``Parts.extra``: DiLoCo's outer state (``diloco.outer_parts``), then the fragment on its
-    way (zeros, in slices over ``device``) and the count of syncs so far (0, replicated)."""
+class StreamingOuter(NamedTuple):
+    """``TrainState.outer`` of these strategies (DiLoCo's two parts first).
+
+    Attributes:
+        synced: this device's slice of w at each fragment's last sync, f32[n/D].
+        state: the outer optimizer's state, in slices likewise.
+        count: the syncs so far (int32, replicated): the last one sent fragment count mod F.
+        pending: with an overlap, this device's slice of the fragment on its way, f32[n/(D·F)]
+            (``None`` if τ = 0: the outer step merges at once).
+    """
+
+    synced: jax.Array
+    state: Any
+    count: jax.Array
+    pending: jax.Array | None = None
+
+
+def streaming_parts(outer: Optimizer, fragments: int, overlap: int
+                    ) -> Callable[[np.ndarray, Mesh, Context], dict]:
+    """``Parts.extra``: DiLoCo's outer state (``diloco.outer_parts``), the count of syncs (0,
+    replicated) and, with an ``overlap``, the fragment on its way (zeros, in slices)."""
     base = outer_parts(outer)
 
     def extra(w0: np.ndarray, mesh: Mesh, ctx: Context) -> dict:
         synced, outer_state = base(w0, mesh, ctx)["outer"]
-        pending = jax.device_put(np.zeros(w0.size // fragments, np.float32),
-                                 NamedSharding(mesh, P(DEVICE)))
         count = jax.device_put(np.int32(0), NamedSharding(mesh, P()))
-        return {"outer": (synced, outer_state, pending, count)}
+        pending = None if overlap == 0 else jax.device_put(
+            np.zeros(w0.size // fragments, np.float32), NamedSharding(mesh, P(DEVICE)))
+        return {"outer": StreamingOuter(synced, outer_state, count, pending)}
 
     return extra
 
@@ -70,18 +87,23 @@ def _with_fragment(tree, part, fragment, fragments: int):
                         tree, part)
 
 
+def _merged(state: TrainState, fragment, arrived, *, fragments: int,
+            mixing: float) -> TrainState:
+    """``state`` with ``fragment``'s result ``arrived`` (this device's slice) merged: gathered
+    inside the replica, mixed into the replica's w, and made the fragment's w at its sync."""
+    whole = jax.lax.all_gather(arrived, DEVICE, tiled=True)  # f32[n/F], inside the replica
+    local = take_fragment(state.params, fragment, fragments)
+    params = put_fragment(state.params, fragment, fragments, mix(local, whole, mixing))
+    synced = put_fragment(state.outer.synced, fragment, fragments, arrived)
+    return state._replace(params=params, outer=state.outer._replace(synced=synced))
+
+
 def merge_step(*, fragments: int, mixing: float) -> Callable[[TrainState, Context], TrainState]:
-    """The fragment on its way merging (``Sync.merge``), one device's view: gathered inside the
-    replica, mixed into the replica's w, and made the fragment's w at the last sync."""
+    """The fragment on its way merging (``Sync.merge``), one device's view."""
 
     def step(state: TrainState, ctx: Context) -> TrainState:
-        synced, outer_state, pending, count = state.outer
-        fragment = count % fragments  # the last one sent
-        arrived = jax.lax.all_gather(pending, DEVICE, tiled=True)  # f32[n/F], inside the replica
-        local = take_fragment(state.params, fragment, fragments)
-        params = put_fragment(state.params, fragment, fragments, mix(local, arrived, mixing))
-        synced = put_fragment(synced, fragment, fragments, pending)
-        return state._replace(params=params, outer=(synced, outer_state, pending, count))
+        fragment = state.outer.count % fragments  # the last one sent
+        return _merged(state, fragment, state.outer.pending, fragments=fragments, mixing=mixing)
 
     return step
 
@@ -90,11 +112,10 @@ def outer_step(outer: Optimizer, *, fragments: int, dtype: str, overlap: int,
                mixing: float) -> Callable[[TrainState, Context], TrainState]:
     """The outer step of the next fragment (``Sync.outer``), one device's view: its slice of the
     fragment's outer gradient exchanged across hosts in ``dtype``, ``outer``'s update, the
-    result kept on its way (and merged at once if ``overlap`` is 0)."""
-    merge = merge_step(fragments=fragments, mixing=mixing)
+    result kept on its way (merged at once if ``overlap`` is 0)."""
 
     def step(state: TrainState, ctx: Context) -> TrainState:
-        synced, outer_state, _, count = state.outer  # synced: this device's slice, f32[n/D]
+        synced, outer_state, count, _ = state.outer  # synced: this device's slice, f32[n/D]
         count = count + 1
         fragment = count % fragments  # this sync's fragment
         size = synced.shape[0]
@@ -105,8 +126,10 @@ def outer_step(outer: Optimizer, *, fragments: int, dtype: str, overlap: int,
         arrived, part = outer.update(delta, _fragment_of(outer_state, fragment, fragments),
                                      anchor)
         outer_state = _with_fragment(outer_state, part, fragment, fragments)
-        state = state._replace(outer=(synced, outer_state, arrived, count))
-        return merge(state, ctx) if overlap == 0 else state
+        if overlap == 0:
+            state = state._replace(outer=StreamingOuter(synced, outer_state, count))
+            return _merged(state, fragment, arrived, fragments=fragments, mixing=mixing)
+        return state._replace(outer=StreamingOuter(synced, outer_state, count, arrived))
 
     return step
 
