@@ -65,8 +65,11 @@ def interleaved(calls: dict, repeats: int) -> dict:
     """Each of ``calls`` (name: a function of no argument) called once to compile and touch
     its inputs, then all of them in turn ``repeats`` times, each call waited for: by name, the
     median seconds of its calls and the bytes the host's link sent per call (``None`` without
-    a counter). Taking turns spreads a busy machine's slow spells over every call alike."""
+    a counter). Taking turns spreads a busy machine's slow spells over every call alike; every
+    process waits for the others before each call (``sync_global_devices``), so that a call
+    with a collective does not time how far another host lagged behind after the last."""
     import jax
+    from jax.experimental.multihost_utils import sync_global_devices
 
     for fn in calls.values():
         jax.block_until_ready(fn())
@@ -75,6 +78,7 @@ def interleaved(calls: dict, repeats: int) -> dict:
     for _ in range(repeats):
         for name, fn in calls.items():
             before = settled_sent_bytes()
+            sync_global_devices(name)
             start = time.perf_counter()
             jax.block_until_ready(fn())
             times[name].append(time.perf_counter() - start)
