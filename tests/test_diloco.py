@@ -10,7 +10,15 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_utils import adamw, data_mesh, outer_nesterov, replica_mesh, train
+from course_utils import (
+    Topology,
+    adamw,
+    data_mesh,
+    outer_nesterov,
+    replica_mesh,
+    strategy_traffic,
+    train,
+)
 from course_utils.problems.classification import PART_THREE, init_params, loss_sum
 from course_utils.training.batches import split_task
 from course_utils.training.diloco import outer_parts, outer_step
@@ -62,6 +70,14 @@ def test_diloco_sends_across_the_replicas_data_parallelism_s_bytes_over_h(h):
     assert dp.bytes_across_replicas == 4 * n / d
     # memory per device: w, AdamW's moments and count, then slices of w at the sync and of m
     assert (diloco.memory.parameters, diloco.memory.optimizer) == (4 * n, 8 * n + 4 + 8 * n // d)
+
+
+def test_the_step_model_sends_over_a_host_s_link_what_its_devices_send_across_replicas():
+    mesh = replica_mesh()  # 2 "hosts" of 2 devices
+    for strategy, options in (("dp_adamw", {}), ("diloco", {"local_steps": 8})):
+        run = train(mesh, strategy, steps=1, batch_size=16, **options)
+        modelled = strategy_traffic(strategy, run.params.size, Topology(2, 2), **options)
+        assert modelled.link_bytes == pytest.approx(2 * run.bytes_across_replicas)
 
 
 def test_the_outer_step_is_the_nesterov_step_of_the_replicas_mean_delta():

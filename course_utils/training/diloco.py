@@ -23,6 +23,13 @@ inside the replica puts the slices together — and applies the outer optimizer 
 parameters at the last sync; every replica restarts from the result. The outer state (the
 parameters at the last sync, the outer optimizer's state) is kept in ``TrainState.outer``,
 in slices over ``device`` (each device holds the slice its outer step updates).
+
+The hyperparameters of part five's comparisons were fixed before measuring, by a protocol
+(``results.diloco.PROTOCOL``, also in the saved sweep): the inner optimizer is AdamW for every
+strategy; its learning rate (``optimizers.ADAMW_LR``) is the one of a small grid whose
+data-parallel run (``dp_adamw``, i.i.d. shards, one seed) ends with the lowest held-out loss
+after the sweep's steps; the outer step is the paper's (learning rate 0.7, Nesterov momentum
+0.9; local SGD's is the average); H is 8, 32 and 128. No value was tuned to make one method win.
 """
 
 from __future__ import annotations

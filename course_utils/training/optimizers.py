@@ -26,7 +26,7 @@ from course_utils.constants import BETA
 # the learning rate of every run of part three (momentum BETA as everywhere in the course)
 TRAIN_LR = 0.02
 # part five's inner AdamW learning rate (fixed by the protocol of ``training.diloco``)
-ADAMW_LR = 1e-3
+ADAMW_LR = 3e-4
 # DiLoCo's outer step: the paper's learning rate and Nesterov momentum (Douillard et al. 2023)
 OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
 
