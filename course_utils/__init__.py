@@ -209,6 +209,7 @@ _API = {
     "diloco_cluster_method": ("results.diloco_cluster", "method"),
     "diloco_cluster_step": ("results.diloco_cluster", "step"),
     "diloco_cluster_sync": ("results.diloco_cluster", "sync"),
+    "diloco_cluster_link_bytes": ("results.diloco_cluster", "link_bytes"),
     "diloco_cluster_ratio": ("results.diloco_cluster", "ratio"),
     "modelled_diloco_step_s": ("results.diloco_cluster", "modelled_step_s"),
     "diloco_sync_bytes": ("results.diloco_cluster", "sync_link_bytes"),
