@@ -57,7 +57,7 @@ def test_a_fragment_merges_tau_steps_after_its_outer_step_exactly():
              is not None]
     assert changed == [s + sync.overlap for s in sends if s + sync.overlap <= SMALL["steps"]]
     assert [s for s, _ in run.averaged_loss] == changed  # the replicas' w changes then too
-    assert run.heldout_loss[-1][1] < 0.7 * run.heldout_loss[0][1]  # and it trains
+    assert run.heldout_loss[-1][1] < 0.9 * run.heldout_loss[0][1]  # and it trains
 
 
 def _state(mesh, ctx, fragments, w0, replicas):

@@ -94,7 +94,7 @@ def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
 
 
 def saved_streaming_curves() -> StreamingCurves:
-    """The saved run, ``course_utils/saved/streaming.json``. Regenerate (about 15 minutes on
+    """The saved run, ``course_utils/saved/streaming.json``. Regenerate (about 6 minutes on
     this machine's two shared cores): ``python scripts/streaming_curves.py``.
 
     Raises:
