@@ -28,9 +28,9 @@ from course_utils.tools.cluster.timing import Timed
 # overlap: Streaming DiLoCo's F and τ; dp_steps: data-parallel steps per timed call
 DILOCO_PLANS = {
     "quick": {"batch_size": 512, "local_steps": (16,), "fragments": 4, "overlap": 2,
-              "dp_steps": 2, "repeats": 3},
-    "full": {"batch_size": 512, "local_steps": (16, 64), "fragments": 4, "overlap": 2,
-             "dp_steps": 2, "repeats": 3},
+              "dp_steps": 2, "repeats": 2},
+    "full": {"batch_size": 512, "local_steps": (16, 32), "fragments": 4, "overlap": 2,
+             "dp_steps": 2, "repeats": 2},
 }
 
 

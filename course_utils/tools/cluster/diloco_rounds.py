@@ -28,7 +28,8 @@ from jax.sharding import PartitionSpec as P
 from course_utils.collectives import overlap as ov
 from course_utils.problems.classification import PART_FOUR, classification_task, init_params
 from course_utils.tools.cluster.timing import placed
-from course_utils.training.optimizers import momentum
+from course_utils.training.hsdp import DEVICE, HOST
+from course_utils.training.optimizers import outer_nesterov
 from course_utils.training.quantize import quantized_all_reduce
 from course_utils.training.state import Context, state_specs
 from course_utils.training.strategies import spec
@@ -41,8 +42,7 @@ from course_utils.training.streaming import (
     take_fragment,
 )
 
-HOST = "host"
-OUTER = momentum(0.7, 0.9, nesterov=True)  # DiLoCo's outer step (lr 0.7, Nesterov 0.9)
+INNER, BASELINE = "diloco", "dp_adamw"  # the registry's inner step and data parallelism
 
 
 class Method(NamedTuple):
@@ -77,8 +77,10 @@ def layout(mesh: Mesh, batch_size: int, n: int) -> Layout:
     step, ``n`` parameters."""
     compute, stream = ov.stream_meshes(mesh)
     hosts = compute.size
+    # the registry's replicas: a mesh ("host", "device") of one compute device per host
+    compute = Mesh(compute.devices.reshape(hosts, 1), (HOST, DEVICE))
     ctx = Context(HOST, hosts, n, hosts * batch_size, k=1, mlp=PART_FOUR,
-                  optimizer=spec("local_sgd").optimizer)
+                  optimizer=spec(INNER).optimizer)
     x, y = classification_task(mlp=PART_FOUR)
     rows = hosts * batch_size
     return Layout(compute, stream, ctx, placed(compute, x[:rows], P(HOST, None)),
@@ -100,23 +102,25 @@ class Rounds(NamedTuple):
     """What a round dispatches: the inner step and data parallelism's step (compute device),
     a fragment's take and merge (compute) and sync (stream), and the starting values."""
 
-    inner: Callable  # (state, x, y) -> state, nothing sent
-    data_parallel: Callable  # (state, x, y) -> state, the gradient all-reduced
+    inner: Callable  # (state, x, y) -> state: DiLoCo's inner step, nothing sent
+    data_parallel: Callable  # (state, x, y) -> state: the gradient all-reduced, AdamW
     take: Callable  # (w, f) -> this replica's fragment f
-    sync: Callable  # (local, shared, momentum) -> (shared, momentum), on the stream
+    sync: Callable  # (local, shared, outer state) -> (shared, outer state), on the stream
     merge: Callable  # (w, shared, f) -> w with fragment f mixed in
     state: object  # the inner steps' starting state (each host its own copy)
     dp_state: object  # data parallelism's (replicated)
-    outer: list  # per fragment: (shared values, outer momentum), on the stream
+    outer: list  # per fragment: (shared values, outer optimizer's state), on the stream
 
 
 def rounds(lay: Layout, method: Method) -> Rounds:
-    """The programs of ``method`` on ``lay``."""
-    ctx, fragments, hosts = lay.ctx, method.fragments, lay.compute.size
+    """The programs of ``method`` on ``lay``: the registry's DiLoCo inner step (AdamW) and data
+    parallelism with AdamW (``dp_adamw``), and the outer step (``outer_nesterov``, the paper's)
+    on each fragment on the stream."""
+    ctx, fragments, hosts = lay.ctx, method.fragments, lay.stream.size
     own, rows = P(HOST), (P(HOST, None), P(HOST))
     w0 = init_params(ctx.n, 0, PART_FOUR)
-    local, dp = spec("local_sgd"), spec("data_parallel")
-    state, dp_state = local.init(w0, lay.compute, ctx), dp.init(w0, lay.compute, ctx)
+    inner, dp, outer_step = spec(INNER), spec(BASELINE), outer_nesterov()
+    state, dp_state = inner.init(w0, lay.compute, ctx), dp.init(w0, lay.compute, ctx)
     alpha = MIXING if method.overlap else 0.0  # with no overlap, nothing local to keep
     send = exchange(method.dtype, hosts)
 
@@ -125,20 +129,24 @@ def rounds(lay: Layout, method: Method) -> Rounds:
         return _on(lay.compute, lambda s, x, y: entry.step(s, x, y, ctx)[0],
                    (specs, *rows), specs)
 
-    def sync(mine, shared, m):  # one host's fragment: f32[n/F] each
-        return OUTER.update(send(shared - mine), m, shared)  # (shared, momentum)
+    def sync(mine, shared, opt):  # one host's fragment: f32[n/F] each, and its outer state
+        return outer_step.update(send(shared - mine), opt, shared)  # (shared, opt)
+
+    def own_copy(value):  # every host its copy, on its stream device (a scalar replicated)
+        return placed(lay.stream, np.tile(value, hosts) if np.ndim(value) else np.asarray(value),
+                      own if np.ndim(value) else P())
 
     def merge(w, shared, f):
         return put_fragment(w, f, fragments, mix(take_fragment(w, f, fragments), shared, alpha))
 
     take = _on(lay.compute, lambda w, f: take_fragment(w, f, fragments), (own, P()), own)
     put = _on(lay.compute, merge, (own, own, P()), own)
-    outer = [(placed(lay.stream, np.tile(w0[f::fragments], hosts), own),
-              placed(lay.stream, np.zeros(hosts * ctx.n // fragments, np.float32), own))
+    outer = [jax.tree.map(own_copy, (w0[f::fragments], outer_step.init(w0[f::fragments])))
              for f in range(fragments)]
-    return Rounds(step_of(local, state), step_of(dp, dp_state),
+    specs = jax.tree.map(lambda a: a.sharding.spec, outer[0])
+    return Rounds(step_of(inner, state), step_of(dp, dp_state),
                   lambda w, f: take(w, np.int32(f)),
-                  _on(lay.stream, sync, (own,) * 3, (own, own)),
+                  _on(lay.stream, sync, (own, *specs), specs),
                   lambda w, g, f: put(w, g, np.int32(f)), state, dp_state, outer)
 
 

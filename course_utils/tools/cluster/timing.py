@@ -65,28 +65,41 @@ def interleaved(calls: dict, repeats: int) -> dict:
     """Each of ``calls`` (name: a function of no argument) called once to compile and touch
     its inputs, then all of them in turn ``repeats`` times, each call waited for: by name, the
     median seconds of its calls and the bytes the host's link sent per call (``None`` without
-    a counter). Taking turns spreads a busy machine's slow spells over every call alike; every
-    process waits for the others before each call (``sync_global_devices``), so that a call
-    with a collective does not time how far another host lagged behind after the last."""
+    a counter). Taking turns spreads a busy machine's slow spells over every call alike.
+
+    Every process waits for the others before each call (``sync_global_devices``): a call
+    with a collective then does not time how far another host lagged behind, and the link
+    counter is read there, once the other hosts have received all this host sent in the call
+    before (a collective can return here while this host's last bytes still wait in its
+    link's queue, and a counter that only seems to have stopped, ``settled_sent_bytes``, can
+    be waiting for acknowledgements queued behind the other host's data)."""
     import jax
     from jax.experimental.multihost_utils import sync_global_devices
 
     for fn in calls.values():
         jax.block_until_ready(fn())
-    times = {name: [] for name in calls}
+    times: dict = {name: [] for name in calls}
     sent: dict = {name: 0 for name in calls}
+    last, mark = None, None
     for _ in range(repeats):
         for name, fn in calls.items():
-            before = settled_sent_bytes()
             sync_global_devices(name)
+            last, mark = name, _count(sent, last, mark)
             start = time.perf_counter()
             jax.block_until_ready(fn())
             times[name].append(time.perf_counter() - start)
-            after = settled_sent_bytes()
-            sent[name] = None if None in (before, after, sent[name]) else (
-                sent[name] + after - before)
+    sync_global_devices("interleaved")
+    _count(sent, last, mark)
     return {name: (float(np.median(times[name])),
                    None if sent[name] is None else sent[name] / repeats) for name in calls}
+
+
+def _count(sent: dict, last, mark: int | None) -> int | None:
+    """The link counter now, its change since ``mark`` added to ``sent[last]``."""
+    now = sent_bytes()
+    if last is not None:
+        sent[last] = None if None in (now, mark, sent[last]) else sent[last] + now - mark
+    return now
 
 
 def placed(mesh, value: np.ndarray, spec):
