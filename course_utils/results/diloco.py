@@ -15,7 +15,7 @@ import numpy as np
 
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load_saved
-from course_utils.results.training import TARGET_FRACTION, crossing_step, loss_at
+from course_utils.results.training import TARGET_FRACTION, crossing_step, loss_at, steps_to
 
 COMMAND = "python scripts/diloco_sweep.py"
 DP = "dp_adamw"  # the baseline every comparison divides by
@@ -141,12 +141,26 @@ def sweep_target(results: DilocoResults, skewed: bool, fraction: float = TARGET_
 
 
 def rows_to_target(results: DilocoResults, strategy: str, local_steps: int, skewed: bool,
-                   target: float) -> dict[int, float | None]:
+                   target: float, *, interpolate: bool = True) -> dict[int, float | None]:
     """Each seed's rows seen (inner steps × rows per step, over all replicas) when its held-out
-    loss first reaches ``target``, interpolated between evaluations (``crossing_step``);
-    ``None``: not in the steps run."""
-    rows = results.plan.rows_per_step
-    return {seed: (None if (step := crossing_step(c, target)) is None else step * rows)
+    loss first reaches ``target``: interpolated between evaluations (``crossing_step``, step
+    20's rule), or with ``interpolate=False`` the first evaluation at or below it
+    (``steps_to``). A curve evaluated at its syncs is a staircase — the synced parameters do
+    not change between syncs — so the interpolated rows are a lower bound and the sync that
+    reaches the target an upper one; they differ by less than H steps. ``None``: not in the
+    steps run.
+
+    Examples:
+        >>> from dataclasses import replace
+        >>> plan = replace(PLAN, devices=2, batch_size=8)  # 16 rows per step
+        >>> curve = SweepCurve("diloco", 32, False, 0, ((32, 0.9), (64, 0.5)))
+        >>> sweep = DilocoResults(None, "", plan, 0, 0, 0, (), (curve,), ())
+        >>> (rows_to_target(sweep, "diloco", 32, False, 0.7),
+        ...  rows_to_target(sweep, "diloco", 32, False, 0.7, interpolate=False))
+        ({0: 768.0}, {0: 1024})
+    """
+    rows, find = results.plan.rows_per_step, crossing_step if interpolate else steps_to
+    return {seed: (None if (step := find(c, target)) is None else step * rows)
             for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
 
 

@@ -30,8 +30,10 @@ class Context:
     """What a step needs to know besides its arrays.
 
     Attributes:
-        axis: the mesh axis the data are split over.
-        p: devices along it.
+        axis: the mesh axis the data are split over (on a two-axis mesh, the one the state's
+            ``sliced`` and ``own`` forms run along, ``Parts.axis``: ``"host"`` for DiLoCo's
+            replicas, ``"device"`` for HSDP's slices).
+        p: devices along it (replicas, for ``"host"``).
         n: length of the flat parameter vector.
         rows: rows of one optimizer step's global batch (the whole data set by default).
         k: entries top-k sends per device.

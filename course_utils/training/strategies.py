@@ -83,7 +83,7 @@ class Sync(NamedTuple):
             ``local_steps``): local SGD's is the ``pmean`` of the parameters; an outer
             optimizer keeps its state in ``TrainState.outer``, placed by ``Parts.extra``.
         axis: the mesh axis the replicas sync over (``None``: the data axis; ``"host"`` for
-            HSDP's gradient on a ``("host", "device")`` mesh).
+            HSDP's gradient and part five's syncs on a ``("host", "device")`` mesh).
         fragments: parameter fragments synced one at a time, one per outer step in turn
             (1: all at once; Streaming DiLoCo's is more).
         dtype: what the sync sends (``"float32"``; a quantized sync sends fewer bits).
@@ -123,7 +123,8 @@ class StrategySpec:
         compresses: it sends fewer bits per step than data parallelism (part four's schemes).
         traffic: the step model's bytes over a host's link, ``traffic(n, topology, settings)``
             (``training.traffic.strategy_traffic``); ``None``: not modelled.
-        mesh_axes: the mesh it runs on (``None``: any one-axis mesh, what ``train`` takes).
+        mesh_axes: the mesh it runs on (``None``: any one-axis mesh, ``data_mesh()``; else
+            ``train`` takes a mesh of these axes, ``replica_mesh()``).
         saved: its runs in the saved plan and on its figures (``SavedRuns``).
     """
 
@@ -229,7 +230,7 @@ _ENTRIES = (
 )
 
 SPECS: dict[str, StrategySpec] = {s.name: s for s in _ENTRIES}
-# the strategies ``train`` runs (on a one-axis mesh) and their functions
+# the strategies of a one-axis mesh and their functions
 STRATEGIES = tuple(s.name for s in _ENTRIES if s.mesh_axes is None)
 STRATEGY_STEPS: dict[str, Strategy] = {name: SPECS[name].strategy for name in STRATEGIES}
 
