@@ -194,6 +194,8 @@ _API = {
     "fragment_indices": ("training.streaming", "fragment_indices"),
     "largest_layer_share": ("training.streaming", "largest_layer_share"),
     "STREAMING_MIXING": ("training.streaming", "MIXING"),
+    "STREAMING_FRAGMENTS": ("training.strategies", "STREAMING_FRAGMENTS"),
+    "STREAMING_OVERLAP": ("training.strategies", "STREAMING_OVERLAP"),
     "quantized_all_reduce": ("training.quantize", "quantized_all_reduce"),
     "quantization_error_bound": ("training.quantize", "error_bound"),
     "saved_diloco_results": ("results.diloco", "saved_diloco_results"),
