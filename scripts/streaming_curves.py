@@ -50,10 +50,13 @@ def main(argv: list[str]) -> int:
     print(f"target (held-out loss): {target:.4f}")
     whole = bytes_of(results, "diloco")
     for strategy in CURVE_STRATEGIES:
-        reached = [s for s in steps_to_target(results, strategy, target).values()]
+        reached = list(steps_to_target(results, strategy, target).values())
+        evaluated = list(steps_to_target(results, strategy, target, interpolate=False).values())
         steps_text = ("not reached by every seed" if None in reached else
                       f"{sum(reached) / len(reached):.1f} [{min(reached):.1f}, "
-                      f"{max(reached):.1f}] steps")
+                      f"{max(reached):.1f}] steps interpolated, first evaluation at or below "
+                      f"{sum(evaluated) / len(evaluated):.1f} [{min(evaluated)}, "
+                      f"{max(evaluated)}]")
         sent = bytes_of(results, strategy)
         per_sync = ("" if sent.per_sync is None else
                     f", one sync {sent.per_sync / whole.per_sync:.4f} of DiLoCo's")

@@ -77,6 +77,7 @@ def test_the_target_is_step_20_s_rule_with_data_parallelism_adamw_as_the_baselin
     assert streaming_target(results, fraction=0.3) == pytest.approx(0.7)  # halfway, step 15
     assert steps_to_target(results, "diloco", 0.75) == pytest.approx({0: 27.5, 1: 17.5})
     assert steps_to_target(results, "diloco", 0.65) == {0: pytest.approx(42.5), 1: None}
+    assert steps_to_target(results, "diloco", 0.75, interpolate=False) == {0: 50, 1: 20}
     with pytest.raises(ValueError, match="no curve of 'streaming_diloco'; the run has "
                                          "dp_adamw, diloco"):
         curves_of(results, "streaming_diloco")

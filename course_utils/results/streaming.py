@@ -26,7 +26,13 @@ from jax.sharding import Mesh
 from course_utils.problems.classification import PART_FOUR
 from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import load_saved
-from course_utils.results.training import TARGET_FRACTION, HeldoutCurve, crossing_step, loss_at
+from course_utils.results.training import (
+    TARGET_FRACTION,
+    HeldoutCurve,
+    crossing_step,
+    loss_at,
+    steps_to,
+)
 
 BASELINE = "dp_adamw"
 CURVE_STRATEGIES = (BASELINE, "diloco", "diloco_int8", "diloco_4bit", "streaming_diloco")
@@ -119,11 +125,16 @@ def streaming_target(results: StreamingCurves, fraction: float = TARGET_FRACTION
                           for c in curves_of(results, BASELINE).values()]))
 
 
-def steps_to_target(results: StreamingCurves, strategy: str,
-                    target: float) -> dict[int, float | None]:
-    """Each seed's inner steps to ``target`` (interpolated, ``crossing_step``; ``None``: not
-    reached in the steps run)."""
-    return {seed: crossing_step(c, target) for seed, c in curves_of(results, strategy).items()}
+def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
+                    interpolate: bool = True) -> dict[int, float | None]:
+    """Each seed's inner steps to ``target``: interpolated between evaluations
+    (``crossing_step``, step 20's rule), or with ``interpolate=False`` the first evaluation at or
+    below it (``steps_to``). The parameters at the last sync change only at syncs (DiLoCo's
+    every H steps, a fragment's every H/F), so for those curves the interpolated step is a lower
+    bound and the first evaluation at or below an upper one. ``None``: not reached in the steps
+    run."""
+    find = crossing_step if interpolate else steps_to
+    return {seed: find(c, target) for seed, c in curves_of(results, strategy).items()}
 
 
 def bytes_of(results: StreamingCurves, strategy: str) -> SyncBytes:
