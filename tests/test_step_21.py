@@ -44,6 +44,12 @@ def test_the_bytes_across_and_the_memory_read_as_the_page_says():
     assert diloco.memory.total - dp.memory.total == 2 * 4 * n // d
 
 
+def test_the_plan_is_the_one_the_page_names():
+    # "H = 8, 32 and 128", "three seeds", the paper's outer 0.7 and 0.9
+    assert HS == (8, 32, 128) and len(SWEEP.plan.seeds) == 3
+    assert (SWEEP.outer_lr, SWEEP.outer_momentum) == (0.7, 0.9)
+
+
 def test_local_sgd_needs_more_rows_than_dp_and_twice_as_many_on_skewed_shards():
     for skewed, low, high in ((False, 1.0, 1.5), (True, 2.0, 3.0)):
         dp = _rows(DP, 1, skewed)
