@@ -18,8 +18,10 @@ SWEEP = saved_diloco_results()
 HS = SWEEP.plan.local_steps
 
 
-def _rows(strategy, h, skewed):
-    return list(rows_to_target(SWEEP, strategy, h, skewed, sweep_target(SWEEP, skewed)).values())
+def _rows(strategy, h, skewed, interpolate=True):
+    target = sweep_target(SWEEP, skewed)
+    return list(rows_to_target(SWEEP, strategy, h, skewed, target,
+                               interpolate=interpolate).values())
 
 
 def _last(strategy, h, skewed):
@@ -42,6 +44,12 @@ def test_the_bytes_across_and_the_memory_read_as_the_page_says():
     assert diloco.memory.total - dp.memory.total == 2 * 4 * n // d
 
 
+def test_the_plan_is_the_one_the_page_names():
+    # "H = 8, 32 and 128", "three seeds", the paper's outer 0.7 and 0.9
+    assert HS == (8, 32, 128) and len(SWEEP.plan.seeds) == 3
+    assert (SWEEP.outer_lr, SWEEP.outer_momentum) == (0.7, 0.9)
+
+
 def test_local_sgd_needs_more_rows_than_dp_and_twice_as_many_on_skewed_shards():
     for skewed, low, high in ((False, 1.0, 1.5), (True, 2.0, 3.0)):
         dp = _rows(DP, 1, skewed)
@@ -50,19 +58,29 @@ def test_local_sgd_needs_more_rows_than_dp_and_twice_as_many_on_skewed_shards():
             assert low < ratio.min() and ratio.max() < high, (skewed, h, ratio)
 
 
-def test_diloco_needs_fewer_rows_than_dp_but_on_skewed_shards_at_the_largest_h():
+def test_diloco_needs_fewer_rows_than_dp_below_the_largest_h_read_either_way():
     for skewed in (False, True):
-        dp = _rows(DP, 1, skewed)
-        for h in HS:
-            fewer = all(a < b for a, b in zip(_rows("diloco", h, skewed), dp))
-            assert fewer == (not skewed or h != max(HS)), (skewed, h)
+        for interpolate in (True, False):
+            dp = _rows(DP, 1, skewed, interpolate)
+            for h in HS[:-1]:  # "at H = 8 and 32, read either way"
+                assert all(a < b for a, b in zip(_rows("diloco", h, skewed, interpolate), dp))
+        # "at H = 128 the sync that reaches the target comes after data parallelism's"
+        assert min(_rows("diloco", max(HS), skewed, False)) > max(_rows(DP, 1, skewed, False))
 
 
-def test_diloco_needs_fewer_rows_than_local_sgd_in_every_seed_and_dp_faster_fewer_still():
+def test_diloco_needs_fewer_rows_than_local_sgd_but_at_the_same_sync_at_128_on_iid():
     for skewed in (False, True):
         for h in HS:
             diloco, local = _rows("diloco", h, skewed), _rows("local_sgd_adamw", h, skewed)
             assert _apart(diloco, local) and max(diloco) < min(local)
+            at = _rows("diloco", h, skewed, False), _rows("local_sgd_adamw", h, skewed, False)
+            if (skewed, h) == (False, max(HS)):
+                assert at[0] == at[1]  # "reach the target at the same sync"
+            else:
+                assert max(at[0]) < min(at[1])
+
+
+def test_dp_with_the_next_learning_rate_is_sooner_still():
     faster = next(r for r in SWEEP.lr_runs if r.lr > SWEEP.adamw_lr)
     rows = crossing_step(faster, sweep_target(SWEEP, False)) * SWEEP.plan.rows_per_step
     assert rows < min(min(_rows("diloco", h, False)) for h in HS)  # "sooner still"
