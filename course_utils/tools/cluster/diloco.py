@@ -27,9 +27,9 @@ from course_utils.tools.cluster.timing import Timed
 # batch_size: rows per host and inner step; local_steps: the H of every round; fragments and
 # overlap: Streaming DiLoCo's F and τ; dp_steps: data-parallel steps per timed call
 DILOCO_PLANS = {
-    "quick": {"batch_size": 512, "local_steps": (16,), "fragments": 4, "overlap": 2,
+    "quick": {"batch_size": 512, "local_steps": (16,), "fragments": 4, "overlap": 1,
               "dp_steps": 2, "repeats": 2},
-    "full": {"batch_size": 512, "local_steps": (16, 32), "fragments": 4, "overlap": 2,
+    "full": {"batch_size": 512, "local_steps": (16, 32), "fragments": 4, "overlap": 1,
              "dp_steps": 2, "repeats": 2},
 }
 
@@ -39,7 +39,7 @@ def methods(plan: dict) -> list:
     from course_utils.tools.cluster.diloco_rounds import Method
 
     return [Method("diloco", "float32", 1, 0), Method("diloco_int8", "int8", 1, 0),
-            Method("diloco_int4", "int4", 1, 0),
+            Method("diloco_4bit", "int4", 1, 0),
             Method("streaming_diloco", "int4", plan["fragments"], plan["overlap"])]
 
 
