@@ -1,0 +1,538 @@
+"""Builds notebooks/22_training_across_slow_links.ipynb (cells only; `course run --in-place` runs
+it). Kept outside the repository: the notebook is the artefact.
+
+    python make.py OUT.ipynb [--no-cluster]
+"""
+
+import sys
+
+import nbformat
+
+CLUSTER = "--no-cluster" not in sys.argv  # the cells that need the saved cluster run
+cells = []
+
+
+def md(text):
+    cells.append(nbformat.v4.new_markdown_cell(text.strip("\n"), id=f"step22-{len(cells):02d}"))
+
+
+def code(text, **meta):
+    cell = nbformat.v4.new_code_cell(text.strip("\n"), id=f"step22-{len(cells):02d}")
+    cell.metadata.update(meta)
+    cells.append(cell)
+
+
+md("""
+# Step 22 — Training across slow links: Streaming DiLoCo, measured
+
+Step 21's DiLoCo sends its outer gradient once every H inner steps. Across a slow link three
+costs remain: every parameter goes at once (the link's peak), the replicas wait for it, and
+each value is 32 bits. Streaming DiLoCo (Douillard et al. 2025,
+<https://arxiv.org/abs/2501.18512>) removes each with a piece this unit has built: fragments
+synced on a schedule, a sync overlapping the next inner steps (step 19), and quantized outer
+gradients (step 15). Measured on step 17's cluster at 10 Mbit/s to 1 Gbit/s between two
+hosts: how much sooner does the model reach its target loss?
+
+**You will learn** to read Streaming DiLoCo's schedule; to write one fragment's 4-bit
+quantize → exchange → f32 sum across the hosts in a `shard_map` and read its bytes off the
+compiled program; to predict, from one cost model, when a fragment's sync hides behind the
+inner steps it overlaps; and to read time to a target from measured step times and curves
+trained in one process.
+
+**Predict.** At 10 Mbit/s, which reaches the target first: data parallelism, DiLoCo, DiLoCo with
+4-bit outer gradients, or Streaming DiLoCo? And at 1 Gbit/s?
+""")
+
+code("N_DEVICES = 4", tags=["parameters"])
+
+CLUSTER_NAMES = """
+    diloco_cluster_link_bytes,
+    diloco_cluster_local_steps,
+    diloco_cluster_method,
+    diloco_cluster_rates,
+    diloco_cluster_ratio,
+    diloco_cluster_step,
+    diloco_cluster_sync,
+    diloco_sync_bytes,
+    modelled_diloco_step_s,
+    rate_label,
+    saved_diloco_cluster,
+    strategy_spec,
+    streaming_curves_of,
+    streaming_steps_to_target,
+    wall_clock_figure_data,""" if CLUSTER else """
+    STREAMING_FRAGMENTS,
+    STREAMING_OVERLAP,
+    median_compute_s,
+    saved_training_results,
+    streaming_steps_to_target,"""
+
+code(f"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import P
+from jax.sharding import NamedSharding
+
+from course_utils import (
+    PART_FOUR,
+    STREAMING_MIXING,
+    format_bytes,
+    fragment_indices,
+    hlo_collectives,
+    largest_layer_share,
+    padded_size,
+    plot_figure,
+    quantization_error_bound,
+    quantized_all_reduce,
+    replica_mesh,
+    ring_payload,
+    saved_streaming_curves,
+    schedule_figure_data,
+    streaming_schedule,
+    streaming_target,
+    use_cpu_devices,{CLUSTER_NAMES}
+)
+from course_utils.checks import check_slowest_hidden_rate
+""")
+
+code("""
+use_cpu_devices(N_DEVICES)
+mesh = replica_mesh()  # ("host", "device"): one replica per host
+R, D = mesh.shape["host"], mesh.shape["device"]
+print(f"{R} host(s), one replica each, of {D} device(s)")
+""")
+
+md("""
+## The schedule
+
+Streaming DiLoCo cuts the flat parameter vector into F fragments and sends fragment f's outer
+gradient every H inner steps, at offset f · H/F: one fragment every H/F steps, so the link
+carries 1/F of the model at a time. Each sync runs while the replica takes the next τ inner
+steps and is merged after exactly τ of them, as α · local + (1 − α) · synced (the paper's
+mixing): the loss never depends on how long the link took, so curves train in one process.
+The paper's fragments are groups of layers; part four's model cannot be cut so:
+""")
+
+SOURCE = """run = saved_diloco_cluster()  # the cluster run timed below: its Streaming DiLoCo's
+streaming = diloco_cluster_method(run, "streaming_diloco")
+H, F, TAU = diloco_cluster_local_steps(run)[0], streaming.fragments, streaming.overlap
+""" if CLUSTER else """curves = saved_streaming_curves()  # the curves below: their Streaming DiLoCo's
+H, F, TAU = curves.local_steps, STREAMING_FRAGMENTS, STREAMING_OVERLAP
+"""
+
+code(f"""
+n = padded_size(mesh.size, PART_FOUR)  # the flat parameter vector
+share = largest_layer_share(PART_FOUR)
+print(f"the first layer holds {{share:.1%}} of the {{n:,}} parameters")
+w = np.arange(n)
+fragments = [w.reshape(-1, 4)[:, f] for f in range(4)]  # fragment f: w[f], w[f + 4], …
+same = all(np.array_equal(fragments[f], w[fragment_indices(n, f, 4)]) for f in range(4))
+print(f"4 strided fragments of {{n // 4:,}} values; fragment 1 starts "
+      f"{{fragments[1][:3].tolist()}}; the package's: {{same}}")
+{SOURCE}events = streaming_schedule(2 * H, local_steps=H, fragments=F, overlap=TAU)
+sends = [(e.step, e.fragment) for e in events if e.kind == "send"]
+print(f"H = {{H}}, F = {{F}}, τ = {{TAU}}: sent after steps "
+      + ", ".join(f"{{s}} ({{f}})" for s, f in sends))
+print(f"each merged after τ more inner steps, α = {{STREAMING_MIXING}} for the local values")
+plot_figure(schedule_figure_data(sends, fragments=F, tau=TAU, steps=2 * H + 1))
+""")
+
+md("""
+**Read.** A fragment takes every F-th value, so each holds 1/F of every layer and all are the
+same size. Counted from step 1, fragment 0 goes last in a round. At most one fragment is on
+its way at a time (τ < H/F), and each merges before it is sent again.
+
+## One fragment's sync on the page
+
+Each host holds its replica's outer gradient (the parameters at the last sync minus its own);
+its devices split the fragment, and each exchanges its slice with the same device of the other
+hosts: the host axis is the slow link. The values go as 4-bit codes, two to a byte (gloo moves
+whole bytes), with an f32 scale per 64 values, and are summed in f32 (codes with different
+scales cannot be added). As step 15's int8: an all-to-all hands host r chunk r of every host's
+codes, host r sums them and quantizes its chunk again, and an all-gather returns every chunk.
+""")
+
+code("""
+BLOCK, L = 64, 7  # one f32 scale per 64 values; int4 codes in [-7, 7]
+
+
+def quantize4(v):  # v: f32[..., m] -> codes u8[..., m/64, 32], scales f32[..., m/64, 1]
+    blocks = v.reshape(*v.shape[:-1], -1, BLOCK)
+    scales = jnp.max(jnp.abs(blocks), axis=-1, keepdims=True) / L
+    codes = jnp.clip(jnp.round(blocks / jnp.where(scales > 0, scales, 1.0)), -L, L)
+    nibbles = (codes + 8).astype(jnp.uint8)  # 1 … 15
+    packed = nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)  # two a byte, low first
+    return packed, scales
+
+
+def dequantize4(codes, scales):
+    low, high = ((c.astype(jnp.float32) - 8) for c in (codes & 15, codes >> 4))
+    values = jnp.stack([low, high], axis=-1).reshape(*codes.shape[:-1], -1) * scales
+    return values.reshape(*values.shape[:-2], -1)
+
+
+def sync_fragment(delta):  # delta: f32[1, m/D], my slice of my host's fragment
+    chunks = delta.reshape(R, -1)  # one chunk for each host
+    codes, scales = quantize4(chunks)
+    codes = jax.lax.all_to_all(codes, "host", 0, 0, tiled=True)  # chunk r to host r
+    scales = jax.lax.all_to_all(scales, "host", 0, 0, tiled=True)
+    mine = jnp.sum(dequantize4(codes, scales), axis=0)  # f32: my chunk, summed
+    codes, scales = quantize4(mine)
+    codes = jax.lax.all_gather(codes, "host", tiled=True)  # every chunk, to every host
+    scales = jax.lax.all_gather(scales, "host", tiled=True)
+    return dequantize4(codes, scales)[None]  # f32[1, m/D]: my slice of the sum
+""")
+
+md("""
+One check against the package's copy (`quantized_all_reduce`, the exchange its Streaming
+DiLoCo runs) and the f32 sum, with the placement and the bytes of the compiled programs:
+""")
+
+code("""
+m = BLOCK * 64 * mesh.size  # one fragment's values: whole blocks in every chunk
+split = NamedSharding(mesh, P("host", "device"))  # host r's fragment, over its devices
+rng = np.random.default_rng(0)
+sizes = np.repeat(10.0 ** rng.uniform(-3, 0, (R, m // BLOCK)), BLOCK, axis=1)
+deltas = (rng.standard_normal((R, m)) * sizes).astype(np.float32)  # blocks unlike
+x = jax.device_put(deltas, split)
+
+
+def program(kernel):
+    return jax.jit(jax.shard_map(kernel, mesh=mesh, in_specs=P("host", "device"),
+                                 out_specs=P(None, "device"), check_vma=False))
+
+
+page = program(sync_fragment)
+package = program(lambda d: quantized_all_reduce(d[0], "host", R, dtype="int4")[None])
+f32 = program(lambda d: jax.lax.psum(d, "host"))
+mine, theirs, exact = (np.asarray(f(x))[0] for f in (page, package, f32))
+# each host's rounding, then the sum's: each at most half a step of its block
+rounding = 2 * sum(quantization_error_bound(d, "int4") for d in deltas)
+within = np.all(np.abs(mine - exact) <= rounding + 1e-6)
+print(f"the package's, bit for bit: {np.array_equal(mine, theirs)}; "
+      f"the f32 sum within the two roundings' bound: {within}")
+held = page(x)
+block = held.addressable_shards[0].data.shape
+print(f"each device holds {block} of the {held.shape} sum; "
+      f"devices {sorted(d.id for d in held.sharding.device_set)}")
+sent = {name: ring_payload(hlo_collectives(f.lower(x).compile().as_text()), R)
+        for name, f in (("int4", page), ("f32", f32))}
+for op in hlo_collectives(page.lower(x).compile().as_text()):
+    print(f"  {op.op:10s} {op.dtype}{list(op.shape)} among devices {op.replica_groups}")
+share = sent["int4"] / sent["f32"] if R > 1 else 0.0  # one host: nothing crosses a link
+print(f"bytes one device sends: int4 {format_bytes(sent['int4'])}, f32 "
+      f"{format_bytes(sent['f32'])}: {share:.4f} of f32 "
+      f"(1/8 = 0.125, plus a 4-byte scale per 64 values: {(0.5 + 4 / 64) / 4:.4f})")
+""")
+
+md("""
+**Read.** The page's sync is the package's, bit for bit, and within two roundings of the f32 sum
+(each at most half a step of its block). Every collective runs among one device per host:
+only the host axis crosses a link, carrying u8 codes and f32 scales, 1/8 of f32's bytes plus
+the scales.
+""")
+
+if CLUSTER:
+    md("""
+## Measured on the cluster
+
+The saved run times part four's model on step 17's cluster, each host computing on one device
+and sending from its second (step 19). One model for every method: **time per round = H steps
+of compute + the part of each sync not hidden** (a sync overlapping τ steps hides at most τ
+steps of compute); the compute is the step with nothing sent, a sync's seconds its bytes over a
+host's link at the payload rate.
+""")
+
+    code("""
+RATES, HS = diloco_cluster_rates(run), diloco_cluster_local_steps(run)
+METHODS = ("nothing_sent", "data_parallel", *(m.name for m in run.methods))
+print(f"{run.cluster.hosts} hosts × {run.cluster.devices_per_host} devices, "
+      f"{run.sizes.n:,} parameters, {run.sizes.batch_size} rows per host and step, "
+      f"{run.meta.runs} runs")
+for h in HS:
+    print(f"ms per inner step at H = {h}: measured (model)")
+    print(f"{'':17s}" + "".join(f"{rate_label(r):>16s}" for r in RATES))
+    for name in METHODS:
+        cells = (f"{diloco_cluster_step(run, name, h, r).median * 1e3:7.1f} "
+                 f"({modelled_diloco_step_s(run, name, h, r) * 1e3:6.1f})" for r in RATES)
+        print(f"{name:17s}" + "".join(f"{c:>16s}" for c in cells))
+""")
+
+    code("""
+h, slow = HS[0], RATES[0]
+whole, hosts = diloco_cluster_method(run, "diloco"), run.cluster.hosts
+f32_step = diloco_cluster_link_bytes(run, "diloco", h, slow).median
+print(f"host 0's link at {rate_label(slow)}, H = {h}: bytes per inner step, against "
+      f"DiLoCo's (model), and one sync alone, against the model's bytes")
+dp = diloco_cluster_link_bytes(run, "data_parallel", h, slow).median
+print(f"{'data_parallel':17s} {format_bytes(dp):>12s} {dp / f32_step:8.4f} "
+      f"({h:.0f}: H, the model)")
+for m in run.methods:
+    per_step = diloco_cluster_link_bytes(run, m.name, h, slow).median
+    model = diloco_sync_bytes(m, run.sizes.n, hosts) * m.fragments / diloco_sync_bytes(
+        whole, run.sizes.n, hosts)
+    one = diloco_cluster_sync(run, m.name, slow, "sync_bytes").median
+    print(f"{m.name:17s} {format_bytes(per_step):>12s} {per_step / f32_step:8.4f} "
+          f"({model:.4f}); one sync {format_bytes(one):>12s}, "
+          f"{one / diloco_sync_bytes(m, run.sizes.n, hosts):.3f} of the model's")
+""")
+
+    md("""
+**Read.** Where the link limits, each method's time per inner step follows its bytes, and so
+does the model: DiLoCo sends data parallelism's bytes over H steps, int8 and 4 bits shrink each
+sync to about 1/4 and 1/8 plus the scales, and a Streaming fragment is 1/F of the 4-bit sync,
+sent F times as often. At 1 Gbit/s each method that sends is slower than the model: sending
+takes work on the two cores the hosts share (step 19), which the model leaves out. A sync timed
+alone may count other bytes than a round's share.
+""")
+
+md("""
+## Exercise: the slowest rate that still hides a sync
+
+A fragment's sync hides when it ends within the τ inner steps it overlaps. Write
+`my_slowest_rate(n_params, fragments, bits, hosts, tau, step_s)`: the slowest link rate, in bit/s
+of payload (headers and α left out), at which one fragment's sync of `n_params / fragments`
+values, sent in `bits`-bit codes with a 4-byte scale per 64 values through a ring all-reduce
+among `hosts` (all-to-all, then all-gather, as above), takes at most `tau` inner steps of
+`step_s` seconds. The check tries the numbers below, then cases the page never shows.
+""")
+
+if CLUSTER:
+    code("""
+compute_s = [diloco_cluster_step(run, "nothing_sent", HS[0], r).median for r in RATES]
+CASE = dict(
+    n_params=run.sizes.n,
+    fragments=streaming.fragments,
+    bits=4,
+    hosts=run.cluster.hosts,
+    tau=streaming.overlap,
+    step_s=float(np.median(compute_s)),  # the step with nothing sent, over the rates
+)
+print({k: round(v, 4) for k, v in CASE.items()})
+""")
+else:
+    code("""
+saved = saved_training_results()  # step 20's cluster: its step with nothing sent
+CASE = dict(n_params=n, fragments=F, bits=4, hosts=saved.cluster.hosts, tau=TAU,
+            step_s=median_compute_s(saved, "data_parallel", 128))
+print({k: round(v, 4) for k, v in CASE.items()})
+""")
+
+code("""
+### BEGIN SOLUTION
+def my_slowest_rate(n_params, fragments, bits, hosts, tau, step_s):
+    values = n_params / fragments  # one fragment
+    sent = values * bits / 8 + values / 64 * 4  # codes and scales, bytes
+    over_link = 2 * (hosts - 1) / hosts * sent  # a ring all-reduce: two passes
+    return 8 * over_link / (tau * step_s)  # bit/s that send it in tau steps
+
+
+### END SOLUTION
+""", tags=["solution"], nbgrader={"grade": False, "grade_id": "22-solution", "locked": False,
+                                  "schema_version": 3, "solution": True})
+
+code("""
+check_slowest_hidden_rate(globals().get("my_slowest_rate"), **CASE)
+""", tags=["check"], nbgrader={"grade": True, "grade_id": "22-check", "locked": True,
+                               "points": 1, "schema_version": 3, "solution": False})
+
+if CLUSTER:
+    md("""
+## Where overlap hides the sync
+
+One fragment's sync timed alone, the τ steps of compute it overlaps, and Streaming DiLoCo's
+inner step over the step with nothing sent (the runs' range in brackets):
+""")
+
+    code("""
+s = streaming
+print(f"F = {s.fragments}, τ = {s.overlap}; ms, and the step over nothing sent")
+print(f"{'rate':>10s} {'sync':>8s} " + " ".join(f"{'τ steps, H=' + str(h):>14s} "
+                                                f"{'ratio [runs]':>19s}" for h in HS))
+for r in RATES:
+    sync_ms = diloco_cluster_sync(run, s.name, r).median * 1e3
+    cells = []
+    for h in HS:
+        tau_ms = s.overlap * diloco_cluster_step(run, "nothing_sent", h, r).median * 1e3
+        q = diloco_cluster_ratio(run, (s.name, h), ("nothing_sent", h), r,
+                                 lambda row: getattr(row, "step_s", None))
+        cells.append(f"{tau_ms:11.0f} ms {q.median:6.3f} [{q.low:.3f}, {q.high:.3f}]")
+    print(f"{rate_label(r):>10s} {sync_ms:5.0f} ms " + " ".join(cells))
+""")
+
+    md("""
+**Read.** Timed alone, a fragment smaller than tbf's burst (256 KiB, step 17) finds the bucket
+full and leaves at the line's speed, faster than the rate says. In a round the next fragment
+comes H/F steps later: at the slow rates, at the smaller H, before the bucket refills, so there
+the step grows; with more steps between fragments it stays nearer the step with nothing sent.
+What remains above 1 is the sending's and the merge's work on the shared cores, which the
+model leaves out. Compare the rates with your exercise's: the model's, without the burst.
+
+## Time to the target
+
+The held-out loss does not depend on the link: each curve was trained in one process from
+three seeds (each draws the initial parameters and the minibatch order). The target is step
+20's rule on data parallelism (AdamW); time to it = steps × the measured time per inner step.
+""")
+
+    code("""
+curves = saved_streaming_curves()
+target, HC = streaming_target(curves), curves.local_steps  # the curves' H
+four = next(m.name for m in run.methods if (m.dtype, m.fragments) == ("int4", 1))
+TIMED = {  # a curve's strategy: its method in the cluster run
+    "dp_adamw": "data_parallel",
+    "diloco": "diloco",
+    "diloco_int8": "diloco_int8",
+    "diloco_4bit": four,
+    "streaming_diloco": "streaming_diloco",
+}
+
+
+def step_s(strategy, rate):  # at the curves' H: measured, or between two H, in 1/H
+    name = TIMED[strategy]
+    if name == "data_parallel" or HC in HS:
+        return diloco_cluster_step(run, name, HC, rate).median
+    lo, hi = max(h for h in HS if h < HC), min(h for h in HS if h > HC)
+    t_lo, t_hi = (diloco_cluster_step(run, name, h, rate).median for h in (lo, hi))
+    return t_hi + (t_lo - t_hi) * (1 / HC - 1 / hi) / (1 / lo - 1 / hi)
+
+
+steps = {s: streaming_steps_to_target(curves, s, target) for s in TIMED}
+print(f"target {target:.4f}; H = {HC}; inner steps to it by seed, then seconds:")
+print(f"{'':17s} {'steps':>14s}" + "".join(f"{rate_label(r):>11s}" for r in RATES))
+for s, k in steps.items():
+    mean = np.mean(list(k.values()))
+    by_seed = "/".join(f"{v:.0f}" for v in k.values())
+    print(f"{s:17s} {by_seed:>14s}" + "".join(f"{mean * step_s(s, r):11.1f}" for r in RATES))
+""")
+
+    code("""
+def sooner(s, base, rate):  # base's time over s's: step-time ratio × steps ratio by seed
+    step_ratio = step_s(base, rate) / step_s(s, rate)
+    ratios = [steps[base][i] / steps[s][i] for i in steps[s]]
+    return step_ratio, min(ratios), max(ratios)
+
+
+for s, base, rate in (("diloco", "dp_adamw", "50mbit"),
+                      ("streaming_diloco", "diloco", "10mbit")):
+    t, low, high = sooner(s, base, rate)
+    print(f"{s} against {base} at {rate_label(rate)}: step-time ratio {t:.2f} × steps "
+          f"ratio {low:.2f}–{high:.2f} = {t * low:.2f}–{t * high:.2f}× sooner")
+labels = {s: strategy_spec(s).label for s in TIMED}  # Streaming's with its F and τ:
+labels["streaming_diloco"] = f"Streaming DiLoCo, F = {streaming.fragments}"
+plot_figure(wall_clock_figure_data(
+    {labels[s]: [c.heldout_loss for c in streaming_curves_of(curves, s).values()]
+     for s in TIMED},
+    {r: {labels[s]: step_s(s, r) for s in TIMED} for r in RATES},
+    target=target, titles={r: rate_label(r) for r in RATES}))
+""")
+
+    md("""
+**Read.** A lead is a ratio of step times, set by the link, times a ratio of steps, set by the
+optimizer, with the seeds' range. DiLoCo's held-out loss moves only at its syncs (it is the
+synced parameters'): it reaches the target at a sync, which the interpolation places in the
+round before; Streaming DiLoCo's moves every H/F steps, a fragment at a time. On the slow
+links the step times decide; at 1 Gbit/s every step is mostly compute and the steps decide.
+""")
+else:
+    md("""
+## Steps to the target
+
+The held-out loss does not depend on the link: each curve was trained in one process from
+three seeds (each draws the initial parameters and the minibatch order). The target is step
+20's rule on data parallelism (AdamW); each seed's steps to it are interpolated.
+""")
+
+    code("""
+target = streaming_target(curves)
+print(f"target {target:.4f}; H = {curves.local_steps}; inner steps to it, by seed:")
+for s in ("dp_adamw", "diloco", "diloco_int8", "diloco_4bit", "streaming_diloco"):
+    k = streaming_steps_to_target(curves, s, target)
+    print(f"  {s:17s} " + ", ".join(f"{v:5.1f}" for v in k.values()))
+""")
+
+    md("""
+**Read.** DiLoCo's held-out loss moves only at its syncs (it is the synced parameters'): it
+reaches the target at a sync, which the interpolation places in the round before. Streaming
+DiLoCo's moves every H/F steps, a fragment at a time and half mixed; it needed more steps here. Which reaches the target sooner in seconds
+is these steps times the step time on each link: the saved run of `course cluster --measure
+diloco` was not in the package when this page was written, so the tables of time per inner
+step against the round model, where overlap hides a sync, and time to the target at each rate
+are left out until it is.
+""")
+
+md("""
+## What this page did not measure
+
+Nothing in this section was run here.
+
+- **DeMo** (Peng et al. 2024, <https://arxiv.org/abs/2411.19870>) syncs every step, but only
+  the fast-moving part of each replica's momentum (the top-k of a DCT of chunks), the rest kept
+  as error feedback.
+- **SparseLoCo** (Sarfi et al. 2025, <https://arxiv.org/abs/2508.15706>) keeps DiLoCo's loop and
+  sends the outer gradient as top-k (1–3 % of values) in 2 bits, with error feedback standing
+  in for the outer momentum.
+- **NoLoCo** (Kolehmainen et al. 2025, <https://arxiv.org/abs/2506.10911>) drops the all-reduce:
+  each replica averages with one random other, with a modified Nesterov step keeping the
+  replicas close, so no sync waits for every replica.
+- **Eager updates** (Kale et al. 2025, <https://arxiv.org/abs/2502.12996>) overlap the whole
+  outer step with the next round, applying a replica's own outer gradient at once and the
+  others' a round late; Streaming DiLoCo's τ overlaps one fragment's.
+- **Latency.** This machine's links are rate-only (`tbf`, no `netem`: step 17), so α is a model
+  term here. Across continents a message takes 50–150 ms one way: a ring all-reduce among R
+  sites pays 2(R − 1) of them per sync, F times a round with F fragments, and a TCP stream
+  sends at most a window per round trip (4 MiB per 200 ms is 168 Mbit/s). A sync hides only if τ steps
+  outlast its latency too; more fragments pay it more often.
+
+## Running it yourself
+
+`course cluster --measure diloco` (as root, a few minutes) runs the quick plan and keeps
+nothing; `--plan full --link-rate 10mbit,50mbit,200mbit,1gbit --runs 3` makes {RUN}, and
+`python scripts/streaming_curves.py` the curves.
+""".replace("{RUN}", "a run like the saved one" if CLUSTER else "the run the cells left out read"))
+
+CAVEATS_CLUSTER = """
+- The curves and the cluster have their own batch and τ: a time to the target joins them as
+  they are (an H the cluster did not time is read between two, in 1/H). Where the link limits
+  the step is the sync's, which the batch does not change; at 1 Gbit/s it is an estimate.
+- The hosts share this machine's two cores.""" if CLUSTER else ""
+
+md(f"""
+## Check yourself
+
+1. Why can a fragment's sync not overlap H/F or more inner steps here?
+
+<details><summary>Answer</summary>
+
+The next fragment is sent H/F steps later: with τ < H/F at most one is on its way, and each
+merges before it is sent again. A fixed τ means the merge never waits for the clock.
+
+</details>
+
+2. A 4-bit sync sends 0.14 of f32's bytes. Why not 1/8?
+
+<details><summary>Answer</summary>
+
+Each block of 64 codes (32 bytes) travels with its 4-byte f32 scale: 36 bytes, not 256.
+
+</details>
+
+<details><summary>Method and caveats</summary>
+
+- Int4 is symmetric with a scale per 64 values, where the paper sends E3M0 floats (a sign and 3
+  exponent bits); which trains better here was not measured (`training/quantize.py`).
+- The cells of the page's sync time nothing: in one process a collective is a memory copy.{CAVEATS_CLUSTER}
+
+</details>
+""")
+
+code('print("PASS: 22_training_across_slow_links")')
+
+nb = nbformat.v4.new_notebook()
+nb.cells = cells
+nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python",
+                              "name": "python3"},
+               "language_info": {"name": "python"}}
+nbformat.write(nb, sys.argv[1])
+print(sum(len(c.source) for c in cells if c.cell_type == "markdown"), "characters of markdown")
