@@ -57,3 +57,14 @@ def test_the_registered_hsdp_step_is_hsdp_program_s_and_train_refuses_it():
     np.testing.assert_array_equal(np.asarray(new.momentum), np.asarray(v))
     with pytest.raises(ValueError, match=r"hsdp runs on a mesh with axes \('host', 'device'\)"):
         train(data_mesh(), "hsdp", steps=1)
+
+
+def test_train_runs_hsdp_on_a_mesh_of_replicas_as_data_parallelism():
+    from course_utils import data_mesh, replica_mesh, train
+
+    hsdp = train(replica_mesh(), "hsdp", steps=4, batch_size=16, heldout_every=2)
+    flat = train(data_mesh(), "data_parallel", steps=4, batch_size=16, heldout_every=2)
+    np.testing.assert_allclose(hsdp.params, flat.params, atol=1e-6)
+    assert hsdp.memory.parameters == flat.memory.parameters // 2  # sliced over 2 devices
+    # across: the all-reduce of a 1/D slice over 2 hosts, 2 · ½ · 4n/D bytes with D = 2
+    assert hsdp.bytes_across_replicas == flat.params.size * 4 / 2

@@ -92,12 +92,14 @@ def test_save_writes_what_load_reads(tmp_path):
 def test_every_saved_run_says_how_it_was_made_in_one_record():
     from course_utils.results.bench import saved_results
     from course_utils.results.cluster import saved_cluster_results
+    from course_utils.results.diloco import saved_diloco_results
     from course_utils.results.overlap import saved_overlap_results
     from course_utils.results.training import saved_training_results
 
     made = {"course bench": saved_results(), "course bench --strategies": saved_strategy_results(),
             "course cluster --measure collectives": saved_cluster_results("2x2"),
             "course cluster --measure training": saved_training_results(),
+            "python scripts/diloco_sweep.py": saved_diloco_results(),
             "course cluster --measure overlap": saved_overlap_results()}
     for command, record in made.items():
         assert isinstance(record.meta, RunMeta) and record.meta.command == command

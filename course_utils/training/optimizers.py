@@ -7,6 +7,10 @@ each array as it places its parameters. ``update(g, state, w)`` takes one step, 
 runs as well on a device's slice (the sliced ZeRO steps) as on the whole vector, and returns the
 new parameters and the new state (optax returns the updates and leaves their application to
 ``apply_updates``; returning ``w`` itself keeps the course's ``w − lr · v`` bit for bit).
+
+Part five's optimizers are optax's, wrapped (``from_optax``): AdamW for the inner steps
+(``adamw``) and, for DiLoCo's outer step, SGD with Nesterov momentum (``outer_nesterov``) or
+the plain average (``outer_average``, local SGD's outer step).
 """
 
 from __future__ import annotations
@@ -14,12 +18,17 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
+import optax
 
 from course_utils.collectives.kernels import momentum_update
 from course_utils.constants import BETA
 
 # the learning rate of every run of part three (momentum BETA as everywhere in the course)
 TRAIN_LR = 0.02
+# part five's inner AdamW learning rate (fixed by the protocol of ``training.diloco``)
+ADAMW_LR = 3e-4
+# DiLoCo's outer step: the paper's learning rate and Nesterov momentum (Douillard et al. 2023)
+OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
 
 
 class Optimizer(NamedTuple):
@@ -61,3 +70,61 @@ def momentum(lr: float = TRAIN_LR, beta: float = BETA, *, nesterov: bool = False
 
 
 MOMENTUM = momentum()  # what every strategy of parts three and four applies
+
+
+def from_optax(transformation: optax.GradientTransformation) -> Optimizer:
+    """An ``optax.GradientTransformation`` as the course's ``Optimizer``: ``update`` is optax's
+    update followed by ``optax.apply_updates``.
+
+    Examples:
+        >>> sgd = from_optax(optax.sgd(0.5))
+        >>> sgd.update(np.ones(1, np.float32), sgd.init(np.zeros(1)), np.ones(1))[0].tolist()
+        [0.5]
+    """
+
+    def update(g, state, w):
+        updates, state = transformation.update(g, state, w)
+        return optax.apply_updates(w, updates), state
+
+    return Optimizer(transformation.init, update)
+
+
+def adamw(lr: float = ADAMW_LR, *, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+          weight_decay: float = 1e-4) -> Optimizer:
+    """AdamW (``optax.adamw``, its defaults): two moments and a step count as its state.
+
+    Examples:
+        >>> opt = adamw(0.01)
+        >>> w, state = opt.update(np.float32([2.0]), opt.init(np.ones(1, np.float32)),
+        ...                       np.ones(1, np.float32))
+        >>> round(float(w[0]), 6)  # the first step lr · sign(g), and the decay lr · 1e-4 · w
+        0.989999
+    """
+    return from_optax(optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+
+
+def outer_nesterov(lr: float = OUTER_LR, momentum: float = OUTER_MOMENTUM) -> Optimizer:
+    """DiLoCo's outer optimizer: SGD with Nesterov momentum on the outer gradient Δ (the
+    parameters at the last sync minus the replicas' mean), ``optax.sgd(lr, momentum,
+    nesterov=True)``: ``m ← μm + Δ``, ``w ← w − lr(Δ + μm)``.
+
+    Examples:
+        >>> outer = outer_nesterov()
+        >>> w, m = outer.update(np.float32([1.0]), outer.init(np.zeros(1, np.float32)),
+        ...                     np.zeros(1, np.float32))
+        >>> round(float(w[0]), 6), round(float(m[0].trace[0]), 6)  # −0.7 · (1 + 0.9 · 1)
+        (-1.33, 1.0)
+    """
+    return from_optax(optax.sgd(lr, momentum, nesterov=True))
+
+
+def outer_average() -> Optimizer:
+    """Local SGD's outer step as an outer optimizer: SGD with learning rate 1 and no momentum,
+    ``w ← w − Δ``, which is the replicas' mean (up to rounding); it keeps no state.
+
+    Examples:
+        >>> average = outer_average()
+        >>> average.update(np.float32([0.25]), average.init(np.ones(1)), np.ones(1))[0].tolist()
+        [0.75]
+    """
+    return from_optax(optax.sgd(1.0))

@@ -52,14 +52,19 @@ class TrainingRun:
             keeps it small); ``None`` likewise.
         final_loss: the mean loss of the final parameters (device 0's copy) on all the
             training rows.
-        averaged_loss: local SGD: ``(step, loss)`` of the averaged parameters on all the
-            training rows after each averaging; else ``None``.
-        heldout_loss: ``(step, loss)`` of the parameters (device 0's copy) on the held-out
-            rows every ``heldout_every`` steps; ``None`` when not asked for.
+        averaged_loss: local SGD, DiLoCo: ``(step, loss)`` of the parameters after each outer
+            step (device 0's copy) on all the training rows; else ``None``.
+        heldout_loss: ``(step, loss)`` of the parameters (device 0's copy; with an outer
+            optimizer, those at the last sync) on the held-out rows every ``heldout_every``
+            steps; ``None`` when not asked for.
         collectives: the step program's compiled collectives.
         params: the final flat parameters, device 0's copy.
         shards: the shard shape on each device of every array of the state, by field name
             (``params``, ``momentum``, ``gradient``, ...).
+        bytes_across_replicas: on a mesh of replicas (``("host", "device")``), the bytes one
+            device sends per inner step in the collectives that cross hosts (ring payload, from
+            the compiled programs; the outer program's divided by H); ``None`` on a one-axis
+            mesh.
     """
 
     strategy: str
@@ -74,3 +79,4 @@ class TrainingRun:
     collectives: tuple[Collective, ...]
     params: np.ndarray
     shards: Mapping[str, list[tuple[int, ...]]]
+    bytes_across_replicas: float | None = None

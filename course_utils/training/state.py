@@ -30,8 +30,10 @@ class Context:
     """What a step needs to know besides its arrays.
 
     Attributes:
-        axis: the mesh axis the data are split over.
-        p: devices along it.
+        axis: the mesh axis the data are split over (on a two-axis mesh, the one the state's
+            ``sliced`` and ``own`` forms run along, ``Parts.axis``: ``"host"`` for DiLoCo's
+            replicas, ``"device"`` for HSDP's slices).
+        p: devices along it (replicas, for ``"host"``).
         n: length of the flat parameter vector.
         rows: rows of one optimizer step's global batch (the whole data set by default).
         k: entries top-k sends per device.
@@ -60,8 +62,8 @@ class TrainState(NamedTuple):
         warm_start: PowerSGD's right factors, one per weight matrix.
         accumulated: the local gradient summed over this step's micro-steps so far (only with
             gradient accumulation).
-        outer: what a strategy that syncs every H steps keeps for its outer step (the
-            parameters at the last sync, an outer optimizer's state; any pytree).
+        outer: what a strategy with an outer optimizer keeps for its outer step: the
+            parameters at the last sync, then the outer optimizer's state (any pytree).
     """
 
     params: jax.Array

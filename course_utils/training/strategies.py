@@ -11,6 +11,8 @@ step's rows, so the sum over devices is the global mean's gradient), then its op
 (``StrategySpec.optimizer``, the course's heavy-ball momentum) — and differs in what it sends and
 what its state holds: the tables of ``exact`` (data parallelism, ZeRO), ``compressed``, ``local``
 and ``hsdp``. A strategy that syncs every H steps (``Sync.outer``) runs its outer step apart.
+Part five's (``diloco``: data parallelism, local SGD and DiLoCo with AdamW inside) run on a
+mesh ``("host", "device")`` of replicas (``StrategySpec.mesh_axes``; ``diloco.replica_mesh``).
 
 To add one: write its step (and any traffic, outer step or extra state) in its family's module
 and one ``StrategySpec`` entry below.
@@ -25,11 +27,18 @@ import numpy as np
 
 from course_utils.models.cost_model import Topology
 from course_utils.models.link_traffic import Traffic, TrafficSettings
-from course_utils.training import compressed, exact, hsdp, local
+from course_utils.training import compressed, diloco, exact, hsdp, local
 from course_utils.training.compressed import POWERSGD_RANK
 from course_utils.training.layers import layer_order
 from course_utils.training.local import local_sgd_bytes
-from course_utils.training.optimizers import MOMENTUM, TRAIN_LR, Optimizer
+from course_utils.training.optimizers import (
+    MOMENTUM,
+    TRAIN_LR,
+    Optimizer,
+    adamw,
+    outer_average,
+    outer_nesterov,
+)
 from course_utils.training.state import (
     MEMORY_PART,
     Context,
@@ -52,15 +61,17 @@ __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "S
 class Parts(NamedTuple):
     """How ``init`` places the state: w, the optimizer's state and the kept gradient each as
     ``replicated``, ``sliced`` or ``own`` (``state.place``; no kept gradient if ``None``), the
-    parts ``extra(w0, mesh, ctx)`` adds (a residual, an outer optimizer's state), and w's order
-    ``layout(n, p, mlp)`` (zero3's chunk of every layer per device). Which part of the memory
-    per device each field counts as: ``state.MEMORY_PART``."""
+    parts ``extra(w0, mesh, ctx)`` adds (a residual, an outer optimizer's state), w's order
+    ``layout(n, p, mlp)`` (zero3's chunk of every layer per device), and on a two-axis mesh the
+    ``axis`` the ``sliced`` and ``own`` forms run along (``Context.axis``; ``None``: the one
+    axis). Which part of the memory per device each field counts as: ``state.MEMORY_PART``."""
 
     params: str
     optimizer: str
     gradient: str | None
     extra: Callable | None = None
     layout: Callable[[int, int, object], np.ndarray] | None = None
+    axis: str | None = None
 
 
 class Sync(NamedTuple):
@@ -72,7 +83,7 @@ class Sync(NamedTuple):
             ``local_steps``): local SGD's is the ``pmean`` of the parameters; an outer
             optimizer keeps its state in ``TrainState.outer``, placed by ``Parts.extra``.
         axis: the mesh axis the replicas sync over (``None``: the data axis; ``"host"`` for
-            HSDP's gradient on a ``("host", "device")`` mesh).
+            HSDP's gradient and part five's syncs on a ``("host", "device")`` mesh).
         fragments: parameter fragments synced one at a time, one per outer step in turn
             (1: all at once; Streaming DiLoCo's is more).
         dtype: what the sync sends (``"float32"``; a quantized sync sends fewer bits).
@@ -112,7 +123,8 @@ class StrategySpec:
         compresses: it sends fewer bits per step than data parallelism (part four's schemes).
         traffic: the step model's bytes over a host's link, ``traffic(n, topology, settings)``
             (``training.traffic.strategy_traffic``); ``None``: not modelled.
-        mesh_axes: the mesh it runs on (``None``: any one-axis mesh, what ``train`` takes).
+        mesh_axes: the mesh it runs on (``None``: any one-axis mesh, ``data_mesh()``; else
+            ``train`` takes a mesh of these axes, ``replica_mesh()``).
         saved: its runs in the saved plan and on its figures (``SavedRuns``).
     """
 
@@ -150,6 +162,17 @@ class StrategySpec:
 _WHOLE = Parts("replicated", "replicated", "replicated")
 _DP, _BITS = "data parallelism, ZeRO", "fewer bits"
 _H = (16, 8, 4)  # local SGD's points on the closing figure
+_REPLICAS = (hsdp.HOST, hsdp.DEVICE)  # part five's mesh (``diloco.replica_mesh``)
+
+
+def _every_h(name: str, label: str, family: str, outer: Optimizer) -> StrategySpec:
+    """A part-five strategy of H inner AdamW steps per replica, then ``outer``'s step."""
+    return StrategySpec(name, label, family, Parts("own", "own", None, diloco.outer_parts(outer),
+                                                   axis=hsdp.HOST),
+                        diloco.replica_step, sync=Sync(diloco.outer_step(outer), hsdp.HOST),
+                        optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic,
+                        mesh_axes=_REPLICAS, saved=SavedRuns(runs=()))
+
 
 _ENTRIES = (
     StrategySpec("data_parallel", "data parallelism", _DP, _WHOLE, exact.data_parallel,
@@ -166,7 +189,7 @@ _ENTRIES = (
     StrategySpec("zero3_regather", "ZeRO-3, re-gathered", _DP,
                  Parts("sliced", "sliced", "sliced"), exact.zero3_regather, accumulates=False,
                  saved=SavedRuns(points=(("zero3_regather", "ZeRO-3 regather"),))),
-    StrategySpec("hsdp", "hsdp", _DP, Parts("sliced", "sliced", None), hsdp.hsdp,
+    StrategySpec("hsdp", "hsdp", _DP, Parts("sliced", "sliced", None, axis=hsdp.DEVICE), hsdp.hsdp,
                  sync=Sync(axis=hsdp.HOST), accumulates=False, traffic=hsdp.two_level_traffic,
                  mesh_axes=(hsdp.HOST, hsdp.DEVICE), saved=SavedRuns(runs=())),
     StrategySpec("bf16", "bf16", _BITS, _WHOLE, compressed.compressed(
@@ -198,10 +221,16 @@ _ENTRIES = (
                                 for skewed in (False, True) for h in (1, 4, 8, 16)),
                      points=tuple((f"local_sgd H={h}", f"H={h}") for h in _H),
                      memory_bar=("local_sgd H=8", "local SGD"))),
+    StrategySpec("dp_adamw", "data parallelism (AdamW)", _DP,
+                 Parts("replicated", "replicated", None, axis=hsdp.HOST), diloco.dp_adamw,
+                 sync=Sync(axis=hsdp.HOST), optimizer=adamw(), accumulates=False,
+                 traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS, saved=SavedRuns(runs=())),
+    _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average()),
+    _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov()),
 )
 
 SPECS: dict[str, StrategySpec] = {s.name: s for s in _ENTRIES}
-# the strategies ``train`` runs (on a one-axis mesh) and their functions
+# the strategies of a one-axis mesh and their functions
 STRATEGIES = tuple(s.name for s in _ENTRIES if s.mesh_axes is None)
 STRATEGY_STEPS: dict[str, Strategy] = {name: SPECS[name].strategy for name in STRATEGIES}
 

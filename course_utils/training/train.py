@@ -6,6 +6,11 @@ state (``init``), compiles its step (and its outer step, if it syncs every H ste
 the collectives of the compiled programs (``bytes_per_step``, the ring payload per device,
 ``ir.ring_payload``), runs ``steps`` steps and reads what each device holds from the
 shards of the state's arrays themselves.
+
+Part five's strategies (``StrategySpec.mesh_axes`` ``("host", "device")``) run on a mesh of
+replicas (``diloco.replica_mesh``): the rows split over both axes, so that with ``skewed`` each
+replica sees mostly a few classes, and the bytes one device sends across the replicas are read
+apart (``TrainingRun.bytes_across_replicas``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from course_utils.problems.classification import (
     padded_size,
 )
 from course_utils.training.batches import micro_batch_rows, split_task
+from course_utils.training.optimizers import Optimizer
 from course_utils.training.run import Memory, TrainingRun
 from course_utils.training.state import (
     MEMORY_PART,
@@ -42,19 +48,26 @@ from course_utils.validate import positive_int
 
 
 def _trainable() -> list[str]:
-    """The registered strategies ``train`` runs: those of a one-axis mesh."""
-    return [name for name, s in SPECS.items() if s.mesh_axes is None]
+    """The registered strategies ``train`` runs: all of them, each on its mesh."""
+    return list(SPECS)
+
+
+def _check_mesh(mesh, strategy) -> None:
+    if strategy not in SPECS:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(SPECS)}")
+    axes = SPECS[strategy].mesh_axes
+    if not isinstance(mesh, Mesh):
+        raise ValueError(f"train needs a jax Mesh, got {type(mesh).__name__}: pass data_mesh()")
+    if axes is None and len(mesh.axis_names) != 1:
+        raise ValueError(f"{strategy} runs on a one-axis mesh, not on axes {mesh.axis_names}: "
+                         "pass data_mesh()")
+    if axes is not None and tuple(mesh.axis_names) != axes:
+        raise ValueError(f"{strategy} runs on a mesh with axes {axes}, got {mesh.axis_names}: "
+                         "pass replica_mesh()")
 
 
 def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> None:
-    if not isinstance(mesh, Mesh) or len(mesh.axis_names) != 1:
-        raise ValueError("train needs a one-axis mesh: pass data_mesh()")
-    if strategy not in _trainable():
-        runs_elsewhere = strategy in SPECS  # on a mesh of its own axes (HSDP's)
-        names = ", ".join(_trainable())
-        raise ValueError(f"{strategy} runs on a mesh with axes {SPECS[strategy].mesh_axes}, not "
-                         f"in train; choose one of {names}" if runs_elsewhere else
-                         f"unknown strategy {strategy!r}; choose one of {names}")
+    _check_mesh(mesh, strategy)
     positive_int("steps", steps)
     positive_int("seed", seed, low=0)
     positive_int("local_steps", local_steps)
@@ -62,7 +75,8 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
     if local_steps != 1 and sync.outer is None:
         every_h = ", ".join(s for s in _trainable() if SPECS[s].sync.outer is not None)
         raise ValueError(f"local_steps applies to {every_h} only; {strategy} syncs every step")
-    if (sync.axis, sync.fragments, sync.dtype, sync.stream) != (None, 1, "float32", None):
+    axis = sync.axis if sync.axis in (SPECS[strategy].mesh_axes or ()) else None
+    if (sync.axis, sync.fragments, sync.dtype, sync.stream) != (axis, 1, "float32", None):
         raise ValueError(f"{strategy} syncs over another axis, in fragments, in fewer bits or on a "
                          "stream device; train syncs whole float32 values over its mesh's one "
                          "axis on the compute devices")
@@ -90,17 +104,20 @@ def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> 
 def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: int = 1,
           topk_fraction: float = 0.01, skewed: bool = False, batch_size: int | None = None,
           accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE,
-          data_seed: int | None = None) -> TrainingRun:
+          data_seed: int | None = None, optimizer: Optimizer | None = None) -> TrainingRun:
     """Train the task's MLP for ``steps`` steps with ``strategy`` on ``mesh``.
 
     Args:
-        mesh: a one-axis mesh (``data_mesh()``); its size p divides the data's rows.
-        strategy: one of ``STRATEGIES``.
+        mesh: a one-axis mesh (``data_mesh()``), or for a strategy of replicas (part five's,
+            ``StrategySpec.mesh_axes``) a mesh ``("host", "device")`` (``replica_mesh()``);
+            its size p divides the data's rows.
+        strategy: one of ``STRATEGIES``, or of part five's (``STRATEGY_SPECS``).
         steps: optimizer steps.
         seed: seed of the initial parameters and the minibatches (and of the data, unless
             ``data_seed`` is given).
-        local_steps: H, for a strategy that syncs every H steps (``local_sgd``): its outer
-            step (``Sync.outer``; local SGD's averages the parameters) after every H-th step.
+        local_steps: H, for a strategy that syncs every H steps (``local_sgd``, ``diloco``):
+            its outer step (``Sync.outer``; local SGD's averages the parameters) after every
+            H-th step.
         topk_fraction: for ``topk`` and ``topk_ef``: each device sends this fraction of entries.
         skewed: shards ordered by label (each device sees mostly a few classes).
         batch_size: rows each device draws from its shard per (micro-)step, without
@@ -110,11 +127,15 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             state (``TrainState.accumulated``) and sent once per k; without ``batch_size`` the
             shard is cut into k micro-batches, so one step sees the whole shard.
         heldout_every: if given, ``HELDOUT_ROWS`` rows are held out of training and the loss on
-            them is recorded after every ``heldout_every``-th step.
+            them is recorded after every ``heldout_every``-th step: of device 0's parameters,
+            or for a strategy with an outer optimizer (DiLoCo's) of the synced parameters,
+            those at the last sync (``TrainState.outer``), not replica 0's drifting copy.
         mlp: the task's model: part three's, or ``PART_FOUR``'s wider one.
         data_seed: seed of the task's rows and its held-out split; ``None``: ``seed``. Runs of
             one ``data_seed`` and several ``seed`` differ only in the initial parameters and
             the minibatch order (the seeds of a held-out curve).
+        optimizer: the inner step's optimizer, instead of the strategy's
+            (``StrategySpec.optimizer``): e.g. ``adamw(3e-3)`` for a learning-rate sweep.
 
     Returns:
         A ``TrainingRun``.
@@ -126,34 +147,41 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         (2, True)
     """
     _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed)
-    axis, p = axis_of(mesh), mesh.size
-    n, spec = padded_size(p, mlp), SPECS[strategy]
+    if optimizer is not None and not isinstance(optimizer, Optimizer):
+        raise ValueError(f"optimizer must be an Optimizer such as adamw(1e-3), got "
+                         f"{type(optimizer).__name__}")
+    spec = SPECS[strategy]
+    if spec.mesh_axes is None:  # the data axis; the rows split over it
+        axis = rows_axis = axis_of(mesh)
+    else:  # the axis the state's forms run along; the rows split over both axes
+        axis, rows_axis = spec.parts.axis, tuple(mesh.axis_names)
+    p, n = mesh.shape[axis], padded_size(mesh.size, mlp)
     if data_seed is not None:
         positive_int("data_seed", data_seed, low=0)
     x, y, held = split_task(seed if data_seed is None else data_seed, skewed=skewed,
                             heldout=heldout_every is not None, mlp=mlp)
-    if len(y) % p:
-        raise ValueError(f"{len(y)} rows do not split evenly across {p} devices")
-    _check_batches(strategy, len(y) // p, batch_size, accumulate, heldout_every)
-    micro_rows = p * (batch_size or len(y) // p // accumulate)
+    if len(y) % mesh.size:
+        raise ValueError(f"{len(y)} rows do not split evenly across {mesh.size} devices")
+    _check_batches(strategy, len(y) // mesh.size, batch_size, accumulate, heldout_every)
+    micro_rows = mesh.size * (batch_size or len(y) // mesh.size // accumulate)
     ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)),
-                  mlp=mlp, optimizer=spec.optimizer)
+                  mlp=mlp, optimizer=optimizer or spec.optimizer)
 
     state = spec.init(init_params(n, seed, mlp), mesh, ctx)
     if accumulate > 1:
         state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
-    specs, rows = state_specs(state), (P(axis, None), P(axis))
+    specs, rows = state_specs(state), (P(rows_axis, None), P(rows_axis))
     batches = _Batches(mesh, rows, x, y, batch_size=batch_size, accumulate=accumulate, seed=seed)
 
     def body(state, x, y):
         new_state, info = spec.step(state, x, y, ctx)
         return new_state, info._replace(loss=info.loss[None])  # every part stacked by device
 
-    step = jax.shard_map(body, mesh=mesh, in_specs=(specs, *rows), out_specs=(specs, P(axis)),
-                         check_vma=False)
+    step = jax.shard_map(body, mesh=mesh, in_specs=(specs, *rows),
+                         out_specs=(specs, P(rows_axis)), check_vma=False)
     compiled = jax.jit(step).lower(state, *batches.first).compile()
     collectives = hlo_collectives(compiled.as_text())
-    payload = ring_payload(collectives, p)
+    payload, across = ring_payload(collectives, mesh.size), _across(collectives, mesh)
     micro = None
     if accumulate > 1:
 
@@ -162,17 +190,19 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             return new_state, loss[None]
 
         micro = jax.jit(jax.shard_map(micro_body, mesh=mesh, in_specs=(specs, *rows),
-                                      out_specs=(specs, P(axis)), check_vma=False))
+                                      out_specs=(specs, P(rows_axis)), check_vma=False))
         micro = micro.lower(state, *batches.first).compile()
-        payload += ring_payload(hlo_collectives(micro.as_text()), p) * (accumulate - 1)
+        payload += ring_payload(hlo_collectives(micro.as_text()), mesh.size) * (accumulate - 1)
 
     outer = None
     if spec.sync.outer is not None:  # the outer step, every H steps
         outer = jax.jit(jax.shard_map(partial(spec.sync.outer, ctx=ctx), mesh=mesh,
                                       in_specs=(specs,), out_specs=specs, check_vma=False))
         outer = outer.lower(state).compile()
-        payload += ring_payload(hlo_collectives(outer.as_text()), p) * (
-            steps // local_steps) / steps
+        outer_collectives = hlo_collectives(outer.as_text())
+        payload += ring_payload(outer_collectives, mesh.size) * (steps // local_steps) / steps
+        if across is not None:  # the outer program's share of an inner step
+            across += _across(outer_collectives, mesh) / local_steps
 
     losses, errors, averaged, heldout = [], [], [], []
     sums = {"used": 0.0, "exact": 0.0}
@@ -194,7 +224,8 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             state = outer(state)
             averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y, mlp))))
         if held is not None and (t + 1) % heldout_every == 0:
-            w = spec.flat(state.params, n, p, mlp)
+            w = (spec.flat(state.params, n, p, mlp) if state.outer is None else
+                 np.asarray(state.outer[0])[:n])  # the parameters at the last sync
             heldout.append((t + 1, float(_mean_loss(w, *held, mlp))))
 
     params = spec.flat(state.params, n, p, mlp)
@@ -211,6 +242,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         collectives=tuple(collectives),
         params=params,
         shards=_shards(state),
+        bytes_across_replicas=across,
     )
 
 
@@ -241,6 +273,19 @@ class _Batches:
         if not self.fixed:
             self.first = self._draw()
         return taken
+
+
+def _across(collectives, mesh: Mesh) -> float | None:
+    """Bytes one device sends in the collectives whose groups hold devices of more than one
+    host (ring payload); ``None`` on a one-axis mesh. Group members are positions in the
+    mesh's order, host-major: position i is on host i // (devices per host)."""
+    if len(mesh.axis_names) == 1:
+        return None
+    per_host = mesh.size // mesh.shape[mesh.axis_names[0]]
+    crossing = [c for c in collectives
+                if any(len({i // per_host for i in group}) > 1
+                       for group in c.replica_groups or [range(mesh.size)])]
+    return ring_payload(crossing, mesh.size)
 
 
 def _memory(state: TrainState) -> Memory:

@@ -1,0 +1,172 @@
+"""Part five's saved sweep (``diloco.json``, written by ``scripts/diloco_sweep.py``): the inner
+learning rate's protocol runs, then data parallelism, local SGD and DiLoCo (all with AdamW
+inside) at several H, on i.i.d. and skewed shards, from several seeds: held-out loss at the
+syncs against inner steps, bytes one device sends across the replicas per inner step, and
+memory per device by part. The target rule is step 20's (``results.training``: data
+parallelism's seed-mean held-out loss at ``TARGET_FRACTION`` of the run, crossings
+interpolated), with data parallelism here the AdamW one (``dp_adamw``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from course_utils.results.meta import RunMeta
+from course_utils.results.records import load_saved
+from course_utils.results.training import TARGET_FRACTION, crossing_step, loss_at, steps_to
+
+COMMAND = "python scripts/diloco_sweep.py"
+DP = "dp_adamw"  # the baseline every comparison divides by
+EVERY_H = ("local_sgd_adamw", "diloco")  # the strategies of H inner steps, then an outer step
+
+# the protocol that fixed the hyperparameters before anything was compared (also in the file)
+PROTOCOL = (
+    "Fixed before measuring, none tuned to make one method win. Inner optimizer: AdamW "
+    "(optax's defaults but the learning rate), the same for every strategy. Its learning rate: "
+    "of the grid lr_grid, the one whose data-parallel run (i.i.d. shards, seed lr_seed) ends "
+    "with the lowest held-out loss after the plan's steps; the sweep stops if that is not "
+    "ADAMW_LR. Outer optimizer: the DiLoCo paper's SGD with Nesterov momentum, learning rate "
+    "0.7, momentum 0.9; local SGD's outer step is the average (learning rate 1, no momentum). "
+    "H: 8, 32 and 128. The model, batch and steps: part three's MLP, chosen so that data "
+    "parallelism's held-out curve still falls at TARGET_FRACTION of the run and H = 128 syncs "
+    "8 times.")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What the sweep trains: every run on ``devices`` logical CPU devices as ``replicas``
+    replicas (``replica_mesh``), part three's model, ``batch_size`` rows per device per inner
+    step (``rows_per_step`` over all devices), ``steps`` inner steps, the task's rows of
+    ``data_seed``; the learning-rate protocol's ``lr_grid`` (data parallelism, i.i.d. shards,
+    ``lr_seed``), then each H of ``local_steps`` from each of ``seeds``; ``heldout_every``:
+    data parallelism's evaluation interval (the others are evaluated at their syncs)."""
+
+    devices: int
+    replicas: int
+    batch_size: int
+    steps: int
+    data_seed: int
+    lr_grid: tuple[float, ...]
+    lr_seed: int
+    local_steps: tuple[int, ...]
+    seeds: tuple[int, ...]
+    heldout_every: int
+
+    @property
+    def rows_per_step(self) -> int:
+        """Rows one inner step sees over all devices (every replica's)."""
+        return self.batch_size * self.devices
+
+
+PLAN = SweepPlan(devices=4, replicas=2, batch_size=16, steps=1024, data_seed=0,
+                 lr_grid=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2), lr_seed=0, local_steps=(8, 32, 128),
+                 seeds=(0, 1, 2), heldout_every=16)
+
+
+@dataclass(frozen=True)
+class LrRun:
+    """One run of the learning-rate protocol: data parallelism (AdamW at ``lr``)."""
+
+    lr: float
+    heldout_loss: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class SweepCurve:
+    """One run's held-out loss ``(inner step, loss)``: data parallelism's every
+    ``heldout_every`` steps, the others' at each sync (of the parameters at the sync)."""
+
+    strategy: str
+    local_steps: int  # H (1 for data parallelism)
+    skewed: bool
+    seed: int
+    heldout_loss: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    """What one strategy at one H sends and holds, read from its compiled programs and its
+    state's shards: bytes one device sends across the replicas per inner step, all bytes
+    it sends per inner step, and the bytes one device holds of each part of the state."""
+
+    strategy: str
+    local_steps: int
+    bytes_across_replicas: float
+    bytes_per_step: float
+    memory: dict[str, int]
+
+
+@dataclass(frozen=True)
+class DilocoResults:
+    """What ``diloco.json`` holds: how it was made, the protocol (in words), the plan, the
+    hyperparameters it fixed, and the runs."""
+
+    meta: RunMeta
+    protocol: str
+    plan: SweepPlan
+    adamw_lr: float
+    outer_lr: float
+    outer_momentum: float
+    lr_runs: tuple[LrRun, ...]
+    curves: tuple[SweepCurve, ...]
+    costs: tuple[SweepCost, ...]
+
+
+def saved_diloco_results() -> DilocoResults:
+    """The saved sweep, ``course_utils/saved/diloco.json``. Regenerate (about 5 minutes on this
+    machine's two shared cores): ``python scripts/diloco_sweep.py``."""
+    return load_saved(DilocoResults, "diloco.json", COMMAND)
+
+
+def sweep_curves(results: DilocoResults, strategy: str, local_steps: int, skewed: bool
+                 ) -> dict[int, SweepCurve]:
+    """``strategy``'s curves at H = ``local_steps`` on the shards ``skewed`` says, by seed."""
+    found = {c.seed: c for c in results.curves
+             if (c.strategy, c.local_steps, c.skewed) == (strategy, local_steps, skewed)}
+    if not found:
+        runs = ", ".join(sorted({f"{c.strategy} H={c.local_steps}" for c in results.curves}))
+        raise ValueError(f"no run of {strategy} at H={local_steps}, skewed={skewed} in the "
+                         f"sweep; it has {runs}")
+    return found
+
+
+def sweep_target(results: DilocoResults, skewed: bool, fraction: float = TARGET_FRACTION
+                 ) -> float:
+    """The target on these shards: data parallelism's seed-mean held-out loss at ``fraction``
+    of the run (step 20's rule, ``results.training.target_loss``)."""
+    curves = sweep_curves(results, DP, 1, skewed).values()
+    return float(np.mean([loss_at(c, fraction * results.plan.steps) for c in curves]))
+
+
+def rows_to_target(results: DilocoResults, strategy: str, local_steps: int, skewed: bool,
+                   target: float, *, interpolate: bool = True) -> dict[int, float | None]:
+    """Each seed's rows seen (inner steps × rows per step, over all replicas) when its held-out
+    loss first reaches ``target``: interpolated between evaluations (``crossing_step``, step
+    20's rule), or with ``interpolate=False`` the first evaluation at or below it
+    (``steps_to``). A curve evaluated at its syncs is a staircase — the synced parameters do
+    not change between syncs — so the interpolated rows are a lower bound and the sync that
+    reaches the target an upper one; they differ by less than H steps. ``None``: not in the
+    steps run.
+
+    Examples:
+        >>> from dataclasses import replace
+        >>> plan = replace(PLAN, devices=2, batch_size=8)  # 16 rows per step
+        >>> curve = SweepCurve("diloco", 32, False, 0, ((32, 0.9), (64, 0.5)))
+        >>> sweep = DilocoResults(None, "", plan, 0, 0, 0, (), (curve,), ())
+        >>> (rows_to_target(sweep, "diloco", 32, False, 0.7),
+        ...  rows_to_target(sweep, "diloco", 32, False, 0.7, interpolate=False))
+        ({0: 768.0}, {0: 1024})
+    """
+    rows, find = results.plan.rows_per_step, crossing_step if interpolate else steps_to
+    return {seed: (None if (step := find(c, target)) is None else step * rows)
+            for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
+
+
+def sweep_cost(results: DilocoResults, strategy: str, local_steps: int) -> SweepCost:
+    """What ``strategy`` at H = ``local_steps`` sends and holds."""
+    found = [c for c in results.costs if (c.strategy, c.local_steps) == (strategy, local_steps)]
+    if not found:
+        raise ValueError(f"no cost of {strategy} at H={local_steps} in the sweep")
+    return found[0]

@@ -1,0 +1,92 @@
+"""Write part five's saved sweep, ``course_utils/saved/diloco.json`` (``results.diloco``): the
+inner learning rate's protocol, then data parallelism, local SGD and DiLoCo (AdamW inside) at
+each H, on i.i.d. and skewed shards, from each seed of the plan (``results.diloco.PLAN``).
+
+    flock /tmp/d03-heavy.lock python scripts/diloco_sweep.py [--out PATH]
+
+It stops, writing nothing, if the protocol's learning rate is not ``ADAMW_LR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+from course_utils.results.records import saved_path
+
+
+def _memory(run) -> dict[str, int]:
+    """Bytes one device holds of each part of the state, from its shards (4-byte values)."""
+    size = {name: 4 * math.prod(shapes[0]) for name, shapes in run.shards.items()}
+    outer = sorted(k for k in size if k.startswith("outer"))
+    parts = {"parameters": size["params"],
+             "adamw": sum(v for k, v in size.items() if k.startswith("momentum")),
+             "synced_parameters": size[outer[0]] if outer else 0,
+             "outer_momentum": sum(size[k] for k in outer[1:])}
+    if sum(parts.values()) != run.memory.total:
+        raise RuntimeError(f"{run.strategy}: the parts {parts} do not add up to {run.memory}")
+    return parts
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(saved_path("diloco.json")))
+    args = parser.parse_args(argv)
+
+    from course_utils import use_cpu_devices
+    from course_utils.results.diloco import PLAN
+
+    use_cpu_devices(PLAN.devices)
+    from course_utils import adamw, replica_mesh, train
+    from course_utils.results.diloco import (
+        DP,
+        EVERY_H,
+        PROTOCOL,
+        DilocoResults,
+        LrRun,
+        SweepCost,
+        SweepCurve,
+    )
+    from course_utils.results.meta import RunMeta, this_machine
+    from course_utils.results.records import save
+    from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM
+
+    start, mesh = time.time(), replica_mesh(PLAN.replicas)
+    common = {"steps": PLAN.steps, "batch_size": PLAN.batch_size, "data_seed": PLAN.data_seed}
+    lr_runs = []
+    for lr in PLAN.lr_grid:
+        run = train(mesh, DP, seed=PLAN.lr_seed, heldout_every=PLAN.heldout_every,
+                    optimizer=adamw(lr), **common)
+        lr_runs.append(LrRun(lr, run.heldout_loss))
+        print(f"lr {lr:g}: held-out loss {run.heldout_loss[-1][1]:.4f} at the end", flush=True)
+    best = min(lr_runs, key=lambda r: r.heldout_loss[-1][1]).lr
+    if best != ADAMW_LR:
+        print(f"diloco_sweep: the protocol picks lr {best:g}, not ADAMW_LR = {ADAMW_LR:g}; set "
+              "ADAMW_LR in course_utils/training/optimizers.py and run again", file=sys.stderr)
+        return 1
+
+    curves, costs = [], []
+    plan = [(DP, 1)] + [(s, h) for h in PLAN.local_steps for s in EVERY_H]
+    for skewed in (False, True):
+        for seed in PLAN.seeds:
+            for strategy, h in plan:
+                options = ({"heldout_every": PLAN.heldout_every} if h == 1 else
+                           {"heldout_every": h, "local_steps": h})
+                run = train(mesh, strategy, seed=seed, skewed=skewed, **options, **common)
+                curves.append(SweepCurve(strategy, h, skewed, seed, run.heldout_loss))
+                if not skewed and seed == PLAN.seeds[0]:  # the programs and state: any run's
+                    costs.append(SweepCost(strategy, h, run.bytes_across_replicas,
+                                           run.bytes_per_step, _memory(run)))
+                print(f"{strategy} H={h} skewed={skewed} seed={seed}: "
+                      f"{run.heldout_loss[-1][1]:.4f}", flush=True)
+    meta = RunMeta("python scripts/diloco_sweep.py", this_machine(), time.time() - start)
+    save(DilocoResults(meta, PROTOCOL, PLAN, ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, tuple(lr_runs),
+                       tuple(curves), tuple(costs)), args.out)
+    print(f"wrote {args.out} in {time.time() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
