@@ -61,7 +61,8 @@ def test_train_refuses_a_sync_it_does_not_run(monkeypatch):
     streamed = dataclasses.replace(entry, name="streamed",
                                    sync=entry.sync._replace(fragments=4))
     monkeypatch.setitem(SPECS, "streamed", streamed)
-    with pytest.raises(ValueError, match="streamed syncs over another axis, in fragments"):
+    with pytest.raises(ValueError, match="streamed syncs in fragments, in fewer bits or "
+                                         "overlapped; train runs these in an outer step across"):
         train(data_mesh(), "streamed", steps=1)
     with pytest.raises(ValueError, match=r"local_steps applies to .*\bstreamed only; zero1 syncs"):
         train(data_mesh(), "zero1", steps=1, local_steps=2)

@@ -30,9 +30,23 @@ _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
 
 def check_rate(rate: str) -> str:
-    """``rate`` if ``tc`` understands it (``200mbit``, ``1gbit``…), else a ``ValueError``."""
-    if not isinstance(rate, str) or not _RATE.match(rate):
+    """``rate`` if ``tc`` understands it (``200mbit``, ``1gbit``…) and it is above 0, else a
+    one-line ``ValueError``.
+
+    Examples:
+        >>> check_rate("50mbit")
+        '50mbit'
+        >>> check_rate("0mbit")
+        Traceback (most recent call last):
+        ...
+        ValueError: --link-rate must be above 0, got '0mbit'; give one like 10mbit or 1gbit
+    """
+    match = _RATE.match(rate) if isinstance(rate, str) else None
+    if match is None:
         raise ValueError(f"--link-rate must look like 200mbit or 1gbit, got {rate!r}")
+    if float(match.group(1)) <= 0:
+        raise ValueError(f"--link-rate must be above 0, got {rate!r}; give one like 10mbit or "
+                         "1gbit")
     return rate
 
 

@@ -63,8 +63,11 @@ class TrainingRun:
             (``params``, ``momentum``, ``gradient``, ...).
         bytes_across_replicas: on a mesh of replicas (``("host", "device")``), the bytes one
             device sends per inner step in the collectives that cross hosts (ring payload, from
-            the compiled programs; the outer program's divided by H); ``None`` on a one-axis
-            mesh.
+            the compiled programs; the outer program's divided by the steps between two of
+            its runs: H, or H/F for F fragments); ``None`` on a one-axis mesh.
+        bytes_per_sync_across_replicas: likewise, what one run of the outer step sends across
+            (one sync: the largest a strategy that syncs every H steps sends at once, 1/F of
+            DiLoCo's for F fragments); ``None`` without an outer step or on a one-axis mesh.
     """
 
     strategy: str
@@ -80,3 +83,4 @@ class TrainingRun:
     params: np.ndarray
     shards: Mapping[str, list[tuple[int, ...]]]
     bytes_across_replicas: float | None = None
+    bytes_per_sync_across_replicas: float | None = None

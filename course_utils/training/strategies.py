@@ -10,9 +10,11 @@ data-parallel step — each device computes the gradient of its own rows (``loss
 step's rows, so the sum over devices is the global mean's gradient), then its optimizer's update
 (``StrategySpec.optimizer``, the course's heavy-ball momentum) — and differs in what it sends and
 what its state holds: the tables of ``exact`` (data parallelism, ZeRO), ``compressed``, ``local``
-and ``hsdp``. A strategy that syncs every H steps (``Sync.outer``) runs its outer step apart.
-Part five's (``diloco``: data parallelism, local SGD and DiLoCo with AdamW inside) run on a
-mesh ``("host", "device")`` of replicas (``StrategySpec.mesh_axes``; ``diloco.replica_mesh``).
+and ``hsdp``. A strategy that syncs every H steps (``Sync.outer``) runs its outer step apart
+(every H/F steps for F fragments, its result merged τ steps later: ``Sync.merge``).
+Part five's (``diloco``: data parallelism, local SGD and DiLoCo with AdamW inside;
+``streaming_diloco``: DiLoCo in fewer bits, in fragments, overlapped) run on a mesh
+``("host", "device")`` of replicas (``StrategySpec.mesh_axes``; ``diloco.replica_mesh``).
 
 To add one: write its step (and any traffic, outer step or extra state) in its family's module
 and one ``StrategySpec`` entry below.
@@ -20,14 +22,14 @@ and one ``StrategySpec`` entry below.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 import numpy as np
 
 from course_utils.models.cost_model import Topology
 from course_utils.models.link_traffic import Traffic, TrafficSettings
-from course_utils.training import compressed, diloco, exact, hsdp, local
+from course_utils.training import compressed, diloco, exact, hsdp, local, streaming_diloco
 from course_utils.training.compressed import POWERSGD_RANK
 from course_utils.training.layers import layer_order
 from course_utils.training.local import local_sgd_bytes
@@ -51,6 +53,7 @@ from course_utils.training.state import (
     placements,
     state_specs,
 )
+from course_utils.training.streaming import MIXING
 
 __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "Strategy",
            "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "placements",
@@ -84,10 +87,20 @@ class Sync(NamedTuple):
             optimizer keeps its state in ``TrainState.outer``, placed by ``Parts.extra``.
         axis: the mesh axis the replicas sync over (``None``: the data axis; ``"host"`` for
             HSDP's gradient and part five's syncs on a ``("host", "device")`` mesh).
-        fragments: parameter fragments synced one at a time, one per outer step in turn
-            (1: all at once; Streaming DiLoCo's is more).
-        dtype: what the sync sends (``"float32"``; a quantized sync sends fewer bits).
-        stream: a device used as the communication stream (``None``: the compute devices).
+        fragments: F, parameter fragments synced one at a time, one per outer step in turn:
+            the outer step runs every H/F steps (1: all at once, every H; Streaming DiLoCo's
+            is more; ``training.streaming``).
+        dtype: what the sync sends (``quantize.FORMATS``: ``"float32"``, or ``"int8"`` and
+            ``"int4"`` codes with a scale per block, summed in float32).
+        stream: a device used as the communication stream (``None``: the compute devices;
+            ``train`` runs an overlap in one process, by ``overlap`` and ``merge``, without one).
+        overlap: τ, the inner steps between an outer step and the merge of its result
+            (``merge``, run after the inner step τ later exactly; 0: merged in the outer step).
+        mixing: α, the weight of the replica's own values when a fragment merges
+            (``streaming.mix``; 0: replaced by the outer step's result, as DiLoCo).
+        merge: ``merge(state, ctx) -> state``, one device's view: the result of the last
+            outer step merged into the replicas' parameters, ``overlap`` steps after it
+            (``None``: the outer step merges at once).
     """
 
     outer: Callable[[TrainState, Context], TrainState] | None = None
@@ -95,6 +108,9 @@ class Sync(NamedTuple):
     fragments: int = 1
     dtype: str = "float32"
     stream: str | None = None
+    overlap: int = 0
+    mixing: float = 0.0
+    merge: Callable[[TrainState, Context], TrainState] | None = None
 
 
 class SavedRuns(NamedTuple):
@@ -163,6 +179,9 @@ _WHOLE = Parts("replicated", "replicated", "replicated")
 _DP, _BITS = "data parallelism, ZeRO", "fewer bits"
 _H = (16, 8, 4)  # local SGD's points on the closing figure
 _REPLICAS = (hsdp.HOST, hsdp.DEVICE)  # part five's mesh (``diloco.replica_mesh``)
+# Streaming DiLoCo's entry: F fragments (a sync every H/4 steps), each merged one step later;
+# F = 4 divides every H of part five (8, 32, 128) and τ = 1 < H/F for all of them
+STREAMING_FRAGMENTS, STREAMING_OVERLAP = 4, 1
 
 
 def _every_h(name: str, label: str, family: str, outer: Optimizer) -> StrategySpec:
@@ -172,6 +191,23 @@ def _every_h(name: str, label: str, family: str, outer: Optimizer) -> StrategySp
                         diloco.replica_step, sync=Sync(diloco.outer_step(outer), hsdp.HOST),
                         optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic,
                         mesh_axes=_REPLICAS, saved=SavedRuns(runs=()))
+
+
+def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: str,
+              overlap: int = 0, mixing: float = 0.0) -> StrategySpec:
+    """DiLoCo (``_every_h``'s, Nesterov outer step) synced in ``fragments`` in turn, in
+    ``dtype``, each merged ``overlap`` steps after its outer step with ``mixing``."""
+    outer = outer_nesterov()
+    merge = streaming_diloco.merge_step(fragments=fragments, mixing=mixing)
+    sync = Sync(streaming_diloco.outer_step(outer, fragments=fragments, dtype=dtype,
+                                            overlap=overlap, mixing=mixing),
+                hsdp.HOST, fragments, dtype, overlap=overlap, mixing=mixing,
+                merge=merge if overlap else None)
+    entry = _every_h(name, label, family, outer)
+    return replace(
+        entry, parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
+            outer, fragments, overlap)),
+        sync=sync, traffic=streaming_diloco.quantized_traffic(dtype, fragments))
 
 
 _ENTRIES = (
@@ -227,6 +263,11 @@ _ENTRIES = (
                  traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS, saved=SavedRuns(runs=())),
     _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average()),
     _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov()),
+    _streamed("diloco_int8", "DiLoCo, int8", "DiLoCo", dtype="int8"),
+    _streamed("diloco_4bit", "DiLoCo, 4-bit", "DiLoCo", dtype="int4"),
+    _streamed("streaming_diloco", "Streaming DiLoCo", "Streaming DiLoCo",
+              fragments=STREAMING_FRAGMENTS, dtype="int4", overlap=STREAMING_OVERLAP,
+              mixing=MIXING),
 )
 
 SPECS: dict[str, StrategySpec] = {s.name: s for s in _ENTRIES}

@@ -10,7 +10,9 @@ shards of the state's arrays themselves.
 Part five's strategies (``StrategySpec.mesh_axes`` ``("host", "device")``) run on a mesh of
 replicas (``diloco.replica_mesh``): the rows split over both axes, so that with ``skewed`` each
 replica sees mostly a few classes, and the bytes one device sends across the replicas are read
-apart (``TrainingRun.bytes_across_replicas``).
+apart (``TrainingRun.bytes_across_replicas``, and per sync ``bytes_per_sync_across_replicas``).
+Streaming DiLoCo's overlap runs here in one process: the result of an outer step merges after
+the inner step τ later exactly (``Sync.merge``), so its curves do not depend on timing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from course_utils.problems.classification import (
 )
 from course_utils.training.batches import micro_batch_rows, split_task
 from course_utils.training.optimizers import Optimizer
+from course_utils.training.quantize import check_format
 from course_utils.training.run import Memory, TrainingRun
 from course_utils.training.state import (
     MEMORY_PART,
@@ -44,6 +47,7 @@ from course_utils.training.state import (
     state_specs,
 )
 from course_utils.training.strategies import SPECS
+from course_utils.training.streaming import check_streaming
 from course_utils.validate import positive_int
 
 
@@ -76,10 +80,18 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
         every_h = ", ".join(s for s in _trainable() if SPECS[s].sync.outer is not None)
         raise ValueError(f"local_steps applies to {every_h} only; {strategy} syncs every step")
     axis = sync.axis if sync.axis in (SPECS[strategy].mesh_axes or ()) else None
-    if (sync.axis, sync.fragments, sync.dtype, sync.stream) != (axis, 1, "float32", None):
-        raise ValueError(f"{strategy} syncs over another axis, in fragments, in fewer bits or on a "
-                         "stream device; train syncs whole float32 values over its mesh's one "
-                         "axis on the compute devices")
+    if sync.axis != axis:
+        raise ValueError(f"{strategy} syncs over axis {sync.axis!r}, not one of its mesh's")
+    if sync.stream is not None:
+        raise ValueError(f"{strategy} sends on a stream device; train overlaps in one process "
+                         "(a fixed τ, Sync.overlap) on the compute devices: time it with "
+                         "course cluster")
+    check_format(sync.dtype)
+    streamed = (sync.fragments, sync.dtype, sync.overlap, sync.merge) != (1, "float32", 0, None)
+    if streamed and (sync.outer is None or axis is None):
+        raise ValueError(f"{strategy} syncs in fragments, in fewer bits or overlapped; train runs "
+                         "these in an outer step across the replicas of a mesh ('host', "
+                         "'device') only")
     if isinstance(topk_fraction, bool) or not isinstance(topk_fraction, (int, float)) or not (
             0 < topk_fraction <= 1):
         raise ValueError(f"topk_fraction must be a number in (0, 1], got {topk_fraction!r}")
@@ -117,7 +129,9 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             ``data_seed`` is given).
         local_steps: H, for a strategy that syncs every H steps (``local_sgd``, ``diloco``):
             its outer step (``Sync.outer``; local SGD's averages the parameters) after every
-            H-th step.
+            H-th step; with F fragments (``Sync.fragments``, ``streaming_diloco``) one
+            fragment's after every (H/F)-th, its result merged ``Sync.overlap`` steps later
+            (``Sync.merge``). F divides H and the parameters, and τ < H/F.
         topk_fraction: for ``topk`` and ``topk_ef``: each device sends this fraction of entries.
         skewed: shards ordered by label (each device sees mostly a few classes).
         batch_size: rows each device draws from its shard per (micro-)step, without
@@ -156,6 +170,10 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     else:  # the axis the state's forms run along; the rows split over both axes
         axis, rows_axis = spec.parts.axis, tuple(mesh.axis_names)
     p, n = mesh.shape[axis], padded_size(mesh.size, mlp)
+    sync = spec.sync
+    if sync.outer is not None:  # every H/F steps, fragment after fragment
+        check_streaming(local_steps=local_steps, fragments=sync.fragments, overlap=sync.overlap,
+                        n=n, devices=mesh.size // p)
     if data_seed is not None:
         positive_int("data_seed", data_seed, low=0)
     x, y, held = split_task(seed if data_seed is None else data_seed, skewed=skewed,
@@ -194,15 +212,17 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         micro = micro.lower(state, *batches.first).compile()
         payload += ring_payload(hlo_collectives(micro.as_text()), mesh.size) * (accumulate - 1)
 
-    outer = None
-    if spec.sync.outer is not None:  # the outer step, every H steps
-        outer = jax.jit(jax.shard_map(partial(spec.sync.outer, ctx=ctx), mesh=mesh,
-                                      in_specs=(specs,), out_specs=specs, check_vma=False))
-        outer = outer.lower(state).compile()
+    outer = merge = per_sync = None
+    every = local_steps // sync.fragments  # an outer step every H/F inner steps
+    if sync.outer is not None:  # the outer step (one fragment's, if F > 1)
+        outer, merge = (None if f is None else jax.jit(jax.shard_map(
+            partial(f, ctx=ctx), mesh=mesh, in_specs=(specs,), out_specs=specs,
+            check_vma=False)).lower(state).compile() for f in (sync.outer, sync.merge))
         outer_collectives = hlo_collectives(outer.as_text())
-        payload += ring_payload(outer_collectives, mesh.size) * (steps // local_steps) / steps
+        payload += ring_payload(outer_collectives, mesh.size) * (steps // every) / steps
         if across is not None:  # the outer program's share of an inner step
-            across += _across(outer_collectives, mesh) / local_steps
+            per_sync = _across(outer_collectives, mesh)
+            across += per_sync / every
 
     losses, errors, averaged, heldout = [], [], [], []
     sums = {"used": 0.0, "exact": 0.0}
@@ -220,8 +240,13 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             sums = {"used": sums["used"] + used, "exact": sums["exact"] + exact}
             errors.append((_relative_error(used, exact),
                            _relative_error(sums["used"], sums["exact"])))
-        if outer is not None and (t + 1) % local_steps == 0:
+        if outer is not None and (t + 1) % every == 0:
             state = outer(state)
+        # the result merges τ steps after its outer step, exactly (at once if τ = 0)
+        merged = t + 1 - sync.overlap
+        if outer is not None and merged >= every and merged % every == 0:
+            if merge is not None:
+                state = merge(state)
             averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y, mlp))))
         if held is not None and (t + 1) % heldout_every == 0:
             w = (spec.flat(state.params, n, p, mlp) if state.outer is None else
@@ -243,6 +268,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         params=params,
         shards=_shards(state),
         bytes_across_replicas=across,
+        bytes_per_sync_across_replicas=per_sync,
     )
 
 

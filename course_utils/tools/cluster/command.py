@@ -86,13 +86,16 @@ def run_cluster(chosen: Measurement[Record], args: argparse.Namespace, say) -> R
     from course_utils.models.links import check_rate
     from course_utils.tools.cluster.netns import check_can_run, check_congestion_control
 
+    try:  # bad input first, before asking for root or building anything
+        rates = [check_rate(r) for r in args.link_rate.split(",")]
+    except ValueError as exc:
+        raise usage(exc) from None
     problem = check_can_run()
     if problem:
         raise usage(problem)
     setup = Setup(hosts=args.hosts, devices_per_host=args.devices_per_host, plan=args.plan,
                   tcp=args.tcp, runs=args.runs, started=time.monotonic())
     try:
-        rates = [check_rate(r) for r in args.link_rate.split(",")]
         check_congestion_control(args.tcp)
         if not 2 <= args.hosts <= 200:
             raise ValueError(f"--hosts must be from 2 to 200, got {args.hosts}")

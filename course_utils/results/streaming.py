@@ -1,0 +1,142 @@
+"""Streaming DiLoCo's held-out curves, a saved run (``course_utils/saved/streaming.json``, written
+by ``scripts/streaming_curves.py``): DiLoCo, DiLoCo with int8 and with 4-bit outer gradients
+and Streaming DiLoCo (``training.streaming_diloco``) at one H, and data parallelism with the same
+inner AdamW for the target, each from ``SEEDS`` seeds, trained in one process on a mesh of 2
+replicas of 2 devices (``diloco.replica_mesh``).
+
+The model is part four's (``PART_FOUR``): the one ``course cluster`` times, whose step time
+times these curves' steps is a time to target, and whose 1.1 million parameters (94 % in the
+first layer) are what fragments and fewer bits are for; the curves do not depend on the link
+or on timing (Streaming DiLoCo merges each fragment τ steps after its outer step, exactly).
+The held-out loss is that of the parameters at the last sync (``train``'s ``heldout_every``);
+the target is step 20's rule (``results.training``: ``TARGET_FRACTION``, ``loss_at``,
+``crossing_step``) with data parallelism (AdamW) as the baseline. JSON only through
+``results.records``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from jax.sharding import Mesh
+
+from course_utils.problems.classification import PART_FOUR
+from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.records import load_saved
+from course_utils.results.training import (
+    TARGET_FRACTION,
+    HeldoutCurve,
+    crossing_step,
+    loss_at,
+    steps_to,
+)
+
+BASELINE = "dp_adamw"
+CURVE_STRATEGIES = (BASELINE, "diloco", "diloco_int8", "diloco_4bit", "streaming_diloco")
+LOCAL_STEPS = 32  # H: the middle of part five's 8, 32, 128 (the issue's DiLoCo comparison)
+BATCH_SIZE = 32  # rows per device per inner step
+STEPS = 256  # 8 rounds of H
+HELDOUT_EVERY = 8  # H/F: every sync of Streaming DiLoCo's fragments is seen
+SEEDS = 3
+DATA_SEED = 0
+COMMAND = "python scripts/streaming_curves.py"
+
+
+@dataclass(frozen=True)
+class SyncBytes:
+    """What one device of a strategy sends across the replicas (from the compiled programs):
+    per inner step, and in one sync (one run of its outer step; ``None`` without one)."""
+
+    strategy: str
+    per_step: float
+    per_sync: float | None = None
+
+
+@dataclass(frozen=True)
+class StreamingCurves:
+    """What ``streaming.json`` holds: how it was made, the mesh (replicas × devices each), the
+    plan, every strategy's curves by seed (``HeldoutCurve``; the task's rows are
+    ``data_seed``'s) and its bytes across the replicas."""
+
+    meta: RunMeta
+    replicas: int
+    devices_per_replica: int
+    local_steps: int
+    batch_size: int
+    steps: int
+    heldout_every: int
+    data_seed: int
+    curves: tuple[HeldoutCurve, ...]
+    bytes: tuple[SyncBytes, ...]
+
+
+def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
+                           steps: int = STEPS,
+                           strategies: Sequence[str] = CURVE_STRATEGIES,
+                           on_run: Callable[[str, int], None] | None = None) -> StreamingCurves:
+    """Every strategy's held-out curve from every seed on ``mesh`` (``replica_mesh()``);
+    ``on_run(strategy, seed)`` is called before each."""
+    from course_utils.training.train import train
+
+    started, curves, sent = time.monotonic(), [], {}
+    for strategy in strategies:
+        for seed in seeds:
+            if on_run is not None:
+                on_run(strategy, seed)
+            run = train(mesh, strategy, steps=steps, seed=seed, data_seed=DATA_SEED,
+                        batch_size=BATCH_SIZE, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
+                        local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
+            curves.append(HeldoutCurve(strategy, BATCH_SIZE, tuple(
+                (step, loss) for step, loss in run.heldout_loss), seed))
+            sent[strategy] = SyncBytes(strategy, run.bytes_across_replicas,
+                                       run.bytes_per_sync_across_replicas)
+    meta = RunMeta(COMMAND, this_machine(), time.monotonic() - started)
+    replicas, devices = mesh.shape.values()
+    return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, BATCH_SIZE, steps,
+                           HELDOUT_EVERY, DATA_SEED, tuple(curves), tuple(sent.values()))
+
+
+def saved_streaming_curves() -> StreamingCurves:
+    """The saved run, ``course_utils/saved/streaming.json``. Regenerate (about 6 minutes on
+    this machine's two shared cores): ``python scripts/streaming_curves.py``.
+
+    Raises:
+        ValueError: the file is missing or not this version's (names the file and the field).
+    """
+    return load_saved(StreamingCurves, "streaming.json", COMMAND)
+
+
+def curves_of(results: StreamingCurves, strategy: str) -> dict[int, HeldoutCurve]:
+    """``strategy``'s curves, by seed."""
+    found = {c.seed: c for c in results.curves if c.strategy == strategy}
+    if not found:
+        names = ", ".join(dict.fromkeys(c.strategy for c in results.curves))
+        raise ValueError(f"no curve of {strategy!r}; the run has {names}")
+    return found
+
+
+def streaming_target(results: StreamingCurves, fraction: float = TARGET_FRACTION) -> float:
+    """The target: the mean over seeds of data parallelism's (AdamW) held-out loss at
+    ``fraction`` of the run, where its curve still falls (step 20's rule)."""
+    return float(np.mean([loss_at(c, fraction * results.steps)
+                          for c in curves_of(results, BASELINE).values()]))
+
+
+def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
+                    interpolate: bool = True) -> dict[int, float | None]:
+    """Each seed's inner steps to ``target``: interpolated between evaluations
+    (``crossing_step``, step 20's rule), or with ``interpolate=False`` the first evaluation at or
+    below it (``steps_to``). The parameters at the last sync change only at syncs (DiLoCo's
+    every H steps, a fragment's every H/F), so for those curves the interpolated step is a lower
+    bound and the first evaluation at or below an upper one. ``None``: not reached in the steps
+    run."""
+    find = crossing_step if interpolate else steps_to
+    return {seed: find(c, target) for seed, c in curves_of(results, strategy).items()}
+
+
+def bytes_of(results: StreamingCurves, strategy: str) -> SyncBytes:
+    """``strategy``'s bytes across the replicas."""
+    return next(b for b in results.bytes if b.strategy == strategy)

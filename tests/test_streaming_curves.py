@@ -1,0 +1,83 @@
+"""Streaming DiLoCo's saved curves (``results.streaming``, ``saved/streaming.json``): the plan it
+holds, its first steps as the code trains them, and the target read from it."""
+
+import pytest
+
+from course_utils.problems.classification import PART_FOUR
+from course_utils.results.meta import Machine, RunMeta
+from course_utils.results.records import save, saved_path
+from course_utils.results.streaming import (
+    BASELINE,
+    BATCH_SIZE,
+    CURVE_STRATEGIES,
+    DATA_SEED,
+    HELDOUT_EVERY,
+    LOCAL_STEPS,
+    SEEDS,
+    STEPS,
+    StreamingCurves,
+    bytes_of,
+    curves_of,
+    saved_streaming_curves,
+    steps_to_target,
+    streaming_target,
+)
+from course_utils.results.training import HeldoutCurve
+
+
+def test_the_saved_run_is_the_plan_every_strategy_from_every_seed(tmp_path):
+    saved = saved_streaming_curves()
+    save(saved, tmp_path / "streaming.json")  # the file is what the writer writes
+    assert (tmp_path / "streaming.json").read_text() == saved_path("streaming.json").read_text()
+    assert (saved.local_steps, saved.batch_size, saved.steps, saved.heldout_every) == (
+        LOCAL_STEPS, BATCH_SIZE, STEPS, HELDOUT_EVERY)
+    assert (saved.replicas, saved.devices_per_replica, saved.data_seed) == (2, 2, DATA_SEED)
+    for strategy in CURVE_STRATEGIES:
+        curves = curves_of(saved, strategy)
+        assert list(curves) == list(range(SEEDS))
+        for curve in curves.values():
+            assert [s for s, _ in curve.heldout_loss] == list(range(HELDOUT_EVERY, STEPS + 1,
+                                                                    HELDOUT_EVERY))
+    assert [b.strategy for b in saved.bytes] == list(CURVE_STRATEGIES)
+
+
+@pytest.mark.parametrize("strategy", CURVE_STRATEGIES)
+def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy):
+    from course_utils.training.diloco import replica_mesh
+    from course_utils.training.train import train
+
+    saved = saved_streaming_curves()
+    mesh = replica_mesh(saved.replicas)
+    assert mesh.size == saved.replicas * saved.devices_per_replica
+    curve = curves_of(saved, strategy)[0]
+    run = train(mesh, strategy, steps=LOCAL_STEPS, seed=0, data_seed=DATA_SEED,
+                batch_size=BATCH_SIZE, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
+                local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
+    first = curve.heldout_loss[:len(run.heldout_loss)]  # one round of H: DiLoCo's first sync
+    assert [s for s, _ in run.heldout_loss] == [s for s, _ in first]
+    assert [loss for _, loss in run.heldout_loss] == pytest.approx([loss for _, loss in first],
+                                                                   rel=1e-4)
+    sent, per_sync = bytes_of(saved, strategy), run.bytes_per_sync_across_replicas
+    assert sent.per_step == pytest.approx(run.bytes_across_replicas)
+    assert sent.per_sync == (None if per_sync is None else pytest.approx(per_sync))
+
+
+def _results(curves) -> StreamingCurves:
+    meta = RunMeta("test", Machine("3", "0", "0"), 1.0)
+    return StreamingCurves(meta, 2, 2, 4, 8, 50, 10, 0, tuple(curves), ())
+
+
+def test_the_target_is_step_20_s_rule_with_data_parallelism_adamw_as_the_baseline():
+    curves = [HeldoutCurve(BASELINE, 8, ((10, 0.8), (20, 0.6), (50, 0.1)), seed)
+              for seed in (0, 1)]
+    curves += [HeldoutCurve("diloco", 8, ((10, 0.9), (20, 0.8), (50, 0.6)), 0),
+               HeldoutCurve("diloco", 8, ((10, 0.9), (20, 0.7), (50, 0.7)), 1)]
+    results = _results(curves)
+    assert streaming_target(results) == pytest.approx(0.8)  # at 0.2 · 50 steps
+    assert streaming_target(results, fraction=0.3) == pytest.approx(0.7)  # halfway, step 15
+    assert steps_to_target(results, "diloco", 0.75) == pytest.approx({0: 27.5, 1: 17.5})
+    assert steps_to_target(results, "diloco", 0.65) == {0: pytest.approx(42.5), 1: None}
+    assert steps_to_target(results, "diloco", 0.75, interpolate=False) == {0: 50, 1: 20}
+    with pytest.raises(ValueError, match="no curve of 'streaming_diloco'; the run has "
+                                         "dp_adamw, diloco"):
+        curves_of(results, "streaming_diloco")
