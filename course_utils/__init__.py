@@ -184,6 +184,7 @@ _API = {
     "TARGET_FRACTION": ("results.training", "TARGET_FRACTION"),
     "step_figure_data": ("results.training_figures", "step_figure_data"),
     "time_to_target_figure_data": ("results.training_figures", "time_to_target_figure_data"),
+    "diloco_figure_data": ("results.diloco_figures", "diloco_figure_data"),
     "micro_batch_rows": ("training.batches", "micro_batch_rows"),
     "split_task": ("training.batches", "split_task"),
     "hsdp_program": ("training.hsdp", "hsdp_program"),

@@ -31,6 +31,8 @@ from course_utils.results.bench import figure_data as bench_figure_data
 from course_utils.results.bench import saved_results, steps_figure_data
 from course_utils.results.cluster import figure_data as cluster_figure_data
 from course_utils.results.cluster import saved_cluster_results
+from course_utils.results.diloco import saved_diloco_results
+from course_utils.results.diloco_figures import diloco_figure_data
 from course_utils.results.strategies import (
     heldout_figure_data,
     local_sgd_figure_data,
@@ -110,6 +112,7 @@ SAVED = {
     "time to a target": lambda: time_to_target_figure_data(
         saved_training_results(), ["data_parallel", "bf16", "int8", "topk_ef", "powersgd"],
         128, 0.12),
+    "DiLoCo sweep": lambda: diloco_figure_data(saved_diloco_results()),
     "ring budget": lambda: model_figure_data(
         [2, 4, 8, 16, 32, 64], {"all-reduce, sent": [1.0, 1.5, 1.75, 1.88, 1.94, 1.97],
                                 "stored: N/p": [0.5, 0.25, 0.125, 0.06, 0.03, 0.016]},

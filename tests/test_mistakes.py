@@ -1,6 +1,8 @@
 """The instructor page's common wrong answers (each exercise's ``mistakes`` in the outline): each
 one written out and run through its check, which must fail with the message the page quotes."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,6 +31,7 @@ from course_utils.checks import (
     check_overlap_prediction,
     check_reduce_scatter_times,
     check_ring_step,
+    check_smallest_h,
     check_stored_bytes_rule,
     check_two_level_scatter,
 )
@@ -172,6 +175,17 @@ def _break_even(bits=8, per_step=False):
 
 STEP20 = dict(dp_steps=140, dp_bytes=6.7e6, scheme_steps=100, scheme_bytes=2.7e5,
               compute_s=0.03, own_s=0.05)
+def _smallest_h(bits=8, ring=lambda r, d: r, rounding=math.ceil, r_for_r_minus_1=False):
+    def h(n, r, d, rate, step, frac):
+        ranks = ring(r, d)
+        factor = 2 if r_for_r_minus_1 else 2 * (ranks - 1) / ranks
+        return max(1, rounding(factor * 4 * n * bits / rate / (frac * step)))
+
+    return h
+
+
+STEP21 = dict(n_params=1_118_464, replicas=2, devices_per_replica=2, rate_bits_per_s=5e7,
+              step_seconds=0.0295, fraction=0.1)
 STEP18 = dict(weights=1_114_112, hosts=2, devices=2, rate_bits=2e8, alpha_s=4e-4,
               flops_per_s=3e10)
 CASES = {
@@ -320,6 +334,16 @@ CASES = {
     (20, "one step of each compared, not the steps to the target"): lambda: check_break_even(
         _break_even(per_step=True), **STEP20
     ),
+    (21, "the link rate in bits taken for bytes"): lambda: check_smallest_h(
+        _smallest_h(bits=1), **STEP21
+    ),
+    (21, "the all-reduce inside a replica counted as crossing (a ring of R · D)"): lambda: (
+        check_smallest_h(_smallest_h(ring=lambda r, d: r * d), **STEP21)
+    ),
+    (21, "R in place of R − 1 in the ring's factor"): lambda: check_smallest_h(
+        _smallest_h(r_for_r_minus_1=True), **STEP21
+    ),
+    (21, "H rounded down"): lambda: check_smallest_h(_smallest_h(rounding=math.floor), **STEP21),
 }
 
 

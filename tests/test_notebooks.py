@@ -16,6 +16,7 @@ from sample import sample
 from course_utils.tools.notebooks.outline import (
     CAPSTONE,
     OUTLINE,
+    PART_FIVE,
     PART_FOUR,
     PART_ONE,
     PART_THREE,
@@ -25,7 +26,7 @@ from course_utils.tools.notebooks.outline import (
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SECRETS = re.compile(r"/(tmp|root|home|work|Users)/|ipykernel_\d+")
-PART_ORDER = [PART_ONE, PART_TWO, PART_THREE, CAPSTONE, PART_FOUR]
+PART_ORDER = [PART_ONE, PART_TWO, PART_THREE, CAPSTONE, PART_FOUR, PART_FIVE]
 
 
 def test_the_outline_lists_every_step_with_its_title_and_check():

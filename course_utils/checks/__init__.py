@@ -16,6 +16,7 @@ from course_utils.checks.algorithms import (
 )
 from course_utils.checks.budget import check_budget_row
 from course_utils.checks.compute import check_balanced_rows, check_break_even
+from course_utils.checks.diloco import check_smallest_h
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.hierarchy import check_two_level_scatter
@@ -52,6 +53,7 @@ __all__ = [
     "check_reduce_scatter_times",
     "check_ring_step",
     "check_shares",
+    "check_smallest_h",
     "check_stored_bytes_rule",
     "check_two_level",
     "check_two_level_scatter",

@@ -5,13 +5,17 @@ answers).
 Everything that lists the steps reads it: the site's landing and instructor pages
 (``pages.py``), the README's series table and ``docs/exercises.md``'s table (written from it by
 ``scripts/write_outline_tables.py``, a test keeps them equal) and the tests' step lists. Adding a
-step is its notebook, its check and one entry here.
+step is its notebook, its check and one entry here (part five's: in ``outline_five.py``).
 """
 
 from __future__ import annotations
 
 from course_utils.tools.errors import usage
+from course_utils.tools.notebooks.outline_five import PART_FIVE, PART_FIVE_STEPS
 from course_utils.tools.notebooks.records import Exercise, Mistake, StepOutline
+
+__all__ = ["CAPSTONE", "OUTLINE", "PART_FIVE", "PART_FOUR", "PART_ONE", "PART_THREE", "PART_TWO",
+           "WHERE", "outline_step", "parts"]
 
 PART_ONE = "Part one: one gradient, three ways to communicate it"
 PART_TWO = "Part two: the ring by hand, latency and buckets, hierarchy"
@@ -357,6 +361,7 @@ OUTLINE = (
             ),
         ),
     ),
+    *PART_FIVE_STEPS,
 )
 
 

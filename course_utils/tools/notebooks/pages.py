@@ -134,7 +134,8 @@ def instructor_page(steps: list[Step]) -> str:
 what; write a collective inside `jax.shard_map` and check its values and placement; read the
 collectives and their bytes off the compiled program; derive the ring's payload and latency; and
 build, measure and compare the algorithms that communicate less: buckets, the two-level
-all-reduce, ZeRO and FSDP, compression with error feedback and local SGD.
+all-reduce, ZeRO and FSDP, compression with error feedback, local SGD and DiLoCo's inner and
+outer optimizers across replicas.
 
 **Time.** The reading time below counts the words of each notebook's prose and code at
 {WORDS_PER_MINUTE} words a minute. The exercise time is a suggestion for a student who has read the

@@ -1,0 +1,36 @@
+"""Part five's entries of the course's outline (``outline.py`` puts them after part four's):
+training with less communication between replicas, DiLoCo's inner and outer optimizers."""
+
+from __future__ import annotations
+
+from course_utils.tools.notebooks.records import Exercise, Mistake, StepOutline
+
+PART_FIVE = "Part five: fewer syncs between replicas, DiLoCo"
+
+PART_FIVE_STEPS = (
+    StepOutline(
+        21, "21_diloco", PART_FIVE,
+        title="DiLoCo: an inner and an outer optimizer",
+        line="replicas on a `(\"host\", \"device\")` mesh; H inner AdamW steps and the outer "
+             "Nesterov step written in one `shard_map`, against optax and the package; the bytes "
+             "across the replicas read from the compiled programs; held-out loss against rows "
+             "and bytes for data parallelism, local SGD and DiLoCo; the memory one device holds",
+        exercise=Exercise(
+            task="the smallest H at which DiLoCo's sync across the replicas, sent at a link's "
+                 "rate, adds at most a given fraction to an inner step's time",
+            check="check_smallest_h", minutes=20,
+            judges="exactly, at part four's numbers and at cases never shown (one on the "
+                   "boundary, one with a single replica, one drawn anew); the package's byte "
+                   "models refused; names unit slips, the ring's factor and the all-reduce "
+                   "inside a replica counted as crossing",
+            mistakes=(
+                Mistake("the link rate in bits taken for bytes",
+                        "the rate is in bits per second"),
+                Mistake("the all-reduce inside a replica counted as crossing (a ring of R · D)",
+                        "only the all-reduce across the replicas crosses the link"),
+                Mistake("R in place of R − 1 in the ring's factor", "R − 1, not R"),
+                Mistake("H rounded down", "round up, not down"),
+            ),
+        ),
+    ),
+)

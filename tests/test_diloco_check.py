@@ -1,0 +1,128 @@
+"""Step 21's self-check passes right answers in several forms, names each honest slip and
+refuses the package's byte models."""
+
+import math
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from course_utils.checks import check_smallest_h
+from course_utils.checks.diloco import _fresh_case, expected_h
+from course_utils.checks.helpers import ExerciseFailed
+
+# part four's model on its cluster's 2 hosts × 2 devices at 50 Mbit/s (numbers of this test's own)
+CASE = dict(n_params=1_118_464, replicas=2, devices_per_replica=2, rate_bits_per_s=5e7,
+            step_seconds=0.0312, fraction=0.1)
+
+
+def _sync_s(n, r, rate, *, ring=None, factor=32):
+    """One sync's seconds: a ring all-reduce of n float32 values over ``ring`` (R) ranks."""
+    ring = r if ring is None else ring
+    return 2 * (ring - 1) / ring * factor / 8 * n * 8 / rate
+
+
+def right(n, r, d, rate, step, frac):
+    return max(1, math.ceil(_sync_s(n, r, rate) / (frac * step)))
+
+
+def by_loop(n, r, d, rate, step, frac):  # the smallest H, searched, bytes in bits on the way
+    sync_bits = 8 * (2 * (r - 1) / r) * 4 * n
+    h = 1
+    while sync_bits / rate / h > frac * step:
+        h += 1
+    return h
+
+
+def test_right_answers_in_several_forms_pass(capsys):
+    check_smallest_h(right, **CASE)
+    check_smallest_h(by_loop, **CASE)
+    check_smallest_h(lambda *a: float(right(*a)), **CASE)
+    check_smallest_h(lambda *a: np.int64(right(*a)), **CASE)
+    check_smallest_h(lambda *a: np.float32(right(*a)), **CASE)
+    assert capsys.readouterr().out.count("PASSED: the smallest H for a link (H = 230 here") == 5
+
+
+def test_the_expected_h_is_the_ceiling_of_the_sync_over_its_share():
+    sync_s = 2 * (2 - 1) / 2 * 4 * CASE["n_params"] * 8 / CASE["rate_bits_per_s"]
+    assert expected_h(**CASE) == math.ceil(sync_s / (CASE["fraction"] * CASE["step_seconds"]))
+    assert expected_h(**{**CASE, "devices_per_replica": 8}) == expected_h(**CASE)
+    assert expected_h(**{**CASE, "replicas": 1}) == 1
+
+
+def test_a_fresh_case_is_drawn_away_from_a_whole_ratio():
+    for seed in range(20):
+        case = _fresh_case(random.Random(seed))
+        n, r, _, rate, step, frac = case
+        ratio = Fraction(2 * (r - 1), r) * 32 * n / (Fraction(rate) * Fraction(step)
+                                                     * Fraction(frac))
+        assert 0.02 < float(ratio) % 1 < 0.98 and expected_h(*case) == math.ceil(ratio)
+
+
+def _with(*, factor=32, ring=lambda r, d: r, rounding=math.ceil, floor_at_one=True):
+    def fn(n, r, d, rate, step, frac):
+        got = rounding(_sync_s(n, r, rate, ring=ring(r, d), factor=factor) / (frac * step))
+        return max(1, got) if floor_at_one else got
+    return fn
+
+
+@pytest.mark.parametrize("fn, said", [
+    (_with(factor=4), "the rate is in bits per second"),
+    (_with(factor=0.5), r"bytes to bits is × 8, not ÷ 8"),
+    (_with(factor=8), "n_params counts float32 values: 4 bytes each"),
+    (_with(ring=lambda r, d: r * d), "only the all-reduce across the replicas crosses the link"),
+    (lambda n, r, d, rate, step, frac: max(1, math.ceil(2 * 32 * n / rate / (frac * step))),
+     r"R − 1, not R"),
+    (lambda n, r, d, rate, step, frac: max(1, math.ceil(
+        (r - 1) / r * 32 * n / rate / (frac * step))), "count both passes of the ring"),
+    (_with(rounding=lambda x: x), "H is a whole number of inner steps; round up"),
+    (_with(rounding=math.floor), "round up, not down"),
+    (_with(rounding=round), "round up, not to the nearest"),
+    (lambda *a: math.floor(_with(rounding=lambda x: x)(*a)) + 1,
+     "at most the fraction: an H at which the sync adds exactly the fraction fits"),
+    (_with(floor_at_one=False), "with one replica nothing crosses"),
+    (lambda n, r, d, rate, step, frac: right(1_118_464, r, d, rate, step, frac),
+     "does not change with the argument n_params: use the arguments"),
+    (lambda n, r, d, rate, step, frac: right(n, r, d, rate, step, frac) + (d > 3),
+     "changes with devices_per_replica, which it should not"),
+    (lambda *a: 230, "does not change with the argument"),
+    (lambda *a: max(1, right(*a) // 2),
+     r"gives H = 115: at that H the sync adds 0.2 of an inner step, more than the fraction 0.1"),
+    (lambda *a: right(*a) + 1, "a smaller H also keeps the sync within the fraction"),
+])
+def test_each_slip_is_named(fn, said):
+    with pytest.raises(ExerciseFailed, match=said):
+        check_smallest_h(fn, **CASE)
+
+
+def test_the_package_models_and_the_checks_own_answer_are_refused():
+    from course_utils.models.cost_model import Topology, bytes_sent
+    from course_utils.training.local import local_sgd_bytes
+    from course_utils.training.traffic import strategy_traffic
+
+    def by_model(n, r, d, rate, step, frac):
+        sent = bytes_sent("all_reduce", "ring", 4 * n, Topology(1, r))
+        return max(1, math.ceil(8 * sent / rate / (frac * step)))
+
+    def by_local(n, r, d, rate, step, frac):
+        return max(1, math.ceil(8 * local_sgd_bytes(4 * n, r, 1, 1) / rate / (frac * step)))
+
+    def by_strategy(n, r, d, rate, step, frac):
+        sent = strategy_traffic("diloco", n, Topology(r, d), local_steps=1).link_bytes
+        return max(1, math.ceil(8 * sent / rate / (frac * step)))
+
+    for fn, name in ((by_model, "bytes_sent"), (by_local, "local_sgd_bytes"),
+                     (by_strategy, "strategy_traffic"), (expected_h, "expected_h")):
+        with pytest.raises(ExerciseFailed, match=f"uses the package's {name}"):
+            check_smallest_h(fn, **CASE)
+
+
+def test_no_function_and_a_raising_function_get_one_line():
+    with pytest.raises(ExerciseFailed, match="define the function my_smallest_h"):
+        check_smallest_h(None, **CASE)
+    with pytest.raises(ExerciseFailed, match=r"my_smallest_h\(1118464, 2, 2, 5e\+07, 0.0312, "
+                       r"0.1\) raised ZeroDivisionError"):
+        check_smallest_h(lambda *a: 1 / 0, **CASE)
+    with pytest.raises(ExerciseFailed, match="must return a whole number"):
+        check_smallest_h(lambda *a: "many", **CASE)
