@@ -31,6 +31,8 @@ MEASUREMENTS = {
     "overlap": ("course_utils.tools.cluster.overlap:OVERLAP",
                 "step 19's backward pass and collective matmul, overlap.json (needs "
                 "--devices-per-host 2)"),
+    "diloco": ("course_utils.tools.cluster.diloco:DILOCO",
+               "part five's DiLoCo and Streaming DiLoCo rounds, diloco_cluster.json"),
 }
 PLAN_NAMES = ("quick", "full")  # every measurement has these plans
 

@@ -1,0 +1,319 @@
+"""Part five's timed runs (``course cluster --measure diloco``, ``diloco_cluster.json``): time
+per inner step and the bytes over a host's link, for the step with nothing sent, data
+parallelism, DiLoCo (float32, int8, int4) and Streaming DiLoCo, at each H and link rate, in
+each of several runs of one plan; and each method's one sync alone.
+
+The model of a round (H inner steps, F syncs of one fragment each): time per round = H steps
+of compute + the part of each sync not hidden, where a sync overlapping τ inner steps hides
+min(sync, τ steps of compute) (``round_time``). The compute is the measured step with nothing
+sent; a sync's seconds are the link model's (``models.step.step_time``: its bytes over a host's
+link, ``sync_link_bytes``, at the rate's payload share, ``models.links.FRAME_SHARE``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from course_utils.results.cluster import ClusterSetup
+from course_utils.results.meta import RunMeta
+from course_utils.results.overlap import Spread, spread
+from course_utils.results.records import load, load_saved
+
+NOTHING_SENT, DATA_PARALLEL = "nothing_sent", "data_parallel"
+SAVED = "diloco_cluster.json"
+COMMAND = ("course cluster --measure diloco --plan full --link-rate 10mbit,50mbit,200mbit,1gbit "
+           "--runs 3")
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One method of syncing every H inner steps: what each outer-gradient value crosses the
+    link as (``dtype``: float32, int8, or int4 two codes a byte, with an f32 scale per block:
+    ``training.quantize``), the F fragments synced one at a time (``fragments``) and the τ
+    inner steps each sync overlaps (``overlap``; 0: the compute waits)."""
+
+    name: str
+    dtype: str
+    fragments: int
+    overlap: int
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    """One run at one link rate of ``method`` at H = ``local_steps`` (data parallelism: 1):
+    the median seconds per inner step, and the bytes host 0's link sent per inner step
+    (``None`` without its counter)."""
+
+    method: str
+    local_steps: int
+    link_rate: str
+    run: int
+    step_s: float
+    link_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class SyncRow:
+    """One run at one link rate of ``method``'s one sync alone (Streaming DiLoCo's: one
+    fragment's): its median seconds and the bytes host 0's link sent for it."""
+
+    method: str
+    link_rate: str
+    run: int
+    sync_s: float
+    sync_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class DilocoSizes:
+    """The flat parameter vector's length ``n`` (padded), the rows per host and inner step, and
+    the share of its own values a replica keeps when a fragment is merged after an overlap."""
+
+    n: int
+    batch_size: int
+    mixing: float
+
+
+@dataclass(frozen=True)
+class DilocoClusterResults:
+    """What ``diloco_cluster.json`` holds: how it was made (``meta.runs``: the runs of the
+    plan), on which cluster, the sizes, the methods, and every run's rounds and syncs."""
+
+    meta: RunMeta
+    cluster: ClusterSetup
+    sizes: DilocoSizes
+    methods: tuple[MethodRow, ...]
+    rounds: tuple[RoundRow, ...]
+    syncs: tuple[SyncRow, ...]
+
+
+def rates(results: DilocoClusterResults) -> list[str]:
+    """The link rates measured, in the order they ran."""
+    return list(dict.fromkeys(row.link_rate for row in results.rounds))
+
+
+def local_steps(results: DilocoClusterResults) -> list[int]:
+    """The H values of the rounds."""
+    return sorted({r.local_steps for r in results.rounds if r.method == NOTHING_SENT})
+
+
+def method(results: DilocoClusterResults, name: str) -> MethodRow:
+    """The method ``name`` of the run.
+
+    Raises:
+        ValueError: the run has no such method (the message lists those it has).
+    """
+    found = next((m for m in results.methods if m.name == name), None)
+    if found is None:
+        raise ValueError(f"no method {name!r} in this run; it has "
+                         f"{', '.join(m.name for m in results.methods)}")
+    return found
+
+
+def _over_runs(values: list[float], what: str) -> Spread:
+    if not values:
+        raise ValueError(f"no run of {what}")
+    return spread(values)
+
+
+def step(results: DilocoClusterResults, name: str, h: int, link_rate: str) -> Spread:
+    """Seconds per inner step of ``name`` at H = ``h`` (data parallelism: any ``h``) and
+    ``link_rate``: the median over the runs, with their smallest and largest."""
+    h = 1 if name == DATA_PARALLEL else h
+    return _over_runs([r.step_s for r in results.rounds
+                       if (r.method, r.local_steps, r.link_rate) == (name, h, link_rate)],
+                      f"{name} at H = {h} and {link_rate}")
+
+
+def link_bytes(results: DilocoClusterResults, name: str, h: int, link_rate: str) -> Spread:
+    """Bytes host 0's link sent per inner step of ``name`` at H = ``h`` and ``link_rate``, over
+    the runs (a run without the counter is left out)."""
+    h = 1 if name == DATA_PARALLEL else h
+    return _over_runs([r.link_bytes for r in results.rounds if r.link_bytes is not None
+                       and (r.method, r.local_steps, r.link_rate) == (name, h, link_rate)],
+                      f"{name}'s counted bytes at H = {h} and {link_rate}")
+
+
+def sync(results: DilocoClusterResults, name: str, link_rate: str, key: str = "sync_s"
+         ) -> Spread:
+    """``name``'s one sync alone at ``link_rate`` over the runs: its seconds (``key``
+    ``"sync_s"``) or its bytes over host 0's link (``"sync_bytes"``)."""
+    return _over_runs([getattr(r, key) for r in results.syncs if getattr(r, key) is not None
+                       and (r.method, r.link_rate) == (name, link_rate)],
+                      f"{name}'s sync at {link_rate}")
+
+
+def sync_link_bytes(m: MethodRow, n: int, hosts: int) -> float:
+    """The model's bytes over one host's link for one sync of ``m``: the exchange of one
+    fragment (n/F values) among the hosts, one device each (``quantize.exchange_bytes``: a
+    ring all-reduce in float32; in int8 or int4, codes and a scale per block both ways).
+
+    Examples:
+        >>> sync_link_bytes(MethodRow("diloco", "float32", 1, 0), 1024, 2)  # 2 · (1/2) · 4 KiB
+        4096.0
+        >>> sync_link_bytes(MethodRow("s", "int4", 4, 1), 1024, 2)  # 256 values: 128 B + 4 scales
+        144.0
+    """
+    from course_utils.training.quantize import exchange_bytes
+
+    return exchange_bytes(n // m.fragments, hosts, m.dtype)
+
+
+def round_time(compute_s: float, sync_s: float, *, local_steps: int, fragments: int,
+               overlap: int) -> float:
+    """Seconds of one round: ``local_steps`` inner steps of ``compute_s`` and ``fragments``
+    syncs of ``sync_s`` each, every one hiding behind the ``overlap`` inner steps it overlaps
+    as much as it can (min(sync, τ · compute)).
+
+    Examples:
+        >>> round_time(0.1, 0.5, local_steps=16, fragments=1, overlap=0)  # DiLoCo: 1.6 + 0.5
+        2.1
+        >>> round_time(0.1, 0.15, local_steps=16, fragments=4, overlap=2)  # each sync hidden
+        1.6
+        >>> round(round_time(0.1, 0.25, local_steps=16, fragments=4, overlap=2), 6)  # 0.05 not
+        1.8
+    """
+    hidden = min(sync_s, overlap * compute_s)
+    return local_steps * compute_s + fragments * (sync_s - hidden)
+
+
+def modelled_step_s(results: DilocoClusterResults, name: str, h: int, link_rate: str,
+                    alpha_s: float = 0.0) -> float:
+    """The model's seconds per inner step of ``name`` at H = ``h`` and ``link_rate``: the
+    measured step with nothing sent (its median over the runs at that H; data parallelism's:
+    over every H) and each sync's bytes over the link at the rate's payload share, with
+    ``alpha_s`` per message step (``models.step.step_time``), in ``round_time``."""
+    from course_utils.models.cost_model import Topology, message_steps
+    from course_utils.models.link_traffic import Traffic
+    from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+    from course_utils.models.step import step_time
+
+    hosts, n = results.cluster.hosts, results.sizes.n
+    bytes_per_s = rate_bytes_per_s(link_rate) * FRAME_SHARE
+    if name == NOTHING_SENT:
+        return step(results, name, h, link_rate).median
+    if name == DATA_PARALLEL:
+        compute = statistics.median(step(results, NOTHING_SENT, k, link_rate).median
+                                    for k in local_steps(results))
+        m, h = MethodRow(name, "float32", 1, 0), 1
+    else:
+        compute, m = step(results, NOTHING_SENT, h, link_rate).median, method(results, name)
+    traffic = Traffic(sync_link_bytes(m, n, hosts),
+                      message_steps("all_reduce", "ring", Topology(hosts, 1)))
+    sync_s = step_time(traffic, 0.0, alpha_s=alpha_s, bytes_per_s=bytes_per_s).communication_s
+    return round_time(compute, sync_s, local_steps=h, fragments=m.fragments,
+                      overlap=m.overlap) / h
+
+
+class Figure(NamedTuple):
+    """A figure measured in every run (``value``: median and range over the runs) against
+    its ``target``, met when the median is within ``tolerance`` of it (as a fraction)."""
+
+    value: Spread
+    target: float
+    tolerance: float
+
+    @property
+    def met(self) -> bool:
+        """Whether the median is within the tolerance of the target."""
+        return abs(self.value.median / self.target - 1) <= self.tolerance
+
+
+def _run_values(results: DilocoClusterResults, key, link_rate: str) -> dict[int, dict]:
+    """By run: ``key(row)`` of every round (by (method, H)) and sync (by method) at the rate."""
+    runs: dict[int, dict] = {}
+    for r in results.rounds:
+        if r.link_rate == link_rate:
+            runs.setdefault(r.run, {})[(r.method, r.local_steps)] = key(r)
+    for r in results.syncs:
+        if r.link_rate == link_rate:
+            runs.setdefault(r.run, {})[r.method] = key(r)
+    return runs
+
+
+def ratio(results: DilocoClusterResults, top, bottom, link_rate: str, key) -> Spread:
+    """``key`` of ``top`` over ``key`` of ``bottom`` in each run at ``link_rate`` (a round is
+    ``(method, H)``, data parallelism's ``(DATA_PARALLEL, 1)``; a sync alone its method's
+    name; ``key(row)`` a row's figure), over the runs.
+
+    Raises:
+        ValueError: no run has both.
+    """
+    values = [v[top] / v[bottom] for v in _run_values(results, key, link_rate).values()
+              if v.get(top) is not None and v.get(bottom) is not None]
+    return _over_runs(values, f"{top} and {bottom} at {link_rate}")
+
+
+def byte_goals(results: DilocoClusterResults, h: int, link_rate: str) -> dict[str, Figure]:
+    """The counters' goals at H = ``h`` and ``link_rate``, each within 5 %: DiLoCo's bytes per
+    inner step against data parallelism's / H; Streaming DiLoCo's largest single sync (one
+    fragment) against DiLoCo's in the same format / F; DiLoCo's int8 and int4 syncs against
+    its float32 sync, whose target is the model's ratio (1/4 and 1/8 plus the scales)."""
+    streaming = next(m for m in results.methods if m.fragments > 1)
+    whole = next(m for m in results.methods if m.fragments == 1 and m.dtype == streaming.dtype)
+    n, hosts = results.sizes.n, results.cluster.hosts
+
+    def counted(row):
+        return row.link_bytes if isinstance(row, RoundRow) else row.sync_bytes
+
+    f32 = next(m for m in results.methods if m.fragments == 1 and m.dtype == "float32")
+    goals = {
+        "DiLoCo / data parallelism, bytes per inner step": Figure(ratio(
+            results, (f32.name, h), (DATA_PARALLEL, 1), link_rate, counted), 1 / h, 0.05),
+        f"Streaming / DiLoCo ({streaming.dtype}), largest single sync": Figure(ratio(
+            results, streaming.name, whole.name, link_rate, counted), 1 / streaming.fragments,
+            0.05)}
+    for m in results.methods:
+        if m.fragments == 1 and m.dtype != "float32":
+            goals[f"{m.dtype} / float32, one sync"] = Figure(
+                ratio(results, m.name, f32.name, link_rate, counted),
+                sync_link_bytes(m, n, hosts) / sync_link_bytes(f32, n, hosts), 0.05)
+    return goals
+
+
+def hidden_syncs(results: DilocoClusterResults) -> list[tuple[str, int, Figure]]:
+    """``(rate, H, Streaming DiLoCo's inner step / the step with nothing sent)`` where its
+    fragment's sync alone (median) needs at most half the compute of the τ inner steps it
+    overlaps; the target is 1, the tolerance 15 %."""
+    streaming = next(m for m in results.methods if m.fragments > 1)
+    found = []
+    for rate in rates(results):
+        for h in local_steps(results):
+            compute = step(results, NOTHING_SENT, h, rate).median
+            if sync(results, streaming.name, rate).median <= 0.5 * streaming.overlap * compute:
+                found.append((rate, h, Figure(ratio(
+                    results, (streaming.name, h), (NOTHING_SENT, h), rate,
+                    lambda r: getattr(r, "step_s", None)), 1.0, 0.15)))
+    return found
+
+
+def model_gaps(results: DilocoClusterResults) -> list[tuple[str, int, str, float]]:
+    """``(rate, H, method, model / measured − 1)`` of every round (data parallelism's once a
+    rate, at H = 1): the model's seconds per inner step (``modelled_step_s``) against the
+    median of the runs."""
+    cells = [(rate, 1, DATA_PARALLEL) for rate in rates(results)] + [
+        (rate, h, m.name) for rate in rates(results) for h in local_steps(results)
+        for m in results.methods]
+    return [(rate, h, name, modelled_step_s(results, name, h, rate)
+             / step(results, name, h, rate).median - 1) for rate, h, name in cells]
+
+
+def load_diloco_cluster(path: str | Path) -> DilocoClusterResults:
+    """The run saved in ``path`` (a ``diloco_cluster.json``).
+
+    Raises:
+        ValueError: the file is missing or not such a run (one line naming the file and the
+            field).
+    """
+    return load(DilocoClusterResults, path, f"regenerate it with {COMMAND}")
+
+
+def saved_diloco_cluster() -> DilocoClusterResults:
+    """The saved full runs, ``course_utils/saved/diloco_cluster.json``. Regenerate (as root,
+    on a quiet machine): ``course cluster --measure diloco --plan full --link-rate
+    10mbit,50mbit,200mbit,1gbit --runs 3 --timeout 5400 --out build/diloco``, then copy
+    ``build/diloco/diloco_cluster.json`` here."""
+    return load_saved(DilocoClusterResults, SAVED, COMMAND)
