@@ -108,6 +108,9 @@ def test_the_moves_and_the_rise_read_as_the_page_says():
         assert all(_below(_last(*run, False), end) for run in others)
         assert all(_fit("diloco", h, False) < _fit(*run, False) for run in others)
         assert _below(_lowest("diloco", h, False), end)
+        # "its lowest within the first eighth of the run"
+        steps = [step for step, _ in lowest_by_seed(SWEEP, "diloco", h, False).values()]
+        assert max(steps) <= SWEEP.plan.steps / 8
         for skewed in (False, True):  # outer SGD 0.7 "ends within its lowest's range"
             low, last = _lowest("diloco_sgd", h, skewed), _last("diloco_sgd", h, skewed)
             assert not _apart(low, last)
