@@ -19,7 +19,8 @@ from course_utils.checks.helpers import (
 )
 from course_utils.models import cost, cost_model, latency, links, step
 from course_utils.models.link_traffic import ring_traffic
-from course_utils.training import diloco, local
+from course_utils.observe import ir
+from course_utils.training import diloco, local, quantize
 from course_utils.training.traffic import strategy_traffic
 
 EXERCISE = "the smallest H for a link"
@@ -54,7 +55,7 @@ BYTE_MODELS = (cost_model.bytes_sent, cost_model.link_bytes_sent, cost_model.rin
                cost.communication_budget, links.link_bytes, links.link_time_s,
                latency.collective_time, latency.hierarchical_time, step.step_time, ring_traffic,
                local.local_sgd_bytes, strategy_traffic, diloco.every_h_traffic,
-               local.every_h_traffic)
+               local.every_h_traffic, cost.busbw_gbps, ir.ring_payload, quantize.exchange_bytes)
 
 
 def _ratio(case: tuple) -> Fraction:
@@ -64,7 +65,8 @@ def _ratio(case: tuple) -> Fraction:
 
 # (n_params, replicas, devices per replica, bit/s, s per inner step, fraction) never on the page:
 # odd replicas, one device per replica, fast and slow links ...
-_UNSEEN = ((25_000_000, 3, 8, 1e9, 0.45, 0.1), (150_000_000, 8, 1, 1e10, 0.8, 0.05),
+# (each at least 2 % from a whole ratio, as the drawn case: no float rounding decides the ceiling)
+_UNSEEN = ((25_000_000, 3, 8, 1e9, 0.45, 0.1), (150_000_000, 8, 1, 1e10, 0.8, 0.065),
            (7_000_000, 16, 4, 4e8, 0.12, 0.3), (1_300_000, 5, 2, 3e7, 0.07, 0.2))
 # ... one whose sync adds exactly the fraction at a whole H (powers of two: exact in any float
 # order) ...
@@ -169,7 +171,8 @@ def _slip(answers: list, boundary: bool) -> str:
         (h(32, share=lambda d: Fraction(1, d)), _ONE_SLICE),
         (ring_factor, "a device keeps its own chunk: the ring's factor counts the R − 1 other "
          "replicas, not R"),
-        (one_pass, "count both passes of the ring all-reduce (reduce-scatter, then all-gather)"),
+        (one_pass, "half the bytes: count both passes of the ring all-reduce (reduce-scatter, then "
+         "all-gather), each of 4-byte float32 values"),
         (h(32, rounding=math.floor), "round up, not down: with the H below the ceiling the sync "
          "adds more than the fraction"),
         (h(32, rounding=round), "round up, not to the nearest: the smallest H that keeps within "
@@ -222,6 +225,6 @@ def _how_far(case: tuple, got: int) -> str:
     """What ``got`` does, in the case's terms, without the answer."""
     added = float(_ratio(case)) * case[5] / got  # the sync's share of an inner step at H = got
     if added > case[5]:
-        return (f"at that H the sync adds {added:.3g} of an inner step, more than the "
+        return (f"at that H the sync adds {added:.4g} of an inner step, more than the "
                 f"fraction {case[5]:g}: a larger H is needed")
     return "a smaller H also keeps the sync within the fraction: return the smallest"
