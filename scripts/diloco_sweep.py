@@ -1,6 +1,7 @@
 """Write part five's saved sweep, ``course_utils/saved/diloco.json`` (``results.diloco``): the
-inner learning rate's protocol, then data parallelism, local SGD and DiLoCo (AdamW inside) at
-each H, on i.i.d. and skewed shards, from each seed of the plan (``results.diloco.PLAN``).
+inner learning rate's protocol (every rate of the grid from every seed), then data parallelism,
+local SGD, DiLoCo and the ablations of DiLoCo's outer optimizer (AdamW inside) at each H, on
+i.i.d. and skewed shards, from each seed of the plan (``results.diloco.PLAN``).
 
     flock /tmp/d03-heavy.lock python scripts/diloco_sweep.py [--out PATH]
 
@@ -30,6 +31,16 @@ def _memory(run) -> dict[str, int]:
     return parts
 
 
+def _train_loss(run, every: int) -> tuple[tuple[int, float], ...]:
+    """The training loss at each held-out evaluation (``SweepCurve.train_loss``): the synced
+    parameters' on all the training rows for a strategy with an outer step, else the mean
+    minibatch loss over the ``every`` steps that end at the evaluation."""
+    if run.averaged_loss is not None:
+        found = dict(run.averaged_loss)
+        return tuple((step, found[step]) for step, _ in run.heldout_loss)
+    return tuple((step, sum(run.loss[step - every:step]) / every) for step, _ in run.heldout_loss)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(saved_path("diloco.json")))
@@ -48,6 +59,7 @@ def main(argv: list[str]) -> int:
         LrRun,
         SweepCost,
         SweepCurve,
+        pick_lr,
     )
     from course_utils.results.meta import RunMeta, this_machine
     from course_utils.results.records import save
@@ -57,14 +69,22 @@ def main(argv: list[str]) -> int:
     common = {"steps": PLAN.steps, "batch_size": PLAN.batch_size, "data_seed": PLAN.data_seed}
     lr_runs = []
     for lr in PLAN.lr_grid:
-        run = train(mesh, DP, seed=PLAN.lr_seed, heldout_every=PLAN.heldout_every,
-                    optimizer=adamw(lr), **common)
-        lr_runs.append(LrRun(lr, run.heldout_loss))
-        print(f"lr {lr:g}: held-out loss {run.heldout_loss[-1][1]:.4f} at the end", flush=True)
-    best = min(lr_runs, key=lambda r: r.heldout_loss[-1][1]).lr
-    if best != ADAMW_LR:
-        print(f"diloco_sweep: the protocol picks lr {best:g}, not ADAMW_LR = {ADAMW_LR:g}; set "
-              "ADAMW_LR in course_utils/training/optimizers.py and run again", file=sys.stderr)
+        for seed in PLAN.seeds:
+            run = train(mesh, DP, seed=seed, heldout_every=PLAN.heldout_every,
+                        optimizer=adamw(lr), **common)
+            lr_runs.append(LrRun(lr, seed, run.heldout_loss,
+                                 _train_loss(run, PLAN.heldout_every)))
+    pick = pick_lr(tuple(lr_runs))
+    for score in pick.scores:
+        low, high = score.range
+        print(f"lr {score.lr:g}: lowest held-out loss {score.mean:.4f} [{low:.4f}, {high:.4f}]",
+              flush=True)
+    print(f"winner {pick.winner:g}, tied {[f'{lr:g}' for lr in pick.tied]}, picked "
+          f"{pick.picked:g}", flush=True)
+    if pick.picked != ADAMW_LR:
+        print(f"diloco_sweep: the protocol picks lr {pick.picked:g}, not ADAMW_LR = "
+              f"{ADAMW_LR:g}; set ADAMW_LR in course_utils/training/optimizers.py and run again",
+              file=sys.stderr)
         return 1
 
     curves, costs = [], []
@@ -75,7 +95,8 @@ def main(argv: list[str]) -> int:
                 options = ({"heldout_every": PLAN.heldout_every} if h == 1 else
                            {"heldout_every": h, "local_steps": h})
                 run = train(mesh, strategy, seed=seed, skewed=skewed, **options, **common)
-                curves.append(SweepCurve(strategy, h, skewed, seed, run.heldout_loss))
+                curves.append(SweepCurve(strategy, h, skewed, seed, run.heldout_loss,
+                                         _train_loss(run, options["heldout_every"])))
                 if not skewed and seed == PLAN.seeds[0]:  # the programs and state: any run's
                     costs.append(SweepCost(strategy, h, run.bytes_across_replicas,
                                            run.bytes_per_step, _memory(run)))

@@ -11,9 +11,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils import (
+    OUTER_LR,
+    OUTER_MOMENTUM,
+    UNIT_STEP_LR,
     Topology,
     adamw,
     data_mesh,
+    nesterov_multiplier,
     outer_nesterov,
     replica_mesh,
     strategy_traffic,
@@ -48,6 +52,28 @@ def test_diloco_with_outer_lr_1_and_no_momentum_is_local_sgd_bit_for_bit(monkeyp
     assert plain.heldout_loss == local.heldout_loss and plain.loss == local.loss
     np.testing.assert_array_equal(plain.params, local.params)
     assert nesterov.heldout_loss[-1] != local.heldout_loss[-1]  # the momentum changes the run
+
+
+def test_the_ablations_are_diloco_without_its_momentum_and_its_momentum_at_a_steady_step_1(
+        monkeypatch):
+    mesh, options = replica_mesh(), {"local_steps": 2, "heldout_every": 2, **SMALL}
+    # outer SGD at DiLoCo's lr: a Nesterov trace of decay 0 changes no bit, and keeps a buffer
+    zero = _with_outer(monkeypatch, "nesterov_mu_0", outer_nesterov(OUTER_LR, 0.0))
+    sgd, with_trace = train(mesh, "diloco_sgd", **options), train(mesh, zero, **options)
+    assert sgd.heldout_loss == with_trace.heldout_loss
+    n, d = sgd.params.size, mesh.shape["device"]
+    assert with_trace.memory.optimizer - sgd.memory.optimizer == 4 * n // d  # no momentum held
+    unit = _with_outer(monkeypatch, "nesterov_1_minus_mu",
+                       outer_nesterov(1 - OUTER_MOMENTUM, OUTER_MOMENTUM))
+    np.testing.assert_allclose([v for _, v in train(mesh, "diloco_unit_step", **options)
+                                .heldout_loss],
+                               [v for _, v in train(mesh, unit, **options).heldout_loss],
+                               rtol=1e-6)
+    # the steady step: averaging's 1 for the unit-step ablation, the paper's 7 for DiLoCo
+    assert nesterov_multiplier(500, UNIT_STEP_LR, mean=False) == pytest.approx(1.0)
+    assert nesterov_multiplier(500, mean=False) == pytest.approx(OUTER_LR / (1 - OUTER_MOMENTUM))
+    assert nesterov_multiplier(500, UNIT_STEP_LR) < 1  # the mean: smaller early steps
+    assert nesterov_multiplier(5, OUTER_LR, 0.0) == pytest.approx(OUTER_LR)  # no momentum
 
 
 def test_data_parallelism_with_adamw_on_replicas_is_data_parallel_s_run_with_adamw():

@@ -8,8 +8,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import course_utils as cu
 from course_utils.checks import check_smallest_h
-from course_utils.checks.diloco import _fresh_case, expected_h
+from course_utils.checks.diloco import _UNSEEN, _fresh_case, expected_h
 from course_utils.checks.helpers import ExerciseFailed
 
 # part four's model on its cluster's 2 hosts × 2 devices at 50 Mbit/s (numbers of this test's own)
@@ -51,9 +52,10 @@ def test_the_expected_h_is_the_ceiling_of_the_sync_over_its_share():
     assert expected_h(**{**CASE, "replicas": 1}) == 1
 
 
-def test_a_fresh_case_is_drawn_away_from_a_whole_ratio():
-    for seed in range(20):
-        case = _fresh_case(random.Random(seed))
+@pytest.mark.parametrize("drawn", [True, False])
+def test_every_judged_case_is_away_from_a_whole_ratio(drawn):
+    # a ratio on a whole number lets float rounding decide the ceiling, and misnames the slips
+    for case in ([_fresh_case(random.Random(seed)) for seed in range(20)] if drawn else _UNSEEN):
         n, r, _, rate, step, frac = case
         ratio = Fraction(2 * (r - 1), r) * 32 * n / (Fraction(rate) * Fraction(step)
                                                      * Fraction(frac))
@@ -73,9 +75,13 @@ def _with(*, factor=32, ring=lambda r, d: r, rounding=math.ceil, floor_at_one=Tr
     (_with(factor=8), "n_params counts float32 values: 4 bytes each"),
     (_with(ring=lambda r, d: r * d), "only the all-reduce across the replicas crosses the link"),
     (lambda n, r, d, rate, step, frac: max(1, math.ceil(2 * 32 * n / rate / (frac * step))),
-     r"R − 1, not R"),
+     r"counts the R − 1 other replicas, not R"),
+    (lambda n, r, d, rate, step, frac: max(1, math.ceil(_sync_s(n / d, r, rate)
+                                                        / (frac * step))),
+     "the replica's link carries every device's slice: D slices of n/D values"),
     (lambda n, r, d, rate, step, frac: max(1, math.ceil(
         (r - 1) / r * 32 * n / rate / (frac * step))), "count both passes of the ring"),
+    (_with(factor=16), "half the bytes: count both passes .* 4-byte float32 values"),  # bf16
     (_with(rounding=lambda x: x), "H is a whole number of inner steps; round up"),
     (_with(rounding=math.floor), "round up, not down"),
     (_with(rounding=round), "round up, not to the nearest"),
@@ -87,8 +93,14 @@ def _with(*, factor=32, ring=lambda r, d: r, rounding=math.ceil, floor_at_one=Tr
     (lambda n, r, d, rate, step, frac: right(n, r, d, rate, step, frac) + (d > 3),
      "changes with devices_per_replica, which it should not"),
     (lambda *a: 230, "does not change with the argument"),
+    (lambda n, r, d, rate, step, frac: right(n, r, d, rate, step, 1.0),
+     "does not change with the argument fraction: the sync may add only fraction of a step: "
+     "divide its seconds by fraction · step_seconds"),
+    (lambda n, r, d, rate, step, frac: right(n, r, d, rate, step, frac) + 8 - d,
+     "your H falls as devices_per_replica grows: the replica's link carries every device's"),
     (lambda *a: max(1, right(*a) // 2),
-     r"gives H = 115: at that H the sync adds 0.2 of an inner step, more than the fraction 0.1"),
+     r"gives H = 115: at that H the sync adds 0.1995 of an inner step, more than the fraction "
+     r"0.1: a larger H is needed"),
     (lambda *a: right(*a) + 1, "a smaller H also keeps the sync within the fraction"),
 ])
 def test_each_slip_is_named(fn, said):
@@ -118,11 +130,61 @@ def test_the_package_models_and_the_checks_own_answer_are_refused():
             check_smallest_h(fn, **CASE)
 
 
+def _h_from_bytes(sent, rate, step, frac):
+    return max(1, math.ceil(8 * sent / rate / (frac * step)))
+
+
+# each right but for the package's model: step 8's ring_bytes and ring_time, step 17's link model
+# (link_bytes calls link_bytes_sent, which a check that followed only the first would miss)
+def by_ring_bytes(n, r, d, rate, step, frac):
+    return _h_from_bytes(cu.ring_bytes(4 * n, r).all_reduce, rate, step, frac)
+
+
+def by_ring_time(n, r, d, rate, step, frac):
+    seconds = cu.ring_time(4 * n, r, alpha_s=0, bytes_per_s=rate / 8).all_reduce
+    return max(1, math.ceil(seconds / (frac * step)))
+
+
+def by_link_bytes(n, r, d, rate, step, frac):
+    return _h_from_bytes(cu.link_bytes("all_reduce", 4 * n, r, 1), rate, step, frac)
+
+
+def by_link_time(n, r, d, rate, step, frac):
+    seconds = cu.link_time_s("all_reduce", 4 * n, r, 1, rate / 8)
+    return max(1, math.ceil(seconds / (frac * step)))
+
+
+def by_bus_factor(n, r, d, rate, step, frac):
+    return _h_from_bytes(cu.bus_factor("all_reduce", r) * 4 * n, rate, step, frac)
+
+
+def by_bus_bandwidth(n, r, d, rate, step, frac):  # step 10's bus bandwidth: 2(R − 1)/R at 1
+    return _h_from_bytes(cu.busbw_gbps(1.0, "all_reduce", r) * 4 * n, rate, step, frac)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("ring_bytes", by_ring_bytes), ("ring_time", by_ring_time), ("link_bytes", by_link_bytes),
+    ("link_time_s", by_link_time), ("bus_factor", by_bus_factor),
+    ("busbw_gbps", by_bus_bandwidth)])
+def test_step_8s_and_step_17s_models_are_refused(name, fn):
+    with pytest.raises(ExerciseFailed, match=f"uses the package's {name},"):
+        check_smallest_h(fn, **CASE)
+
+
 def test_no_function_and_a_raising_function_get_one_line():
     with pytest.raises(ExerciseFailed, match="define the function my_smallest_h"):
         check_smallest_h(None, **CASE)
-    with pytest.raises(ExerciseFailed, match=r"my_smallest_h\(1118464, 2, 2, 5e\+07, 0.0312, "
-                       r"0.1\) raised ZeroDivisionError"):
+    with pytest.raises(ExerciseFailed, match=r"my_smallest_h\(1118464, 2, 2, 50000000.0, "
+                       r"0.0312, 0.1\) raised ZeroDivisionError"):
         check_smallest_h(lambda *a: 1 / 0, **CASE)
+
+
+def test_a_failing_call_is_printed_with_every_digit_so_it_can_be_rerun():
+    rate = 2.0**30 + 1  # printed with :.3g this was 1.07e+09, not the rate the check passed
+    with pytest.raises(ExerciseFailed) as failed:
+        check_smallest_h(lambda *a: right(*a) + 1, **{**CASE, "rate_bits_per_s": rate,
+                                                       "step_seconds": np.float64(1 / 3)})
+    call = str(failed.value).split("my_smallest_h(")[1].split(") gives")[0]
+    assert [float(a) for a in call.split(", ")] == [1118464, 2, 2, rate, 1 / 3, 0.1]
     with pytest.raises(ExerciseFailed, match="must return a whole number"):
         check_smallest_h(lambda *a: "many", **CASE)

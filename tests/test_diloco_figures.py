@@ -17,18 +17,19 @@ from course_utils.results.diloco_figures import diloco_figure_data, seed_band
 from course_utils.results.meta import RunMeta, this_machine
 
 HS = (8, 32)
-PER_STEP = {DP: 1000.0, "local_sgd_adamw": 125.0, "diloco": 125.0}  # across, at H = 8
+PER_STEP = {DP: 1000.0, "local_sgd_adamw": 125.0, "diloco": 125.0,  # across, at H = 8
+            "diloco_sgd": 125.0}
 
 
 def _curve(strategy, h, skewed, seed):
     every = 16 if h == 1 else h
     # losses that fall with the step, by 0.01 per seed, and 0.1 higher on skewed shards
     return SweepCurve(strategy, h, skewed, seed, tuple(
-        (s, 1.0 / s + 0.01 * seed + 0.1 * skewed) for s in range(every, 65, every)))
+        (s, 1.0 / s + 0.01 * seed + 0.1 * skewed) for s in range(every, 65, every)), ())
 
 
 def _sweep(*, across=None):
-    runs = [(DP, 1)] + [(s, h) for s in ("local_sgd_adamw", "diloco") for h in HS]
+    runs = [(DP, 1)] + [(s, h) for s in ("local_sgd_adamw", "diloco", "diloco_sgd") for h in HS]
     curves = tuple(_curve(s, h, skewed, seed) for s, h in runs for skewed in (False, True)
                    for seed in (0, 1, 2))
     costs = tuple(SweepCost(s, h, (PER_STEP[s] * 8 / h) if across is None else across,
@@ -72,3 +73,9 @@ def test_one_h_only_and_a_sweep_with_nothing_across_refused():
         diloco_figure_data(_sweep(across=0.0))
     with pytest.raises(ValueError, match="no cost of local_sgd_adamw at H=16"):
         diloco_figure_data(_sweep(), local_steps=[16])
+    ablation = diloco_figure_data(_sweep(), local_steps=[8], strategies=["diloco_sgd"])
+    assert [s["label"] for s in ablation["panels"][0]["series"]] == [
+        "data parallelism", "DiLoCo, no momentum H=8"]
+    with pytest.raises(ValueError, match="no curves of dp_adamw, adam in the figure; choose "
+                                         "among local_sgd_adamw"):
+        diloco_figure_data(_sweep(), strategies=[DP, "adam"])

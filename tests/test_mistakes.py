@@ -176,11 +176,13 @@ def _break_even(bits=8, per_step=False):
 
 STEP20 = dict(dp_steps=140, dp_bytes=6.7e6, scheme_steps=100, scheme_bytes=2.7e5,
               compute_s=0.03, own_s=0.05)
-def _smallest_h(bits=8, ring=lambda r, d: r, rounding=math.ceil, r_for_r_minus_1=False):
+def _smallest_h(bits=8, ring=lambda r, d: r, rounding=math.ceil, r_for_r_minus_1=False,
+                slice_only=False):
     def h(n, r, d, rate, step, frac):
         ranks = ring(r, d)
         factor = 2 if r_for_r_minus_1 else 2 * (ranks - 1) / ranks
-        return max(1, rounding(factor * 4 * n * bits / rate / (frac * step)))
+        values = n / d if slice_only else n
+        return max(1, rounding(factor * 4 * values * bits / rate / (frac * step)))
 
     return h
 
@@ -352,6 +354,9 @@ CASES = {
     ),
     (21, "the all-reduce inside a replica counted as crossing (a ring of R · D)"): lambda: (
         check_smallest_h(_smallest_h(ring=lambda r, d: r * d), **STEP21)
+    ),
+    (21, "one device's slice taken for the replica's (÷ D)"): lambda: check_smallest_h(
+        _smallest_h(slice_only=True), **STEP21
     ),
     (21, "R in place of R − 1 in the ring's factor"): lambda: check_smallest_h(
         _smallest_h(r_for_r_minus_1=True), **STEP21

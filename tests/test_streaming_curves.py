@@ -23,6 +23,7 @@ from course_utils.results.streaming import (
     streaming_target,
 )
 from course_utils.results.training import HeldoutCurve
+from course_utils.training.strategies import SPECS
 
 
 def test_the_saved_run_is_the_plan_every_strategy_from_every_seed(tmp_path):
@@ -55,8 +56,12 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy
                 local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
     first = curve.heldout_loss[:len(run.heldout_loss)]  # one round of H: DiLoCo's first sync
     assert [s for s, _ in run.heldout_loss] == [s for s, _ in first]
+    # a quantized sync rounds each value to a level: where another JAX release's float sums differ
+    # in the last bits, a value on a level's edge lands one level over (4 bits: 1/7 of its block's
+    # largest), which moves the held-out loss by about 2e-4 of itself (JAX 0.10.0 against 0.10.2)
+    quantized = SPECS[strategy].sync.dtype != "float32"
     assert [loss for _, loss in run.heldout_loss] == pytest.approx([loss for _, loss in first],
-                                                                   rel=1e-4)
+                                                                   rel=1e-3 if quantized else 1e-4)
     sent, per_sync = bytes_of(saved, strategy), run.bytes_per_sync_across_replicas
     assert sent.per_step == pytest.approx(run.bytes_across_replicas)
     assert sent.per_sync == (None if per_sync is None else pytest.approx(per_sync))

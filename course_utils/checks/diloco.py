@@ -9,11 +9,18 @@ from fractions import Fraction
 
 import numpy as np
 
-from course_utils.checks.helpers import call_without, fail, function_given, number, passed
-from course_utils.models.cost_model import bytes_sent, link_bytes_sent
+from course_utils.checks.helpers import (
+    call_without,
+    fail,
+    function_given,
+    number,
+    passed,
+    scalar,
+)
+from course_utils.models import cost, cost_model, latency, links, step
 from course_utils.models.link_traffic import ring_traffic
-from course_utils.training import diloco, local
-from course_utils.training.local import local_sgd_bytes
+from course_utils.observe import ir
+from course_utils.training import diloco, local, quantize
 from course_utils.training.traffic import strategy_traffic
 
 EXERCISE = "the smallest H for a link"
@@ -39,6 +46,18 @@ def expected_h(n_params: int, replicas: int, devices_per_replica: int, rate_bits
     return max(1, math.ceil(sync_bits / budget))
 
 
+# every byte or time model of the package a student can reach, each as the function its module
+# defines: a student's call is caught as that function, and the models they call are not
+# followed (``forbidden.uses_forbidden`` follows the notebook's code only), so ``link_bytes``,
+# which calls ``link_bytes_sent``, must be named itself
+BYTE_MODELS = (cost_model.bytes_sent, cost_model.link_bytes_sent, cost_model.ring_bytes,
+               cost_model.ring_time, cost_model.modelled_time, cost_model.bus_factor,
+               cost.communication_budget, links.link_bytes, links.link_time_s,
+               latency.collective_time, latency.hierarchical_time, step.step_time, ring_traffic,
+               local.local_sgd_bytes, strategy_traffic, diloco.every_h_traffic,
+               local.every_h_traffic, cost.busbw_gbps, ir.ring_payload, quantize.exchange_bytes)
+
+
 def _ratio(case: tuple) -> Fraction:
     n, r, _, rate, step, frac = case
     return Fraction(2 * (r - 1), r) * 32 * n / (Fraction(frac) * Fraction(step) * Fraction(rate))
@@ -46,7 +65,8 @@ def _ratio(case: tuple) -> Fraction:
 
 # (n_params, replicas, devices per replica, bit/s, s per inner step, fraction) never on the page:
 # odd replicas, one device per replica, fast and slow links ...
-_UNSEEN = ((25_000_000, 3, 8, 1e9, 0.45, 0.1), (150_000_000, 8, 1, 1e10, 0.8, 0.05),
+# (each at least 2 % from a whole ratio, as the drawn case: no float rounding decides the ceiling)
+_UNSEEN = ((25_000_000, 3, 8, 1e9, 0.45, 0.1), (150_000_000, 8, 1, 1e10, 0.8, 0.065),
            (7_000_000, 16, 4, 4e8, 0.12, 0.3), (1_300_000, 5, 2, 3e7, 0.07, 0.2))
 # ... one whose sync adds exactly the fraction at a whole H (powers of two: exact in any float
 # order) ...
@@ -76,11 +96,10 @@ def check_smallest_h(fn, *, n_params: int, replicas: int, devices_per_replica: i
     on the boundary, one with a single replica) and at a case drawn anew. ``fn`` must not call
     the package's byte models or ``expected_h``."""
     function_given(EXERCISE, NAME, fn)
-    forbidden = (expected_h, bytes_sent, link_bytes_sent, ring_traffic, local_sgd_bytes,
-                 strategy_traffic, diloco.every_h_traffic, local.every_h_traffic)
+    forbidden = (expected_h, *BYTE_MODELS)
 
     def answer(case: tuple):
-        call = "{}({}, {}, {}, {:.3g}, {:g}, {:g})".format(NAME, *case)
+        call = f"{NAME}({', '.join(_exact(a) for a in case)})"
         got = number(call_without(
             EXERCISE, fn, case, forbidden=forbidden, call=call,
             refusal=f"{NAME} uses the package's {{}}, which computes the bytes or the answer: "
@@ -114,13 +133,19 @@ def check_smallest_h(fn, *, n_params: int, replicas: int, devices_per_replica: i
                      "replica included")
 
 
+def _exact(value) -> str:
+    """An argument as Python writes it back (a float's every digit): the call can be re-run."""
+    value = scalar(value)
+    return repr(int(value) if isinstance(value, (int, np.integer)) else float(value))
+
+
 def _slip(answers: list, boundary: bool) -> str:
     """The slip whose H equals the answer in every judged case, or ``""``."""
 
-    def h(factor, *, rounding=math.ceil, over=lambda r, d: r):
+    def h(factor, *, rounding=math.ceil, over=lambda r, d: r, share=lambda d: 1):
         def wrong(n, r, d, rate, step, frac):
             ring = over(r, d)
-            cost = Fraction(2 * (ring - 1), ring) * factor * n / Fraction(rate)
+            cost = Fraction(2 * (ring - 1), ring) * factor * n * share(d) / Fraction(rate)
             return max(1, rounding(cost / (Fraction(frac) * Fraction(step))))
         return wrong
 
@@ -143,9 +168,11 @@ def _slip(answers: list, boundary: bool) -> str:
         (h(32, over=lambda r, d: r * d), "only the all-reduce across the replicas crosses the "
          "link (a ring of the R replicas); the one inside a replica runs every step on its own "
          "links, and step_seconds already holds it"),
-        (ring_factor, "a device keeps its own chunk: the ring sends 2(R − 1)/R of the outer "
-         "gradient per device, not 2 (R − 1, not R)"),
-        (one_pass, "count both passes of the ring all-reduce (reduce-scatter, then all-gather)"),
+        (h(32, share=lambda d: Fraction(1, d)), _ONE_SLICE),
+        (ring_factor, "a device keeps its own chunk: the ring's factor counts the R − 1 other "
+         "replicas, not R"),
+        (one_pass, "half the bytes: count both passes of the ring all-reduce (reduce-scatter, then "
+         "all-gather), each of 4-byte float32 values"),
         (h(32, rounding=math.floor), "round up, not down: with the H below the ceiling the sync "
          "adds more than the fraction"),
         (h(32, rounding=round), "round up, not to the nearest: the smallest H that keeps within "
@@ -157,6 +184,10 @@ def _slip(answers: list, boundary: bool) -> str:
     if boundary and all(strict(*case) == got for case, got in answers):
         return "at most the fraction: an H at which the sync adds exactly the fraction fits"
     return ""
+
+
+_ONE_SLICE = ("the replica's link carries every device's slice: D slices of n/D values, the "
+              "whole outer gradient")
 
 
 def _ignored(fn, case: tuple, got: int) -> str:
@@ -175,9 +206,14 @@ def _ignored(fn, case: tuple, got: int) -> str:
         if again is None:
             continue
         moves, should = again != got, expected_h(*other) != expected_h(*case)
+        if should and not moves and i in (4, 5):
+            return (f"your H does not change with the argument {names[i]}: the sync may add "
+                    "only fraction of a step: divide its seconds by fraction · step_seconds")
         if should and not moves:
             return (f"your H does not change with the argument {names[i]}: use the arguments, "
                     "not this notebook's numbers")
+        if i == 2 and moves and not should and (again - got) * (value - case[2]) < 0:
+            return f"your H falls as {names[i]} grows: {_ONE_SLICE}"
         if i == 2 and moves and not should:
             return (f"your H changes with {names[i]}, which it should not: the devices of a "
                     "replica all-reduce inside it every step, and only the sync across the "
@@ -189,6 +225,6 @@ def _how_far(case: tuple, got: int) -> str:
     """What ``got`` does, in the case's terms, without the answer."""
     added = float(_ratio(case)) * case[5] / got  # the sync's share of an inner step at H = got
     if added > case[5]:
-        return (f"at that H the sync adds {added:.3g} of an inner step, more than the "
-                f"fraction {case[5]:g}")
+        return (f"at that H the sync adds {added:.4g} of an inner step, more than the "
+                f"fraction {case[5]:g}: a larger H is needed")
     return "a smaller H also keeps the sync within the fraction: return the smallest"

@@ -9,9 +9,10 @@ from typing import Sequence
 
 import numpy as np
 
-from course_utils.results.diloco import DP, EVERY_H, DilocoResults, sweep_cost, sweep_curves
+from course_utils.results.diloco import COMPARED, DP, DilocoResults, sweep_cost, sweep_curves
 
-LABELS = {DP: "data parallelism", "local_sgd_adamw": "local SGD", "diloco": "DiLoCo"}
+LABELS = {DP: "data parallelism", "local_sgd_adamw": "local SGD", "diloco": "DiLoCo",
+          "diloco_sgd": "DiLoCo, no momentum", "diloco_unit_step": "DiLoCo, steady step 1"}
 
 
 def seed_band(results: DilocoResults, strategy: str, local_steps: int, skewed: bool
@@ -47,19 +48,24 @@ def _byte_ticks(series: Sequence[dict]) -> list[int]:
     return [2**e for e in range(int(min(sent)).bit_length() - 1, int(max(sent)).bit_length(), 2)]
 
 
-def diloco_figure_data(results: DilocoResults, local_steps: Sequence[int] | None = None
-                       ) -> dict:
+def diloco_figure_data(results: DilocoResults, local_steps: Sequence[int] | None = None,
+                       strategies: Sequence[str] = COMPARED) -> dict:
     """Four panels, i.i.d. shards above and skewed below: the held-out loss of the synced
     parameters against the rows seen over all replicas (left) and against the bytes one device
     has sent across the replicas (right), for data parallelism and each strategy of H inner
-    steps at each H of ``local_steps`` (default: the sweep's); seed means, their range a band.
+    steps of ``strategies`` (default: local SGD and DiLoCo; ``EVERY_H`` adds the ablations) at
+    each H of ``local_steps`` (default: the sweep's); seed means, their range a band.
 
     Raises:
         ValueError: a run is missing, or one device sent nothing across the replicas (a
             sweep of one replica has no bytes panel to draw).
     """
     hs = results.plan.local_steps if local_steps is None else tuple(local_steps)
-    runs = [(DP, 1)] + [(s, h) for s in EVERY_H for h in hs]
+    unknown = [s for s in strategies if s not in LABELS or s == DP]
+    if unknown:
+        raise ValueError(f"no curves of {', '.join(unknown)} in the figure; choose among "
+                         f"{', '.join(s for s in LABELS if s != DP)}")
+    runs = [(DP, 1)] + [(s, h) for s in strategies for h in hs]
     if any(sweep_cost(results, s, h).bytes_across_replicas <= 0 for s, h in runs):
         raise ValueError("a run of this sweep sent nothing across the replicas: its curves "
                          "have no bytes to be drawn against (a sweep of one replica?)")

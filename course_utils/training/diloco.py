@@ -27,9 +27,11 @@ in slices over ``device`` (each device holds the slice its outer step updates).
 The hyperparameters of part five's comparisons were fixed before measuring, by a protocol
 (``results.diloco.PROTOCOL``, also in the saved sweep): the inner optimizer is AdamW for every
 strategy; its learning rate (``optimizers.ADAMW_LR``) is the one of a small grid whose
-data-parallel run (``dp_adamw``, i.i.d. shards, one seed) ends with the lowest held-out loss
-after the sweep's steps; the outer step is the paper's (learning rate 0.7, Nesterov momentum
-0.9; local SGD's is the average); H is 8, 32 and 128. No value was tuned to make one method win.
+data-parallel runs (``dp_adamw``, i.i.d. shards, the sweep's seeds) reach the lowest seed-mean
+held-out loss over the run, the largest of the rates whose seeds' ranges overlap the winner's
+(``results.diloco.pick_lr``); the outer step is the paper's (learning rate 0.7, Nesterov
+momentum 0.9; local SGD's is the average), transplanted from its setting, not validated here;
+H is 8, 32 and 128. No value was tuned to make one method win.
 """
 
 from __future__ import annotations

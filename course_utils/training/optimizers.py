@@ -9,8 +9,10 @@ new parameters and the new state (optax returns the updates and leaves their app
 ``apply_updates``; returning ``w`` itself keeps the course's ``w − lr · v`` bit for bit).
 
 Part five's optimizers are optax's, wrapped (``from_optax``): AdamW for the inner steps
-(``adamw``) and, for DiLoCo's outer step, SGD with Nesterov momentum (``outer_nesterov``) or
-the plain average (``outer_average``, local SGD's outer step).
+(``adamw``) and, for DiLoCo's outer step, SGD with Nesterov momentum (``outer_nesterov``), plain
+SGD (``outer_sgd``, the ablation without momentum) or the plain average (``outer_average``, local
+SGD's outer step). ``nesterov_multiplier`` is how far the Nesterov outer step moves per sync
+when the outer gradient stays the same.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from course_utils.constants import BETA
 
 # the learning rate of every run of part three (momentum BETA as everywhere in the course)
 TRAIN_LR = 0.02
-# part five's inner AdamW learning rate (fixed by the protocol of ``training.diloco``)
-ADAMW_LR = 3e-4
+# part five's inner AdamW learning rate (fixed by the protocol of ``results.diloco.PROTOCOL``)
+ADAMW_LR = 1e-3
 # DiLoCo's outer step: the paper's learning rate and Nesterov momentum (Douillard et al. 2023)
 OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
+# the ablation "momentum at plain averaging's steady step": lr / (1 − μ) = 1 (lr = 1 − μ)
+UNIT_STEP_LR = 0.1
 
 
 class Optimizer(NamedTuple):
@@ -116,6 +120,56 @@ def outer_nesterov(lr: float = OUTER_LR, momentum: float = OUTER_MOMENTUM) -> Op
         (-1.33, 1.0)
     """
     return from_optax(optax.sgd(lr, momentum, nesterov=True))
+
+
+def outer_sgd(lr: float = OUTER_LR) -> Optimizer:
+    """Plain SGD as the outer optimizer, no momentum: ``w ← w − lr · Δ`` (DiLoCo's outer step
+    without its momentum); it keeps no state.
+
+    Examples:
+        >>> sgd = outer_sgd()
+        >>> round(float(sgd.update(np.float32([1.0]), sgd.init(np.zeros(1)), np.zeros(1))[0][0]), 6)
+        -0.7
+    """
+    return from_optax(optax.sgd(lr))
+
+
+def nesterov_multiplier(syncs: int, lr: float = OUTER_LR, momentum: float = OUTER_MOMENTUM, *,
+                        mean: bool = True) -> float:
+    """How far ``outer_nesterov(lr, momentum)`` moves the synced parameters, in units of the
+    outer gradient Δ, when every outer gradient so far was the same Δ. After j outer steps the
+    momentum is m_j = Δ(1 − μ^j)/(1 − μ), and the j-th step moves lr(Δ + μ m_j) =
+    lr(1 + μ(1 − μ^j)/(1 − μ))Δ: lr(1 + μ)Δ first, lr/(1 − μ)Δ in the limit. ``mean``: the total
+    move over the first ``syncs`` steps ÷ (``syncs`` · Δ) =
+    lr(k/(1 − μ) − μ²(1 − μ^k)/(1 − μ)²)/k for k = ``syncs``; else the ``syncs``-th step's
+    move ÷ Δ. (Plain averaging, lr 1 without momentum: 1 either way.)
+
+    Examples:
+        >>> round(nesterov_multiplier(1), 6), round(nesterov_multiplier(1, mean=False), 6)
+        (1.33, 1.33)
+        >>> round(nesterov_multiplier(8, mean=False), 2), round(nesterov_multiplier(8), 2)
+        (4.29, 2.96)
+        >>> round(nesterov_multiplier(10_000, mean=False), 6)  # the limit lr / (1 − μ)
+        7.0
+        >>> outer, k = outer_nesterov(), 4  # the same by optax's update, k steps of Δ = 1
+        >>> w, state = np.zeros(1, np.float32), outer.init(np.zeros(1, np.float32))
+        >>> for _ in range(k):
+        ...     w, state = outer.update(np.ones(1, np.float32), state, w)
+        >>> round(float(-w[0]) / k, 5), round(nesterov_multiplier(k), 5)
+        (2.12522, 2.12522)
+        >>> nesterov_multiplier(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: syncs must be at least 1, got 0
+    """
+    if syncs < 1:
+        raise ValueError(f"syncs must be at least 1, got {syncs}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    mu, k = momentum, syncs
+    if not mean:
+        return lr * (1 + mu * (1 - mu**k) / (1 - mu))
+    return lr * (k / (1 - mu) - mu**2 * (1 - mu**k) / (1 - mu) ** 2) / k
 
 
 def outer_average() -> Optimizer:

@@ -12,7 +12,8 @@ step's rows, so the sum over devices is the global mean's gradient), then its op
 what its state holds: the tables of ``exact`` (data parallelism, ZeRO), ``compressed``, ``local``
 and ``hsdp``. A strategy that syncs every H steps (``Sync.outer``) runs its outer step apart
 (every H/F steps for F fragments, its result merged τ steps later: ``Sync.merge``).
-Part five's (``diloco``: data parallelism, local SGD and DiLoCo with AdamW inside;
+Part five's (``diloco``: data parallelism, local SGD and DiLoCo with AdamW inside, and two
+ablations of DiLoCo's outer optimizer;
 ``streaming_diloco``: DiLoCo in fewer bits, in fragments, overlapped) run on a mesh
 ``("host", "device")`` of replicas (``StrategySpec.mesh_axes``; ``diloco.replica_mesh``).
 
@@ -35,11 +36,14 @@ from course_utils.training.layers import layer_order
 from course_utils.training.local import local_sgd_bytes
 from course_utils.training.optimizers import (
     MOMENTUM,
+    OUTER_MOMENTUM,
     TRAIN_LR,
+    UNIT_STEP_LR,
     Optimizer,
     adamw,
     outer_average,
     outer_nesterov,
+    outer_sgd,
 )
 from course_utils.training.state import (
     MEMORY_PART,
@@ -263,6 +267,11 @@ _ENTRIES = (
                  traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS, saved=SavedRuns(runs=())),
     _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average()),
     _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov()),
+    # the ablations of DiLoCo's outer optimizer: without its momentum (outer SGD, lr 0.7), and
+    # its momentum at plain averaging's steady step (Nesterov lr 0.1 = 1 − μ: lr / (1 − μ) = 1)
+    _every_h("diloco_sgd", "DiLoCo without momentum (outer SGD, lr 0.7)", "DiLoCo", outer_sgd()),
+    _every_h("diloco_unit_step", "DiLoCo at unit steady step (outer Nesterov, lr 0.1)", "DiLoCo",
+             outer_nesterov(UNIT_STEP_LR, OUTER_MOMENTUM)),
     _streamed("diloco_int8", "DiLoCo, int8", "DiLoCo", dtype="int8"),
     _streamed("diloco_4bit", "DiLoCo, 4-bit", "DiLoCo", dtype="int4"),
     _streamed("streaming_diloco", "Streaming DiLoCo", "Streaming DiLoCo",

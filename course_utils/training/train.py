@@ -79,8 +79,7 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
     if local_steps != 1 and sync.outer is None:
         every_h = ", ".join(s for s in _trainable() if SPECS[s].sync.outer is not None)
         raise ValueError(f"local_steps applies to {every_h} only; {strategy} syncs every step")
-    axis = sync.axis if sync.axis in (SPECS[strategy].mesh_axes or ()) else None
-    if sync.axis != axis:
+    if sync.axis is not None and sync.axis not in (SPECS[strategy].mesh_axes or ()):
         raise ValueError(f"{strategy} syncs over axis {sync.axis!r}, not one of its mesh's")
     if sync.stream is not None:
         raise ValueError(f"{strategy} sends on a stream device; train overlaps in one process "
@@ -88,7 +87,7 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
                          "course cluster")
     check_format(sync.dtype)
     streamed = (sync.fragments, sync.dtype, sync.overlap, sync.merge) != (1, "float32", 0, None)
-    if streamed and (sync.outer is None or axis is None):
+    if streamed and (sync.outer is None or sync.axis is None):
         raise ValueError(f"{strategy} syncs in fragments, in fewer bits or overlapped; train runs "
                          "these in an outer step across the replicas of a mesh ('host', "
                          "'device') only")
