@@ -389,13 +389,8 @@ TIMED = {  # a curve's strategy: its method in the cluster run
 }
 
 
-def step_s(strategy, rate):  # at the curves' H: measured, or between two H, in 1/H
-    name = TIMED[strategy]
-    if name == "data_parallel" or HC in HS:
-        return diloco_cluster_step(run, name, HC, rate).median
-    lo, hi = max(h for h in HS if h < HC), min(h for h in HS if h > HC)
-    t_lo, t_hi = (diloco_cluster_step(run, name, h, rate).median for h in (lo, hi))
-    return t_hi + (t_lo - t_hi) * (1 / HC - 1 / hi) / (1 / lo - 1 / hi)
+def step_s(strategy, rate):  # measured at the curves' H and rows per host
+    return diloco_cluster_step(run, TIMED[strategy], HC, rate).median
 
 
 steps = {s: streaming_steps_to_target(curves, s, target) for s in TIMED}
@@ -419,8 +414,7 @@ for s, base, rate in (("diloco", "dp_adamw", "50mbit"),
     t, low, high = sooner(s, base, rate)
     print(f"{s} against {base} at {rate_label(rate)}: step-time ratio {t:.2f} × steps "
           f"ratio {low:.2f}–{high:.2f} = {t * low:.2f}–{t * high:.2f}× sooner")
-labels = {s: strategy_spec(s).label for s in TIMED}  # Streaming's with its F and τ:
-labels["streaming_diloco"] = f"Streaming DiLoCo, F = {streaming.fragments}"
+labels = {s: strategy_spec(s).label for s in TIMED}
 plot_figure(wall_clock_figure_data(
     {labels[s]: [c.heldout_loss for c in streaming_curves_of(curves, s).values()]
      for s in TIMED},
@@ -493,9 +487,9 @@ nothing; `--plan full --link-rate 10mbit,50mbit,200mbit,1gbit --runs 3` makes {R
 """.replace("{RUN}", "a run like the saved one" if CLUSTER else "the run the cells left out read"))
 
 CAVEATS_CLUSTER = """
-- The curves and the cluster have their own batch and τ: a time to the target joins them as
-  they are (an H the cluster did not time is read between two, in 1/H). Where the link limits
-  the step is the sync's, which the batch does not change; at 1 Gbit/s it is an estimate.
+- The curves and the cluster run share H, F, τ and the rows per host and step (a test keeps
+  them so); the curves' replicas are 2 devices of the one process, the cluster's hosts one
+  compute device each.
 - The hosts share this machine's two cores.""" if CLUSTER else ""
 
 md(f"""

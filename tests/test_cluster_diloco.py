@@ -196,3 +196,26 @@ def test_the_quick_plan_writes_its_record_and_leaves_nothing(tmp_path):
         assert sync(results, m.name, "200mbit", "sync_bytes").median == pytest.approx(
             sync_link_bytes(m, results.sizes.n, 2), rel=0.1)
     assert leftovers() == []
+
+
+def test_the_saved_run_is_the_full_plan_three_times_at_the_curves_rows():
+    from course_utils.results.diloco_cluster import saved_diloco_cluster
+    from course_utils.results.records import saved_path
+    from course_utils.results.streaming import REPLICA_ROWS
+
+    saved, plan = saved_diloco_cluster(), DILOCO_PLANS["full"]
+    path = saved_path("diloco_cluster.json")
+    assert json.loads(path.read_text()) == to_json(saved)  # the file is what the writer writes
+    assert saved.meta.runs == 3
+    assert saved.sizes.batch_size == plan["batch_size"] == REPLICA_ROWS
+    assert saved.sizes.n == parameters(plan, saved.cluster.hosts)
+    assert [(m.name, m.dtype, m.fragments, m.overlap) for m in saved.methods] == [
+        (m.name, m.dtype, m.fragments, m.overlap) for m in methods(plan)]
+    rates = ["10mbit", "50mbit", "200mbit", "1gbit"]
+    names = [NOTHING_SENT, *(m.name for m in saved.methods)]
+    want = {(DATA_PARALLEL, 1, r, k) for r in rates for k in range(3)} | {
+        (name, h, r, k) for name in names for h in plan["local_steps"] for r in rates
+        for k in range(3)}
+    assert {(r.method, r.local_steps, r.link_rate, r.run) for r in saved.rounds} == want
+    assert {(s.method, s.link_rate, s.run) for s in saved.syncs} == {
+        (m.name, r, k) for m in saved.methods for r in rates for k in range(3)}

@@ -37,7 +37,9 @@ from course_utils.results.training import (
 BASELINE = "dp_adamw"
 CURVE_STRATEGIES = (BASELINE, "diloco", "diloco_int8", "diloco_4bit", "streaming_diloco")
 LOCAL_STEPS = 32  # H: the middle of part five's 8, 32, 128 (the issue's DiLoCo comparison)
-BATCH_SIZE = 32  # rows per device per inner step
+# rows per replica and inner step: a cluster host's batch (``course cluster --measure diloco``
+# reads it), so that time to target is these curves' steps times that run's step time
+REPLICA_ROWS = 512
 STEPS = 256  # 8 rounds of H
 HELDOUT_EVERY = 8  # H/F: every sync of Streaming DiLoCo's fragments is seen
 SEEDS = 3
@@ -81,21 +83,25 @@ def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
     ``on_run(strategy, seed)`` is called before each."""
     from course_utils.training.train import train
 
+    replicas, devices = mesh.shape.values()
+    if REPLICA_ROWS % devices:
+        raise ValueError(f"a replica of {devices} devices cannot split {REPLICA_ROWS} rows "
+                         "evenly: use replica_mesh() on 1, 2, 4 or 8 devices")
+    batch_size = REPLICA_ROWS // devices
     started, curves, sent = time.monotonic(), [], {}
     for strategy in strategies:
         for seed in seeds:
             if on_run is not None:
                 on_run(strategy, seed)
             run = train(mesh, strategy, steps=steps, seed=seed, data_seed=DATA_SEED,
-                        batch_size=BATCH_SIZE, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
+                        batch_size=batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
                         local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
-            curves.append(HeldoutCurve(strategy, BATCH_SIZE, tuple(
+            curves.append(HeldoutCurve(strategy, batch_size, tuple(
                 (step, loss) for step, loss in run.heldout_loss), seed))
             sent[strategy] = SyncBytes(strategy, run.bytes_across_replicas,
                                        run.bytes_per_sync_across_replicas)
     meta = RunMeta(COMMAND, this_machine(), time.monotonic() - started)
-    replicas, devices = mesh.shape.values()
-    return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, BATCH_SIZE, steps,
+    return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, batch_size, steps,
                            HELDOUT_EVERY, DATA_SEED, tuple(curves), tuple(sent.values()))
 
 
