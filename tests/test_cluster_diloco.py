@@ -118,6 +118,11 @@ def test_the_model_adds_what_the_overlap_does_not_hide_to_h_steps_of_compute():
     assert modelled_step_s(results, "streaming_diloco", 16, RATE) == pytest.approx(
         compute + streaming.fragments * (fragment - hidden) / 16)
     assert round_time(0.1, 0.1, local_steps=8, fragments=2, overlap=1) == pytest.approx(0.8)
+    alone = sync(results, "streaming_diloco", RATE).median  # what the link and TCP gave it
+    assert modelled_step_s(results, "streaming_diloco", 16, RATE, sync_alone=True) == (
+        pytest.approx(compute + streaming.fragments * (alone - streaming.overlap * compute) / 16))
+    with pytest.raises(ValueError, match="no run of data_parallel's sync"):
+        modelled_step_s(results, DATA_PARALLEL, 16, RATE, sync_alone=True)
 
 
 def test_the_goals_are_read_per_run_against_the_counters_and_the_model():
