@@ -215,6 +215,7 @@ _API = {
     "diloco_cluster_link_bytes": ("results.diloco_cluster", "link_bytes"),
     "diloco_cluster_ratio": ("results.diloco_cluster", "ratio"),
     "modelled_diloco_step_s": ("results.diloco_cluster", "modelled_step_s"),
+    "diloco_model_gaps": ("results.diloco_cluster", "model_gaps"),
     "diloco_sync_bytes": ("results.diloco_cluster", "sync_link_bytes"),
     "saved_streaming_curves": ("results.streaming", "saved_streaming_curves"),
     "streaming_target": ("results.streaming", "streaming_target"),
