@@ -40,10 +40,9 @@ PART_FIVE_STEPS = (
     StepOutline(
         22, "22_training_across_slow_links", PART_FIVE,
         title="Training across slow links: Streaming DiLoCo, measured",
-        line="Streaming DiLoCo's schedule of strided fragments; one fragment's 4-bit quantize, "
-             "exchange and f32 sum across the hosts on the page, its bytes read off the "
-             "compiled program; time per inner step at 10 Mbit/s to 1 Gbit/s on the cluster "
-             "against the round model, where overlap hides a sync, and time to a target",
+        line="Streaming DiLoCo's fragments on a schedule; a 4-bit sync across the hosts on the "
+             "page; on the cluster at 10 Mbit/s to 1 Gbit/s, time per step against the round "
+             "model, where overlap hides a sync, time to a target",
         exercise=Exercise(
             task="the slowest link rate at which one fragment's quantized sync still hides "
                  "behind the τ inner steps it overlaps",
