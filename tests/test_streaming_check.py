@@ -11,6 +11,7 @@ from course_utils.checks import check_slowest_hidden_rate
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.streaming import _UNSEEN, hiding_rate_bits
 from course_utils.models.cost_model import Topology, link_bytes_sent
+from course_utils.models.links import FRAME_SHARE
 from course_utils.results.diloco_cluster import MethodRow, sync_link_bytes
 from course_utils.training.quantize import exchange_bytes
 
@@ -19,10 +20,10 @@ STEP22 = dict(n_params=1_118_464, fragments=4, bits=4, hosts=2, tau=2, step_s=0.
 
 
 def _mine(n, f, bits, hosts, tau, step_s, *, per_byte=8, whole=1, ring=None, scales=True,
-          steps=None, each=None):
+          steps=None, each=None, scale=4):
     """A student's answer; the keywords make one slip each."""
     values = n // f * whole
-    sent = values * (bits / 8 if each is None else each) + (values / 64 * 4 if scales else 0)
+    sent = values * (bits / 8 if each is None else each) + (values / 64 * scale if scales else 0)
     share = 2 * (hosts - 1) / hosts if ring is None else ring
     return per_byte * share * sent / ((tau if steps is None else steps) * step_s)
 
@@ -61,6 +62,11 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
     (lambda *a: _mine(*a, ring=(a[3] - 1) / a[3]), "an all-reduce is two passes of the ring"),
     (functools.partial(_mine, scales=False), "the scales travel too"),
     (functools.partial(_mine, steps=1), "tau inner steps to hide behind, not one"),
+    (lambda *a: _mine(*a, steps=a[4] + 1), "overlaps tau inner steps, not tau \\+ 1"),
+    (functools.partial(_mine, scale=0.5), "a scale is an f32: 4 bytes"),
+    (functools.partial(_mine, each=4), "not a whole f32"),
+    (functools.partial(_mine, each=1), "not a whole byte"),
+    (lambda *a: _mine(*a) / FRAME_SHARE, "that counts frame headers"),
     (lambda *a: _mine(*a) / 1e6, "that is Mbit/s"),
     (lambda *a: 2.3e6, "right at this notebook's numbers|is about|too"),
 ])
@@ -100,7 +106,7 @@ def _by_cluster_model(n, f, bits, hosts, tau, step_s):
 @pytest.mark.parametrize("fn", [_by_exchange, _by_ring, _by_cluster_model])
 def test_the_package_s_byte_models_are_refused(fn):
     with pytest.raises(ExerciseFailed, match="uses the package's (exchange_bytes|link_bytes_sent|"
-                                             "sync_link_bytes), which counts the sync's bytes"):
+                                             "diloco_sync_bytes), which counts the sync's bytes"):
         check_slowest_hidden_rate(fn, **STEP22)
 
 

@@ -74,7 +74,7 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy
 
 def _results(curves) -> StreamingCurves:
     meta = RunMeta("test", Machine("3", "0", "0"), 1.0)
-    return StreamingCurves(meta, 2, 2, 4, 8, 50, 10, 0, tuple(curves), ())
+    return StreamingCurves(meta, 2, 2, 8, 8, 50, 10, 0, tuple(curves), ())  # H = 8
 
 
 def test_the_target_is_step_20_s_rule_with_data_parallelism_adamw_as_the_baseline():
@@ -85,9 +85,15 @@ def test_the_target_is_step_20_s_rule_with_data_parallelism_adamw_as_the_baselin
     results = _results(curves)
     assert streaming_target(results) == pytest.approx(0.8)  # at 0.2 · 50 steps
     assert streaming_target(results, fraction=0.3) == pytest.approx(0.7)  # halfway, step 15
-    assert steps_to_target(results, "diloco", 0.75) == pytest.approx({0: 27.5, 1: 17.5})
-    assert steps_to_target(results, "diloco", 0.65) == {0: pytest.approx(42.5), 1: None}
+    assert steps_to_target(results, BASELINE, 0.7) == pytest.approx({0: 15.0, 1: 15.0})
+    assert steps_to_target(results, BASELINE, 0.05) == {0: None, 1: None}
+    # DiLoCo's synced loss moves at its syncs (every H = 8): the sync the evaluation first sees
+    assert steps_to_target(results, "diloco", 0.75) == {0: 48, 1: 16}
+    assert steps_to_target(results, "diloco", 0.65) == {0: 48, 1: None}
     assert steps_to_target(results, "diloco", 0.75, interpolate=False) == {0: 50, 1: 20}
     with pytest.raises(ValueError, match="no curve of 'streaming_diloco'; the run has "
                                          "dp_adamw, diloco"):
         curves_of(results, "streaming_diloco")
+    # Streaming DiLoCo's fragments (F = 4, τ = 1) merge after steps 3, 5, 7, …: seen at 20, 19
+    streaming = _results([HeldoutCurve("streaming_diloco", 8, ((10, 0.9), (20, 0.5)), 0)])
+    assert steps_to_target(streaming, "streaming_diloco", 0.75) == {0: 19}

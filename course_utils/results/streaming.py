@@ -136,14 +136,32 @@ def streaming_target(results: StreamingCurves, fraction: float = TARGET_FRACTION
 
 def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
                     interpolate: bool = True) -> dict[int, float | None]:
-    """Each seed's inner steps to ``target``: interpolated between evaluations
-    (``crossing_step``, step 20's rule), or with ``interpolate=False`` the first evaluation at or
-    below it (``steps_to``). The parameters at the last sync change only at syncs (DiLoCo's
-    every H steps, a fragment's every H/F), so for those curves the interpolated step is a lower
-    bound and the first evaluation at or below an upper one. ``None``: not reached in the steps
-    run."""
-    find = crossing_step if interpolate else steps_to
-    return {seed: find(c, target) for seed, c in curves_of(results, strategy).items()}
+    """Each seed's inner steps to ``target``. A strategy with an outer step is held out on the
+    parameters at the last sync, which change only when a fragment merges (DiLoCo's every H
+    steps, Streaming DiLoCo's every H/F, τ after each send): its step is the merge that the
+    first evaluation at or below the target sees, exactly. Any other (data parallelism) is
+    interpolated between evaluations (``crossing_step``, step 20's rule). With
+    ``interpolate=False``, the first evaluation at or below the target for all (``steps_to``).
+    ``None``: not reached in the steps run.
+
+    Examples:
+        >>> curves = saved_streaming_curves()
+        >>> steps_to_target(curves, "diloco", streaming_target(curves))  # its first sync
+        {0: 32, 1: 32, 2: 32}
+    """
+    from course_utils.training.strategies import SPECS
+    from course_utils.training.streaming import schedule
+
+    sync = SPECS[strategy].sync
+    if not interpolate or sync.outer is None:
+        find = steps_to if not interpolate else crossing_step
+        return {seed: find(c, target) for seed, c in curves_of(results, strategy).items()}
+    merges = [e.step for e in schedule(results.steps, local_steps=results.local_steps,
+                                       fragments=sync.fragments, overlap=sync.overlap)
+              if e.kind == "merge"]
+    seen = {seed: steps_to(c, target) for seed, c in curves_of(results, strategy).items()}
+    return {seed: None if first is None else max(m for m in merges if m <= first)
+            for seed, first in seen.items()}
 
 
 def bytes_of(results: StreamingCurves, strategy: str) -> SyncBytes:
