@@ -67,6 +67,7 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
     (functools.partial(_mine, each=4), "not a whole f32"),
     (functools.partial(_mine, each=1), "not a whole byte"),
     (lambda *a: _mine(*a) / FRAME_SHARE, "that counts frame headers"),
+    (lambda *a: _mine(*a) * FRAME_SHARE, "FRAME_SHARE does not belong in it"),
     (lambda *a: _mine(*a) / 1e6, "that is Mbit/s"),
     (lambda *a: 2.3e6, "right at this notebook's numbers|is about|too"),
 ])

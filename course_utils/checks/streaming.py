@@ -65,6 +65,8 @@ _SLIPS = {
     "the codes are `bits` bits each, not a whole byte": lambda *a: _with(*a, value_bytes=1.0),
     "that counts frame headers: the rate asked is of payload (FRAME_SHARE left out)":
         lambda *a: hiding_rate_bits(*a) / FRAME_SHARE,
+    "the rate asked is the payload's, before headers: FRAME_SHARE does not belong in it":
+        lambda *a: hiding_rate_bits(*a) * FRAME_SHARE,
     "the sync overlaps tau inner steps, not tau + 1": lambda *a: _with(*a, steps=a[4] + 1),
     "the sync has tau inner steps to hide behind, not one": lambda *a: _with(*a, steps=1),
     "that is Mbit/s: return bit/s": lambda *a: hiding_rate_bits(*a) / 1e6,

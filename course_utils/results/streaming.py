@@ -139,8 +139,9 @@ def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
     """Each seed's inner steps to ``target``. A strategy with an outer step is held out on the
     parameters at the last sync, which change only when a fragment merges (DiLoCo's every H
     steps, Streaming DiLoCo's every H/F, τ after each send): its step is the merge that the
-    first evaluation at or below the target sees, exactly. Any other (data parallelism) is
-    interpolated between evaluations (``crossing_step``, step 20's rule). With
+    first evaluation at or below the target sees (exact when the curve is evaluated at least
+    as often as merges come, as the saved run is; else an upper bound). Any other (data
+    parallelism) is interpolated between evaluations (``crossing_step``, step 20's rule). With
     ``interpolate=False``, the first evaluation at or below the target for all (``steps_to``).
     ``None``: not reached in the steps run.
 
@@ -160,7 +161,7 @@ def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
                                        fragments=sync.fragments, overlap=sync.overlap)
               if e.kind == "merge"]
     seen = {seed: steps_to(c, target) for seed, c in curves_of(results, strategy).items()}
-    return {seed: None if first is None else max(m for m in merges if m <= first)
+    return {seed: None if first is None else max((m for m in merges if m <= first), default=0)
             for seed, first in seen.items()}
 
 
