@@ -1,7 +1,7 @@
 """Train Streaming DiLoCo's held-out curves (``course_utils.results.streaming``) and save them.
 
     python scripts/streaming_curves.py                      # course_utils/saved/streaming.json
-    python scripts/streaming_curves.py --out build/streaming.json --seeds 3 --steps 256
+    python scripts/streaming_curves.py --out build/streaming.json --seeds 3 --steps 96
 
 Every strategy of ``CURVE_STRATEGIES`` from seeds 0 … N − 1 on 4 logical CPU devices (2
 replicas of 2), part four's model, H = ``LOCAL_STEPS``; then the target (step 20's rule), each

@@ -118,6 +118,11 @@ def test_the_model_adds_what_the_overlap_does_not_hide_to_h_steps_of_compute():
     assert modelled_step_s(results, "streaming_diloco", 16, RATE) == pytest.approx(
         compute + streaming.fragments * (fragment - hidden) / 16)
     assert round_time(0.1, 0.1, local_steps=8, fragments=2, overlap=1) == pytest.approx(0.8)
+    alone = sync(results, "streaming_diloco", RATE).median  # what the link and TCP gave it
+    assert modelled_step_s(results, "streaming_diloco", 16, RATE, sync_alone=True) == (
+        pytest.approx(compute + streaming.fragments * (alone - streaming.overlap * compute) / 16))
+    with pytest.raises(ValueError, match="no run of data_parallel's sync"):
+        modelled_step_s(results, DATA_PARALLEL, 16, RATE, sync_alone=True)
 
 
 def test_the_goals_are_read_per_run_against_the_counters_and_the_model():
@@ -196,3 +201,40 @@ def test_the_quick_plan_writes_its_record_and_leaves_nothing(tmp_path):
         assert sync(results, m.name, "200mbit", "sync_bytes").median == pytest.approx(
             sync_link_bytes(m, results.sizes.n, 2), rel=0.1)
     assert leftovers() == []
+
+
+def test_the_saved_run_is_the_full_plan_three_times_at_the_curves_rows():
+    from course_utils.results.diloco_cluster import saved_diloco_cluster
+    from course_utils.results.records import saved_path
+    from course_utils.results.streaming import REPLICA_ROWS
+
+    saved, plan = saved_diloco_cluster(), DILOCO_PLANS["full"]
+    path = saved_path("diloco_cluster.json")
+    assert json.loads(path.read_text()) == to_json(saved)  # the file is what the writer writes
+    assert saved.meta.runs == 3
+    assert saved.sizes.batch_size == plan["batch_size"] == REPLICA_ROWS
+    assert saved.sizes.n == parameters(plan, saved.cluster.hosts)
+    assert [(m.name, m.dtype, m.fragments, m.overlap) for m in saved.methods] == [
+        (m.name, m.dtype, m.fragments, m.overlap) for m in methods(plan)]
+    rates = ["10mbit", "50mbit", "200mbit", "1gbit"]
+    names = [NOTHING_SENT, *(m.name for m in saved.methods)]
+    want = {(DATA_PARALLEL, 1, r, k) for r in rates for k in range(3)} | {
+        (name, h, r, k) for name in names for h in plan["local_steps"] for r in rates
+        for k in range(3)}
+    assert {(r.method, r.local_steps, r.link_rate, r.run) for r in saved.rounds} == want
+    assert {(s.method, s.link_rate, s.run) for s in saved.syncs} == {
+        (m.name, r, k) for m in saved.methods for r in rates for k in range(3)}
+
+
+def test_a_fragments_sync_is_larger_than_the_diloco_links_bucket_where_the_link_limits():
+    # a bucket as large as the sync would send it at the machine's speed after an idle spell
+    from course_utils.models.links import BUCKET_BYTES, bucket_bytes
+    from course_utils.results.diloco_cluster import MethodRow
+
+    plan = DILOCO_PLANS["full"]
+    streaming = MethodRow(*methods(plan)[-1])
+    fragment = sync_link_bytes(streaming, parameters(plan, 2), 2)
+    assert streaming.fragments > 1 and fragment < BUCKET_BYTES  # why the default will not do
+    for rate in ("10mbit", "50mbit", "200mbit"):
+        assert bucket_bytes(rate, measurement("diloco").bucket_ms) <= fragment / 3
+    assert measurement("collectives").bucket_ms is None  # steps 17–20 keep 256 KiB

@@ -27,6 +27,7 @@ from course_utils.figures.data import (
 )
 from course_utils.figures.describe import describe
 from course_utils.figures.plot import DPI, MAX_WIDTH, plot_figure
+from course_utils.figures.streaming import schedule_figure_data, wall_clock_figure_data
 from course_utils.results.bench import figure_data as bench_figure_data
 from course_utils.results.bench import saved_results, steps_figure_data
 from course_utils.results.cluster import figure_data as cluster_figure_data
@@ -39,8 +40,10 @@ from course_utils.results.strategies import (
     saved_strategy_results,
     tradeoff_figure_data,
 )
+from course_utils.results.streaming import curves_of, saved_streaming_curves
 from course_utils.results.training import saved_training_results
 from course_utils.results.training_figures import step_figure_data, time_to_target_figure_data
+from course_utils.training.streaming import schedule
 
 
 def _collectives_grids(p: int) -> dict:
@@ -112,6 +115,16 @@ SAVED = {
     "time to a target": lambda: time_to_target_figure_data(
         saved_training_results(), ["data_parallel", "bf16", "int8", "topk_ef", "powersgd"],
         128, 0.12),
+    "streaming schedule": lambda: schedule_figure_data(
+        [(e.step, e.fragment) for e in schedule(32, local_steps=16, fragments=4, overlap=2)
+         if e.kind == "send"], fragments=4, tau=2, steps=33),
+    "held-out loss against wall-clock time": lambda: wall_clock_figure_data(
+        {name: [c.heldout_loss for c in curves_of(saved_streaming_curves(), name).values()]
+         for name in ("dp_adamw", "diloco", "streaming_diloco")},
+        {rate: {"dp_adamw": 4.0 / mbit, "diloco": 0.04 + 0.25 / mbit,
+                "streaming_diloco": 0.04 + 0.01 / mbit}
+         for rate, mbit in (("10mbit", 10), ("50mbit", 50), ("200mbit", 200), ("1gbit", 1000))},
+        target=0.17),
     "DiLoCo sweep": lambda: diloco_figure_data(saved_diloco_results()),
     "ring budget": lambda: model_figure_data(
         [2, 4, 8, 16, 32, 64], {"all-reduce, sent": [1.0, 1.5, 1.75, 1.88, 1.94, 1.97],

@@ -31,6 +31,7 @@ from course_utils.checks import (
     check_overlap_prediction,
     check_reduce_scatter_times,
     check_ring_step,
+    check_slowest_hidden_rate,
     check_smallest_h,
     check_stored_bytes_rule,
     check_two_level_scatter,
@@ -190,6 +191,18 @@ STEP21 = dict(n_params=1_118_464, replicas=2, devices_per_replica=2, rate_bits_p
               step_seconds=0.0295, fraction=0.1)
 STEP18 = dict(weights=1_114_112, hosts=2, devices=2, rate_bits=2e8, alpha_s=4e-4,
               flops_per_s=3e10)
+STEP22 = dict(n_params=1_118_464, fragments=4, bits=4, hosts=2, tau=2, step_s=0.03)
+
+
+def _hiding(per_byte=8, whole=False, scales=True, steps=None):
+    def rate(n_params, fragments, bits, hosts, tau, step_s):
+        values = n_params / (1 if whole else fragments)
+        sent = values * bits / 8 + (values / 64 * 4 if scales else 0)
+        return per_byte * 2 * (hosts - 1) / hosts * sent / ((steps or tau) * step_s)
+
+    return rate
+
+
 CASES = {
     (5, "the whole vector counted as held after a reduce-scatter"): lambda: (
         check_stored_bytes_rule(
@@ -349,6 +362,18 @@ CASES = {
         _smallest_h(r_for_r_minus_1=True), **STEP21
     ),
     (21, "H rounded down"): lambda: check_smallest_h(_smallest_h(rounding=math.floor), **STEP21),
+    (22, "the rate left in bytes per second"): lambda: check_slowest_hidden_rate(
+        _hiding(per_byte=1), **STEP22
+    ),
+    (22, "every parameter counted, not one fragment"): lambda: check_slowest_hidden_rate(
+        _hiding(whole=True), **STEP22
+    ),
+    (22, "the scales left out"): lambda: check_slowest_hidden_rate(
+        _hiding(scales=False), **STEP22
+    ),
+    (22, "one inner step to hide behind, not τ"): lambda: check_slowest_hidden_rate(
+        _hiding(steps=1), **STEP22
+    ),
 }
 
 

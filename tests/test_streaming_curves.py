@@ -8,11 +8,11 @@ from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.records import save, saved_path
 from course_utils.results.streaming import (
     BASELINE,
-    BATCH_SIZE,
     CURVE_STRATEGIES,
     DATA_SEED,
     HELDOUT_EVERY,
     LOCAL_STEPS,
+    REPLICA_ROWS,
     SEEDS,
     STEPS,
     StreamingCurves,
@@ -23,6 +23,7 @@ from course_utils.results.streaming import (
     streaming_target,
 )
 from course_utils.results.training import HeldoutCurve
+from course_utils.tools.cluster.diloco import DILOCO_PLANS
 from course_utils.training.strategies import SPECS
 
 
@@ -30,8 +31,12 @@ def test_the_saved_run_is_the_plan_every_strategy_from_every_seed(tmp_path):
     saved = saved_streaming_curves()
     save(saved, tmp_path / "streaming.json")  # the file is what the writer writes
     assert (tmp_path / "streaming.json").read_text() == saved_path("streaming.json").read_text()
-    assert (saved.local_steps, saved.batch_size, saved.steps, saved.heldout_every) == (
-        LOCAL_STEPS, BATCH_SIZE, STEPS, HELDOUT_EVERY)
+    assert (saved.local_steps, saved.steps, saved.heldout_every) == (
+        LOCAL_STEPS, STEPS, HELDOUT_EVERY)
+    # a replica's rows are a cluster host's: time to target is these steps × that step time
+    assert saved.batch_size * saved.devices_per_replica == REPLICA_ROWS
+    assert all(plan["batch_size"] == REPLICA_ROWS for plan in DILOCO_PLANS.values())
+    assert LOCAL_STEPS in DILOCO_PLANS["full"]["local_steps"]
     assert (saved.replicas, saved.devices_per_replica, saved.data_seed) == (2, 2, DATA_SEED)
     for strategy in CURVE_STRATEGIES:
         curves = curves_of(saved, strategy)
@@ -52,7 +57,7 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy
     assert mesh.size == saved.replicas * saved.devices_per_replica
     curve = curves_of(saved, strategy)[0]
     run = train(mesh, strategy, steps=LOCAL_STEPS, seed=0, data_seed=DATA_SEED,
-                batch_size=BATCH_SIZE, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
+                batch_size=saved.batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
                 local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
     first = curve.heldout_loss[:len(run.heldout_loss)]  # one round of H: DiLoCo's first sync
     assert [s for s, _ in run.heldout_loss] == [s for s, _ in first]
@@ -69,7 +74,7 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy
 
 def _results(curves) -> StreamingCurves:
     meta = RunMeta("test", Machine("3", "0", "0"), 1.0)
-    return StreamingCurves(meta, 2, 2, 4, 8, 50, 10, 0, tuple(curves), ())
+    return StreamingCurves(meta, 2, 2, 8, 8, 50, 10, 0, tuple(curves), ())  # H = 8
 
 
 def test_the_target_is_step_20_s_rule_with_data_parallelism_adamw_as_the_baseline():
@@ -80,9 +85,15 @@ def test_the_target_is_step_20_s_rule_with_data_parallelism_adamw_as_the_baselin
     results = _results(curves)
     assert streaming_target(results) == pytest.approx(0.8)  # at 0.2 · 50 steps
     assert streaming_target(results, fraction=0.3) == pytest.approx(0.7)  # halfway, step 15
-    assert steps_to_target(results, "diloco", 0.75) == pytest.approx({0: 27.5, 1: 17.5})
-    assert steps_to_target(results, "diloco", 0.65) == {0: pytest.approx(42.5), 1: None}
+    assert steps_to_target(results, BASELINE, 0.7) == pytest.approx({0: 15.0, 1: 15.0})
+    assert steps_to_target(results, BASELINE, 0.05) == {0: None, 1: None}
+    # DiLoCo's synced loss moves at its syncs (every H = 8): the sync the evaluation first sees
+    assert steps_to_target(results, "diloco", 0.75) == {0: 48, 1: 16}
+    assert steps_to_target(results, "diloco", 0.65) == {0: 48, 1: None}
     assert steps_to_target(results, "diloco", 0.75, interpolate=False) == {0: 50, 1: 20}
     with pytest.raises(ValueError, match="no curve of 'streaming_diloco'; the run has "
                                          "dp_adamw, diloco"):
         curves_of(results, "streaming_diloco")
+    # Streaming DiLoCo's fragments (F = 4, τ = 1) merge after steps 3, 5, 7, …: seen at 20, 19
+    streaming = _results([HeldoutCurve("streaming_diloco", 8, ((10, 0.9), (20, 0.5)), 0)])
+    assert steps_to_target(streaming, "streaming_diloco", 0.75) == {0: 19}

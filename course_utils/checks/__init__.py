@@ -27,6 +27,7 @@ from course_utils.checks.overlap import check_overlapped_backward
 from course_utils.checks.overlap_time import check_overlap_prediction
 from course_utils.checks.permutation import check_joint_permutation
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
+from course_utils.checks.streaming import check_slowest_hidden_rate
 from course_utils.checks.training import (
     check_error_feedback,
     check_local_sgd_bytes,
@@ -53,6 +54,7 @@ __all__ = [
     "check_reduce_scatter_times",
     "check_ring_step",
     "check_shares",
+    "check_slowest_hidden_rate",
     "check_smallest_h",
     "check_stored_bytes_rule",
     "check_two_level",

@@ -26,19 +26,21 @@ COLOUR_SLOTS = {
 }
 
 
-def colour_slots(names: list[str]) -> dict[str, int]:
+def colour_slots(names: list[str], colours: int) -> dict[str, int]:
     """A palette index for each of a figure's series ``names``: a strategy or family keeps its
-    slot in ``COLOUR_SLOTS`` (the first of two names sharing one keeps it), every other name
-    takes the next index left free, in order.
+    slot in ``COLOUR_SLOTS`` (the first of two names sharing one keeps it) if the palette of
+    ``colours`` has it, every other name takes the next index left free, in order.
 
     Examples:
-        >>> colour_slots(["data parallelism", "top-k", "bf16", "int8", "a measurement"])
+        >>> colour_slots(["data parallelism", "top-k", "bf16", "int8", "a measurement"], 7)
         {'data parallelism': 0, 'top-k': 2, 'bf16': 1, 'int8': 3, 'a measurement': 4}
+        >>> colour_slots(["DiLoCo", "Streaming DiLoCo"], 7)  # slot 7: past the palette
+        {'DiLoCo': 6, 'Streaming DiLoCo': 0}
     """
     slots: dict[str, int] = {}
     for name in names:
         slot = COLOUR_SLOTS.get(name)
-        if slot is not None and slot not in slots.values():
+        if slot is not None and slot < colours and slot not in slots.values():
             slots[name] = slot
     free = (k for k in range(len(names) + len(COLOUR_SLOTS)) if k not in slots.values())
     return {name: slots[name] if name in slots else next(free) for name in names}

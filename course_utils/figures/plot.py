@@ -41,7 +41,7 @@ class _Identities:
     shares it."""
 
     def __init__(self, names: list[str]):
-        self.slots = colour_slots(names)
+        self.slots = colour_slots(names, len(PALETTE))
 
     def style(self, name: str) -> dict:
         if name not in self.slots:

@@ -14,7 +14,8 @@ reduce-scatter is recursive halving, whose bytes over a host's link equal the ri
 2 devices but not in general (3/4 · N rather than 7/8 · N for 2 × 4; ``course cluster`` counts the
 bytes on host 0's link and finds both). The model below is the ring's.
 ``tc``'s rate counts whole Ethernet frames, so TCP's payload gets at most about 1448/1514 ≈ 96 %
-of it (``FRAME_SHARE``).
+of it (``FRAME_SHARE``). A link idle long enough to fill tbf's bucket (its burst) sends that many
+bytes at the speed of the machine, not the rate (``bucket_bytes``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,25 @@ def check_rate(rate: str) -> str:
         raise ValueError(f"--link-rate must be above 0, got {rate!r}; give one like 10mbit or "
                          "1gbit")
     return rate
+
+
+# tbf's bucket: steps 17–20 time messages of MiB, which a 256 KiB bucket barely speeds up; part
+# five's syncs are smaller (a 4-bit fragment is about 157 KB across 2 hosts), so its measurement
+# asks for a bucket of a few milliseconds of the link's bytes, with room for some full frames
+BUCKET_BYTES, SMALL_BUCKET_MIN = 256 * 1024, 16 * 1024
+
+
+def bucket_bytes(rate: str, ms: float | None = None) -> int:
+    """The bytes tbf's bucket holds on a link shaped to ``rate``: ``BUCKET_BYTES``, or with
+    ``ms`` the bytes the link carries in ``ms`` milliseconds, at least ``SMALL_BUCKET_MIN``.
+
+    Examples:
+        >>> bucket_bytes("10mbit"), bucket_bytes("10mbit", 2.0), bucket_bytes("1gbit", 2.0)
+        (262144, 16384, 250000)
+    """
+    if ms is None:
+        return BUCKET_BYTES
+    return max(SMALL_BUCKET_MIN, round(rate_bytes_per_s(rate) * ms / 1e3))
 
 
 def rate_bytes_per_s(rate: str) -> float:

@@ -113,13 +113,15 @@ class ClusterRun:
 class ClusterSetup:
     """The cluster a ``course cluster`` measurement ran on (any ``--measure``): hosts × devices
     per host, the plan, the TCP congestion control set between the hosts (``--tcp``) and the
-    machine's default (/proc/sys/net/ipv4/tcp_congestion_control)."""
+    machine's default (/proc/sys/net/ipv4/tcp_congestion_control), and the links' tbf bucket in
+    milliseconds of their bytes (``models.links.bucket_bytes``; ``None``: 256 KiB)."""
 
     hosts: int
     devices_per_host: int
     plan: str
     tcp: str
     default_tcp: str
+    bucket_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -181,11 +181,14 @@ def round_time(compute_s: float, sync_s: float, *, local_steps: int, fragments: 
 
 
 def modelled_step_s(results: DilocoClusterResults, name: str, h: int, link_rate: str,
-                    alpha_s: float = 0.0) -> float:
+                    alpha_s: float = 0.0, *, sync_alone: bool = False) -> float:
     """The model's seconds per inner step of ``name`` at H = ``h`` and ``link_rate``: the
     measured step with nothing sent (its median over the runs at that H; data parallelism's:
     over every H) and each sync's bytes over the link at the rate's payload share, with
-    ``alpha_s`` per message step (``models.step.step_time``), in ``round_time``."""
+    ``alpha_s`` per message step (``models.step.step_time``), in ``round_time``. With
+    ``sync_alone``, each sync's seconds are its sync timed alone at that rate (the median over
+    the runs): what the link and TCP gave it, so that only how the round adds up is modelled
+    (data parallelism has no sync timed alone: a ``ValueError``)."""
     from course_utils.models.cost_model import Topology, message_steps
     from course_utils.models.link_traffic import Traffic
     from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
@@ -201,9 +204,13 @@ def modelled_step_s(results: DilocoClusterResults, name: str, h: int, link_rate:
         m, h = MethodRow(name, "float32", 1, 0), 1
     else:
         compute, m = step(results, NOTHING_SENT, h, link_rate).median, method(results, name)
-    traffic = Traffic(sync_link_bytes(m, n, hosts),
-                      message_steps("all_reduce", "ring", Topology(hosts, 1)))
-    sync_s = step_time(traffic, 0.0, alpha_s=alpha_s, bytes_per_s=bytes_per_s).communication_s
+    if sync_alone:
+        sync_s = sync(results, name, link_rate).median
+    else:
+        traffic = Traffic(sync_link_bytes(m, n, hosts),
+                          message_steps("all_reduce", "ring", Topology(hosts, 1)))
+        sync_s = step_time(traffic, 0.0, alpha_s=alpha_s,
+                           bytes_per_s=bytes_per_s).communication_s
     return round_time(compute, sync_s, local_steps=h, fragments=m.fragments,
                       overlap=m.overlap) / h
 
@@ -290,15 +297,17 @@ def hidden_syncs(results: DilocoClusterResults) -> list[tuple[str, int, Figure]]
     return found
 
 
-def model_gaps(results: DilocoClusterResults) -> list[tuple[str, int, str, float]]:
+def model_gaps(results: DilocoClusterResults, *, sync_alone: bool = False
+               ) -> list[tuple[str, int, str, float]]:
     """``(rate, H, method, model / measured − 1)`` of every round (data parallelism's once a
-    rate, at H = 1): the model's seconds per inner step (``modelled_step_s``) against the
-    median of the runs."""
+    rate, at H = 1; with ``sync_alone``, not at all): the model's seconds per inner step
+    (``modelled_step_s``) against the median of the runs."""
     cells = [(rate, 1, DATA_PARALLEL) for rate in rates(results)] + [
         (rate, h, m.name) for rate in rates(results) for h in local_steps(results)
         for m in results.methods]
-    return [(rate, h, name, modelled_step_s(results, name, h, rate)
-             / step(results, name, h, rate).median - 1) for rate, h, name in cells]
+    return [(rate, h, name, modelled_step_s(results, name, h, rate, sync_alone=sync_alone)
+             / step(results, name, h, rate).median - 1) for rate, h, name in cells
+            if not (sync_alone and name == DATA_PARALLEL)]
 
 
 def load_diloco_cluster(path: str | Path) -> DilocoClusterResults:

@@ -37,8 +37,13 @@ from course_utils.results.training import (
 BASELINE = "dp_adamw"
 CURVE_STRATEGIES = (BASELINE, "diloco", "diloco_int8", "diloco_4bit", "streaming_diloco")
 LOCAL_STEPS = 32  # H: the middle of part five's 8, 32, 128 (the issue's DiLoCo comparison)
-BATCH_SIZE = 32  # rows per device per inner step
-STEPS = 256  # 8 rounds of H
+# rows per replica and inner step: a cluster host's batch (``course cluster --measure diloco``
+# reads it), so that time to target is these curves' steps times that run's step time
+REPLICA_ROWS = 512
+# 3 rounds of H: at 512 rows a replica data parallelism's held-out loss flattens after about 30
+# steps, and step 20's target (its seed-mean at 20 % of the run) must lie on its descent, not on
+# the flat, where some seeds reach it and others never do
+STEPS = 96
 HELDOUT_EVERY = 8  # H/F: every sync of Streaming DiLoCo's fragments is seen
 SEEDS = 3
 DATA_SEED = 0
@@ -81,21 +86,25 @@ def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
     ``on_run(strategy, seed)`` is called before each."""
     from course_utils.training.train import train
 
+    replicas, devices = mesh.shape.values()
+    if REPLICA_ROWS % devices:
+        raise ValueError(f"a replica of {devices} devices cannot split {REPLICA_ROWS} rows "
+                         "evenly: use replica_mesh() on 1, 2, 4 or 8 devices")
+    batch_size = REPLICA_ROWS // devices
     started, curves, sent = time.monotonic(), [], {}
     for strategy in strategies:
         for seed in seeds:
             if on_run is not None:
                 on_run(strategy, seed)
             run = train(mesh, strategy, steps=steps, seed=seed, data_seed=DATA_SEED,
-                        batch_size=BATCH_SIZE, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
+                        batch_size=batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
                         local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
-            curves.append(HeldoutCurve(strategy, BATCH_SIZE, tuple(
+            curves.append(HeldoutCurve(strategy, batch_size, tuple(
                 (step, loss) for step, loss in run.heldout_loss), seed))
             sent[strategy] = SyncBytes(strategy, run.bytes_across_replicas,
                                        run.bytes_per_sync_across_replicas)
     meta = RunMeta(COMMAND, this_machine(), time.monotonic() - started)
-    replicas, devices = mesh.shape.values()
-    return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, BATCH_SIZE, steps,
+    return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, batch_size, steps,
                            HELDOUT_EVERY, DATA_SEED, tuple(curves), tuple(sent.values()))
 
 
@@ -127,14 +136,33 @@ def streaming_target(results: StreamingCurves, fraction: float = TARGET_FRACTION
 
 def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
                     interpolate: bool = True) -> dict[int, float | None]:
-    """Each seed's inner steps to ``target``: interpolated between evaluations
-    (``crossing_step``, step 20's rule), or with ``interpolate=False`` the first evaluation at or
-    below it (``steps_to``). The parameters at the last sync change only at syncs (DiLoCo's
-    every H steps, a fragment's every H/F), so for those curves the interpolated step is a lower
-    bound and the first evaluation at or below an upper one. ``None``: not reached in the steps
-    run."""
-    find = crossing_step if interpolate else steps_to
-    return {seed: find(c, target) for seed, c in curves_of(results, strategy).items()}
+    """Each seed's inner steps to ``target``. A strategy with an outer step is held out on the
+    parameters at the last sync, which change only when a fragment merges (DiLoCo's every H
+    steps, Streaming DiLoCo's every H/F, τ after each send): its step is the merge that the
+    first evaluation at or below the target sees (exact when the curve is evaluated at least
+    as often as merges come, as the saved run is; else an upper bound). Any other (data
+    parallelism) is interpolated between evaluations (``crossing_step``, step 20's rule). With
+    ``interpolate=False``, the first evaluation at or below the target for all (``steps_to``).
+    ``None``: not reached in the steps run.
+
+    Examples:
+        >>> curves = saved_streaming_curves()
+        >>> steps_to_target(curves, "diloco", streaming_target(curves))  # its first sync
+        {0: 32, 1: 32, 2: 32}
+    """
+    from course_utils.training.strategies import SPECS
+    from course_utils.training.streaming import schedule
+
+    sync = SPECS[strategy].sync
+    if not interpolate or sync.outer is None:
+        find = steps_to if not interpolate else crossing_step
+        return {seed: find(c, target) for seed, c in curves_of(results, strategy).items()}
+    merges = [e.step for e in schedule(results.steps, local_steps=results.local_steps,
+                                       fragments=sync.fragments, overlap=sync.overlap)
+              if e.kind == "merge"]
+    seen = {seed: steps_to(c, target) for seed, c in curves_of(results, strategy).items()}
+    return {seed: None if first is None else max((m for m in merges if m <= first), default=0)
+            for seed, first in seen.items()}
 
 
 def bytes_of(results: StreamingCurves, strategy: str) -> SyncBytes:

@@ -45,7 +45,10 @@ def _host_result(args: argparse.Namespace, rate: str, deadline: float) -> dict:
     from course_utils.tools.cluster.netns import Cluster, host_command
 
     popens, files = [], []
-    cluster = Cluster(args.hosts, rate, congestion_control=args.tcp)
+    from course_utils.models.links import bucket_bytes
+
+    cluster = Cluster(args.hosts, rate, congestion_control=args.tcp,
+                      bucket=bucket_bytes(rate, measurement(args.measure).bucket_ms))
     try:
         with cluster as hosts, tempfile.TemporaryDirectory() as logs:
             coordinator = f"{hosts[0].address}:{PORT}"

@@ -21,17 +21,21 @@ from course_utils.results.diloco_cluster import (
     DilocoClusterResults,
 )
 from course_utils.results.records import from_json, to_json
+from course_utils.results.streaming import REPLICA_ROWS
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed
+from course_utils.training.strategies import STREAMING_FRAGMENTS, STREAMING_OVERLAP
 
-# batch_size: rows per host and inner step; local_steps: the H of every round; fragments and
-# overlap: Streaming DiLoCo's F and τ; dp_steps: data-parallel steps per timed call
-DILOCO_PLANS = {
-    "quick": {"batch_size": 512, "local_steps": (16,), "fragments": 4, "overlap": 1,
-              "dp_steps": 2, "repeats": 2},
-    "full": {"batch_size": 512, "local_steps": (16, 32), "fragments": 4, "overlap": 1,
-             "dp_steps": 2, "repeats": 2},
-}
+# batch_size: rows per host and inner step (the saved curves' rows per replica); local_steps:
+# the H of every round; fragments and overlap: the registry's Streaming DiLoCo's F and τ;
+# dp_steps: data-parallel steps per timed call
+# tbf's bucket, ms of a link's bytes: a 4-bit fragment would fit the default 256 KiB bucket and
+# leave an idle link at the machine's speed, not the link's (``links.bucket_bytes``)
+BUCKET_MS = 2.0
+_STREAMING = {"batch_size": REPLICA_ROWS, "fragments": STREAMING_FRAGMENTS,
+              "overlap": STREAMING_OVERLAP, "dp_steps": 2, "repeats": 2}
+DILOCO_PLANS = {"quick": {**_STREAMING, "local_steps": (16,)},
+                "full": {**_STREAMING, "local_steps": (16, 32)}}
 
 
 def methods(plan: dict) -> list:
@@ -112,7 +116,8 @@ def assemble_diloco(host_runs: Sequence[HostRun], setup: Setup) -> DilocoCluster
 
     plan = DILOCO_PLANS[setup.plan]
     return from_json(DilocoClusterResults, {
-        "meta": to_json(setup.run_meta("diloco")), "cluster": to_json(setup.cluster()),
+        "meta": to_json(setup.run_meta("diloco")),
+        "cluster": to_json(setup.cluster(BUCKET_MS)),
         "sizes": {"n": parameters(plan, setup.hosts), "batch_size": plan["batch_size"],
                   "mixing": MIXING},
         "methods": [m._asdict() for m in methods(plan)],
@@ -133,4 +138,4 @@ def diloco_lines(results: DilocoClusterResults) -> list[str]:
 
 DILOCO = Measurement(
     name="diloco", plans=DILOCO_PLANS, measure=measure_diloco, assemble=assemble_diloco,
-    output="diloco_cluster.json", lines=diloco_lines, check=check_diloco)
+    output="diloco_cluster.json", lines=diloco_lines, check=check_diloco, bucket_ms=BUCKET_MS)

@@ -66,13 +66,13 @@ class Setup:
         return RunMeta(f"course cluster --measure {name}", this_machine(),
                        time.monotonic() - self.started, self.runs)
 
-    def cluster(self) -> ClusterSetup:
+    def cluster(self, bucket_ms: float | None = None) -> ClusterSetup:
         """The cluster it ran on: the shape, the plan, the TCP congestion control between the
-        hosts and the machine's default."""
+        hosts and the machine's default, and the links' bucket (``Measurement.bucket_ms``)."""
         from course_utils.tools.cluster.netns import default_congestion_control
 
         return ClusterSetup(self.hosts, self.devices_per_host, self.plan, self.tcp,
-                            default_congestion_control())
+                            default_congestion_control(), bucket_ms)
 
 
 def any_setup(setup: Setup) -> str | None:
@@ -90,7 +90,8 @@ class Measurement(Generic[Record]):
     turns host 0's reports of every run and rate into the record written to ``output``;
     ``lines(record)`` is what the command prints; ``figure(record)``, if any, the figure data
     drawn beside ``output`` (same name, ``.png``); ``check(setup)`` a problem with the cluster
-    asked for, or ``None``."""
+    asked for, or ``None``; ``bucket_ms`` the links' tbf bucket as milliseconds of their bytes
+    (``links.bucket_bytes``; ``None``: 256 KiB at every rate)."""
 
     name: str
     plans: Mapping[str, dict]
@@ -100,6 +101,7 @@ class Measurement(Generic[Record]):
     lines: Callable[[Record], list[str]]
     figure: Callable[[Record], dict] | None = None
     check: Callable[[Setup], str | None] = any_setup
+    bucket_ms: float | None = None
 
 
 def measurement(name: str) -> Measurement:

@@ -1,5 +1,6 @@
 """Part five's entries of the course's outline (``outline.py`` puts them after part four's):
-training with less communication between replicas, DiLoCo's inner and outer optimizers."""
+training with less communication between replicas, DiLoCo's inner and outer optimizers, and
+Streaming DiLoCo across slow links."""
 
 from __future__ import annotations
 
@@ -33,6 +34,30 @@ PART_FIVE_STEPS = (
                 Mistake("R in place of R − 1 in the ring's factor",
                         "counts the R − 1 other replicas, not R"),
                 Mistake("H rounded down", "round up, not down"),
+            ),
+        ),
+    ),
+    StepOutline(
+        22, "22_training_across_slow_links", PART_FIVE,
+        title="Training across slow links: Streaming DiLoCo, measured",
+        line="Streaming DiLoCo's fragments on a schedule; a 4-bit sync across the hosts on the "
+             "page; on the cluster at 10 Mbit/s to 1 Gbit/s, time per step against the round "
+             "model, where overlap hides a sync, time to a target",
+        exercise=Exercise(
+            task="the slowest link rate at which one fragment's quantized sync still hides "
+                 "behind the τ inner steps it overlaps",
+            check="check_slowest_hidden_rate", minutes=15,
+            judges="within 2 %, at the saved run's numbers and at cases the page never shows "
+                   "(int8 and 4 bits, 2 to 9 hosts, one case drawn anew at every call); the "
+                   "package's byte models refused; names unit slips, the ring's share, the "
+                   "fragment, the scales and τ",
+            mistakes=(
+                Mistake("the rate left in bytes per second", "that is bytes per second"),
+                Mistake("every parameter counted, not one fragment",
+                        "one fragment is n_params / fragments values"),
+                Mistake("the scales left out", "the scales travel too"),
+                Mistake("one inner step to hide behind, not τ",
+                        "the sync has tau inner steps to hide behind, not one"),
             ),
         ),
     ),
