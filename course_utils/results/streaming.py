@@ -153,14 +153,15 @@ def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
     from course_utils.training.strategies import SPECS
     from course_utils.training.streaming import schedule
 
-    sync = SPECS[strategy].sync
-    if not interpolate or sync.outer is None:
-        find = steps_to if not interpolate else crossing_step
-        return {seed: find(c, target) for seed, c in curves_of(results, strategy).items()}
+    curves, sync = curves_of(results, strategy), SPECS[strategy].sync
+    if interpolate and sync.outer is None:
+        return {seed: crossing_step(c, target) for seed, c in curves.items()}
+    seen = {seed: steps_to(c, target) for seed, c in curves.items()}
+    if not interpolate:
+        return seen
     merges = [e.step for e in schedule(results.steps, local_steps=results.local_steps,
                                        fragments=sync.fragments, overlap=sync.overlap)
               if e.kind == "merge"]
-    seen = {seed: steps_to(c, target) for seed, c in curves_of(results, strategy).items()}
     return {seed: None if first is None else max((m for m in merges if m <= first), default=0)
             for seed, first in seen.items()}
 

@@ -42,11 +42,10 @@ Record = TypeVar("Record")
 def _host_result(args: argparse.Namespace, rate: str, deadline: float) -> dict:
     """One cluster shaped at ``rate``: set up, one worker per host, host 0's results, torn
     down."""
+    from course_utils.models.links import bucket_bytes
     from course_utils.tools.cluster.netns import Cluster, host_command
 
     popens, files = [], []
-    from course_utils.models.links import bucket_bytes
-
     cluster = Cluster(args.hosts, rate, congestion_control=args.tcp,
                       bucket=bucket_bytes(rate, measurement(args.measure).bucket_ms))
     try:

@@ -26,12 +26,12 @@ from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed
 from course_utils.training.strategies import STREAMING_FRAGMENTS, STREAMING_OVERLAP
 
-# batch_size: rows per host and inner step (the saved curves' rows per replica); local_steps:
-# the H of every round; fragments and overlap: the registry's Streaming DiLoCo's F and τ;
-# dp_steps: data-parallel steps per timed call
 # tbf's bucket, ms of a link's bytes: a 4-bit fragment would fit the default 256 KiB bucket and
 # leave an idle link at the machine's speed, not the link's (``links.bucket_bytes``)
 BUCKET_MS = 2.0
+# batch_size: rows per host and inner step (the saved curves' rows per replica); local_steps:
+# the H of every round; fragments and overlap: the registry's Streaming DiLoCo's F and τ;
+# dp_steps: data-parallel steps per timed call
 _STREAMING = {"batch_size": REPLICA_ROWS, "fragments": STREAMING_FRAGMENTS,
               "overlap": STREAMING_OVERLAP, "dp_steps": 2, "repeats": 2}
 DILOCO_PLANS = {"quick": {**_STREAMING, "local_steps": (16,)},
