@@ -47,7 +47,7 @@ def literals(source: str, names: Iterable[str]) -> list[tuple[int, str]]:
         [(1, 'zero1'), (1, 'topk_ef 0.6%'), (1, 'local_sgd H=8')]
     """
     names = sorted(names, key=len, reverse=True)
-    form = re.compile(r"(" + "|".join(map(re.escape, names)) + r")( H=\S*| [\d.]+ ?%)?")
+    form = re.compile(r"(" + "|".join(map(re.escape, names)) + r")( H=.*| [\d.]+ ?%)?")
     tree = ast.parse(source)
     skip = _docstrings(tree)
     found = sorted((node.lineno, node.col_offset, node.value) for node in ast.walk(tree)
@@ -97,3 +97,37 @@ if __name__ == "__main__":
     from course_utils.training.strategies import SPECS
 
     print(report(named_places(SPECS)))
+
+
+# the fields of a saved record (``course_utils/saved/*.json``) whose value names a strategy
+SAVED_FIELDS = ("strategy", "label", "method", "name")
+
+
+def renamed_copy(names: Iterable[str], to: Path, root: Path = ROOT) -> dict[str, str]:
+    """A copy of the package under ``to`` in which every strategy of ``names`` has a fresh name
+    (``"s00"``, ``"s01"``, …): the registry's literals that name one (not a ``dtype=``) and the
+    saved records' ``SAVED_FIELDS`` renamed by one mapping, which it returns. What still works
+    in the copy names a strategy only through the registry's data."""
+    import json
+    import shutil
+
+    mapping = {name: f"s{k:02d}" for k, name in enumerate(names)}
+    shutil.copytree(root / "course_utils", to / "course_utils",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    alternatives = "|".join(map(re.escape, sorted(mapping, key=len, reverse=True)))
+    quoted = re.compile(r'(?<!dtype=)(f?")(' + alternatives + r')(?=( H=| [\d.]+ ?%|"))')
+    registry = to / REGISTRY
+    registry.write_text(quoted.sub(lambda m: m[1] + mapping[m[2]], registry.read_text()))
+    form = re.compile(r"(" + alternatives + r")( H=.*| [\d.]+ ?%)?")
+
+    def rename(value, key=None):
+        if isinstance(value, dict):
+            return {k: rename(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rename(v, key) for v in value]
+        match = isinstance(value, str) and key in SAVED_FIELDS and form.fullmatch(value)
+        return mapping[match[1]] + (match[2] or "") if match else value
+
+    for path in (to / "course_utils" / "saved").glob("*.json"):
+        path.write_text(json.dumps(rename(json.loads(path.read_text())), indent=1))
+    return mapping
