@@ -25,6 +25,7 @@ from course_utils.results.training import (
     target_loss,
 )
 from course_utils.training.part_four import COMPRESSED
+from course_utils.training.strategies import DATA_PARALLEL
 
 
 def main(paths: list[str]) -> None:
@@ -54,7 +55,7 @@ def main(paths: list[str]) -> None:
     print(f"{'rate':>8s} {'batch':>6s} {'step ms':>8s} {'model ms':>9s} {'error':>7s}  "
           "link limits (link time > compute)")
     within = []
-    for row in (r for r in results.rows if r.strategy == "data_parallel"):
+    for row in (r for r in results.rows if r.strategy == DATA_PARALLEL):
         compute = median_compute_s(results, row.strategy, row.batch_size)
         model = modelled_step_s(row, hosts, devices, alpha_s=alpha.get(row.link_rate, 0.0),
                                 compute_s=compute)
@@ -74,7 +75,7 @@ def main(paths: list[str]) -> None:
 
     for b in sizes:
         strategies = list(dict.fromkeys(c.strategy for c in results.curves if c.batch_size == b))
-        if "data_parallel" not in strategies:
+        if DATA_PARALLEL not in strategies:
             continue
         target = target_loss(results, b)
         print(f"\n2–3. batch {b}: target held-out loss {target:.4f} (DP's seed-mean loss where "
@@ -89,12 +90,12 @@ def main(paths: list[str]) -> None:
         for rate in rates:
             rows = {r.strategy: r for r in results.rows
                     if r.link_rate == rate and r.batch_size == b}
-            if "data_parallel" not in rows or steps["data_parallel"] is None:
+            if DATA_PARALLEL not in rows or steps[DATA_PARALLEL] is None:
                 continue
-            dp = steps["data_parallel"] * rows["data_parallel"].step_s
-            dp_model = steps["data_parallel"] * modelled_step_s(
-                rows["data_parallel"], hosts, devices, alpha_s=alpha.get(rate, 0.0),
-                compute_s=median_compute_s(results, "data_parallel", b))
+            dp = steps[DATA_PARALLEL] * rows[DATA_PARALLEL].step_s
+            dp_model = steps[DATA_PARALLEL] * modelled_step_s(
+                rows[DATA_PARALLEL], hosts, devices, alpha_s=alpha.get(rate, 0.0),
+                compute_s=median_compute_s(results, DATA_PARALLEL, b))
             cells, calls = [], []
             for s in COMPRESSED:
                 if s not in rows or steps.get(s) is None:

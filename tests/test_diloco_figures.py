@@ -79,3 +79,12 @@ def test_one_h_only_and_a_sweep_with_nothing_across_refused():
     with pytest.raises(ValueError, match="no curves of dp_adamw, adam in the figure; choose "
                                          "among local_sgd_adamw"):
         diloco_figure_data(_sweep(), strategies=[DP, "adam"])
+
+
+def test_the_saved_sweep_s_legend_reads_the_registry_s_short_labels():
+    from course_utils.results.diloco import EVERY_H, saved_diloco_results
+
+    data = diloco_figure_data(saved_diloco_results(), local_steps=[8], strategies=EVERY_H)
+    assert [s["label"] for s in data["panels"][0]["series"]] == [
+        "data parallelism", "local SGD H=8", "DiLoCo H=8", "DiLoCo, no momentum H=8",
+        "DiLoCo, steady step 1 H=8"]

@@ -9,11 +9,7 @@ import pytest
 
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.local_sgd import check_local_sgd_h
-from course_utils.checks.training import (
-    check_error_feedback,
-    check_local_sgd_bytes,
-    check_memory_prediction,
-)
+from course_utils.checks.training import check_error_feedback, check_memory_prediction
 from course_utils.training.run import Memory
 
 N, P = 1024, 4
@@ -148,50 +144,6 @@ def test_error_feedback_in_numpy_in_place_is_told_to_trace():
 
     with pytest.raises(ExerciseFailed, match="must also run on traced JAX arrays"):
         check_error_feedback(in_numpy)
-
-def test_local_sgd_bytes_right_forms_pass(capsys):
-    ring = lambda nbytes, p: 2 * (p - 1) / p * nbytes  # noqa: E731
-    check_local_sgd_bytes(lambda nbytes, p, steps, h: steps // h * ring(nbytes, p))
-    check_local_sgd_bytes(lambda nbytes, p, steps, h: np.float32(steps // h) * ring(nbytes, p))
-    check_local_sgd_bytes(lambda nbytes, p, steps, h: int(steps // h * 2 * (p - 1) * nbytes / p))
-    assert capsys.readouterr().out.count("PASSED: bytes of local SGD") == 3
-
-
-def test_local_sgd_bytes_names_the_slip_and_refuses_the_package():
-    from course_utils.training.strategies import local_sgd_bytes
-    from course_utils.training.train import train
-
-    ring = lambda nbytes, p: 2 * (p - 1) / p * nbytes  # noqa: E731
-    cases = [
-        (None, "my_local_sgd_bytes is not defined"),
-        (lambda nbytes, p, steps, h: -(-steps // h) * ring(nbytes, p), "cut short"),
-        (lambda nbytes, p, steps, h: steps / h * ring(nbytes, p), "count whole averagings"),
-        (lambda nbytes, p, steps, h: ring(nbytes, p) / h, "bytes per step"),
-        (lambda nbytes, p, steps, h: steps * ring(nbytes, p), "once every h steps"),
-        (lambda nbytes, p, steps, h: steps // h * 2 * nbytes, r"\(p−1\)/p is missing"),
-        (lambda nbytes, p, steps, h: steps // h * (p - 1) / p * nbytes, "both passes"),
-        (lambda nbytes, p, steps, h: steps // h * ring(4 * nbytes, p), "already in bytes"),
-        (lambda nbytes, p, steps, h: steps // h * ring(nbytes / 4, p), "do not divide by 4"),
-        (lambda nbytes, p, steps, h: steps // h * ring(8 * nbytes, p), "not bits"),
-        (lambda nbytes, p, steps, h: (steps // h + 1) * ring(nbytes, p), "one averaging too"),
-        (lambda nbytes, p, steps, h: steps // h * 2 * p / (p - 1) * nbytes, r"not p/\(p−1\)"),
-        (lambda nbytes, p, steps, h: steps // h * ring(nbytes, jax.device_count()),
-         "use the argument p, not N_DEVICES"),
-        (lambda nbytes, p, steps, h: "many", "finite number of bytes"),
-        (lambda nbytes, p, steps, h: 73728.0, "too"),  # a number worked out once
-        (local_sgd_bytes, "calls local_sgd_bytes"),
-        (lambda nbytes, p, steps, h: local_sgd_bytes(nbytes, p, steps, h), "calls local_sgd"),
-        (lambda nbytes, p, steps, h: train(None, "local_sgd", steps=steps), "calls train"),
-        (lambda nbytes, p, steps: 0, "raised TypeError"),
-        (lambda nbytes, p, steps, h: steps // h * ring(4 * 10752, 4),  # the notebook's n and p
-         "does not change with the argument nbytes: use the arguments, not this notebook's n"),
-        (lambda nbytes, p, steps, h: steps // h * ring(nbytes, 5) if p != 3 else 0.0,
-         "does not change with the argument p: use the arguments, not this notebook's p"),
-    ]
-    for fn, message in cases:
-        with pytest.raises(ExerciseFailed, match=message):
-            check_local_sgd_bytes(fn)
-
 
 def _h_right(nbytes, p, steps, budget):
     averagings = budget // (2 * (p - 1) / p * nbytes)  # whole averagings the budget pays for

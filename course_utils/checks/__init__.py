@@ -28,11 +28,7 @@ from course_utils.checks.overlap_time import check_overlap_prediction
 from course_utils.checks.permutation import check_joint_permutation
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
 from course_utils.checks.streaming import check_slowest_hidden_rate
-from course_utils.checks.training import (
-    check_error_feedback,
-    check_local_sgd_bytes,
-    check_memory_prediction,
-)
+from course_utils.checks.training import check_error_feedback, check_memory_prediction
 from course_utils.checks.updates import check_two_state_update
 
 __all__ = [
@@ -44,7 +40,6 @@ __all__ = [
     "check_budget_row",
     "check_error_feedback",
     "check_joint_permutation",
-    "check_local_sgd_bytes",
     "check_local_sgd_h",
     "check_memory_prediction",
     "check_overlap_prediction",

@@ -12,6 +12,7 @@ from course_utils.checks.helpers import call_without, fail, function_given, numb
 from course_utils.models.cost_model import Topology, link_bytes_sent, message_steps
 from course_utils.models.links import FRAME_SHARE
 from course_utils.models.step import balanced_rows, break_even_bits, mlp_flops, step_time
+from course_utils.training.strategies import DATA_PARALLEL
 from course_utils.training.traffic import strategy_traffic
 
 TOLERANCE = 0.02  # relative; the slips below are all ≥ 1.5× off, or a unit factor
@@ -22,7 +23,7 @@ def expected_rows(weights: int, hosts: int, devices: int, rate_bits: float, alph
     """The step model's balanced rows per device: a ring all-reduce of ``weights`` float32
     values over hosts × devices ranks, at ``rate_bits`` (no headers), against 6 FLOPs per weight
     per row (the exercise's count: every layer forms its input's gradient)."""
-    traffic = strategy_traffic("data_parallel", weights, Topology(hosts, devices))
+    traffic = strategy_traffic(DATA_PARALLEL, weights, Topology(hosts, devices))
     return balanced_rows(traffic, [(weights, 1)], flops_per_s=flops_per_s, alpha_s=alpha_s,
                          bytes_per_s=rate_bits / 8, input_gradient=True)
 

@@ -1,11 +1,10 @@
-"""Self-checks for steps 14–16: memory per ZeRO stage, error feedback, the bytes of local SGD
-(deprecated; step 16's H for a byte budget is in ``local_sgd``)."""
+"""Self-checks for steps 14–15: memory per ZeRO stage, error feedback (step 16's H for a byte
+budget is in ``local_sgd``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-import jax
 import numpy as np
 
 from course_utils.checks.helpers import (
@@ -20,11 +19,15 @@ from course_utils.checks.helpers import (
 )
 from course_utils.display import error_line
 from course_utils.training.run import Memory
+from course_utils.training.strategies import ZERO_STAGES, spec
 
-STAGES = ("data_parallel", "zero1", "zero2", "zero3")
-# what each stage keeps in slices of 1/p, in the order parameters, gradient, optimizer state
-_SLICED = {"data_parallel": (), "zero1": ("optimizer",), "zero2": ("gradients", "optimizer"),
-           "zero3": ("parameters", "gradients", "optimizer")}
+STAGES = ZERO_STAGES
+# what each stage keeps in slices of 1/p, in the order parameters, gradient, optimizer state:
+# the parts its description's ``init`` places ``sliced``
+_SLICED = {stage: tuple(part for part, placed in (("parameters", spec(stage).parts.params),
+                                                  ("gradients", spec(stage).parts.gradient),
+                                                  ("optimizer", spec(stage).parts.optimizer))
+                        if placed == "sliced") for stage in STAGES}
 
 
 def check_memory_prediction(fn, measured: Mapping[str, Memory], n: int, p: int) -> None:
@@ -181,80 +184,3 @@ def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, 
             why = "the new residual must be (g + residual) − sent"
         fail(exercise, f"sent + new_residual ≠ g + residual: {why}")
 
-
-def check_local_sgd_bytes(fn) -> None:
-    """Exercise 16: ``fn(nbytes, p, steps, h)``, the bytes one device sends over ``steps`` steps
-    of local SGD averaging every ``h``, against ``local_sgd_bytes`` on sizes, device counts and
-    run lengths the notebook never used (some not multiples of h). It must not be or call
-    ``local_sgd_bytes`` or ``train``.
-
-    Deprecated: step 16's exercise is now ``check_local_sgd_h``; kept for one release."""
-    from course_utils.training.strategies import local_sgd_bytes
-    from course_utils.training.train import train
-
-    exercise = "bytes of local SGD"
-    function_given(exercise, "my_local_sgd_bytes", fn)
-    p_run = jax.device_count()
-    for p in dict.fromkeys((p_run, 2, 3, 8)):  # this run's p first
-        for nbytes, steps, h in ((24_000 * p, 96, 1), (24_000 * p, 100, 8), (6_000 * p, 250, 16)):
-            call = f"my_local_sgd_bytes({nbytes}, {p}, {steps}, {h})"
-            got = number(call_without(
-                exercise, fn, (nbytes, p, steps, h), forbidden=(local_sgd_bytes, train),
-                refusal="my_local_sgd_bytes calls {}, which this exercise asks you not to call: "
-                "write the bytes from p, nbytes, steps and h", call=call))
-            want = local_sgd_bytes(nbytes, p, steps, h)
-            if got is None or not np.isfinite(got):
-                fail(exercise, f"{call} must return a finite number of bytes")
-            if np.isclose(got, want, rtol=1e-9, atol=0.5):
-                continue
-            why = (_local_sgd_slip(got, nbytes, p, steps, h, p_run)
-                   or _ignored(fn, got, nbytes, p, steps, h))
-            fail(exercise, f"{call}: {off_by(got, want)}" + (f"; {why}" if why else ""))
-    passed(exercise, "your model agrees with the package's for p = "
-           f"{', '.join(map(str, dict.fromkeys((p_run, 2, 3, 8))))}, runs that H does not divide "
-           "included")
-
-
-def _local_sgd_slip(got: float, nbytes: int, p: int, steps: int, h: int, p_run: int) -> str:
-    """The likely mistake behind a wrong byte count of local SGD, or ``""``."""
-    rounds, ring = steps // h, 2 * (p - 1) / p * nbytes
-    slips = (
-        (np.ceil(steps / h) * ring, "a round cut short at the end is not averaged: count only "
-         "whole rounds of h steps (steps // h)"),
-        (steps / h * ring, "count whole averagings: a fraction of a round sends nothing "
-         "(steps // h)"),
-        (rounds * ring / steps, "that is bytes per step; give the total over the run"),
-        (steps * ring, "the devices average once every h steps, not after every step"),
-        (rounds * 2 * nbytes, "the ring's factor (p−1)/p is missing"),
-        (rounds * nbytes, "one all-reduce of N bytes sends 2(p−1)/p·N per device in its two "
-         "passes, not N"),
-        (rounds * ring / 2, "count both passes of the ring all-reduce (reduce-scatter and "
-         "all-gather)"),
-        (rounds * 4 * ring, "nbytes is already in bytes: do not multiply by 4"),
-        (rounds * ring / 4, "nbytes is already in bytes: do not divide by 4"),
-        (rounds * 8 * ring, "count bytes, not bits"),
-        ((rounds + 1) * ring, "one averaging too many: a run of steps averages steps // h "
-         "times"),
-        (rounds * 2 * p / (p - 1) * nbytes if p > 1 else -1.0, "the ring's factor is (p−1)/p, "
-         "not p/(p−1)"),
-        (rounds * 2 * (p_run - 1) / p_run * nbytes, "use the argument p, not N_DEVICES"),
-    )
-    for value, why in slips:
-        if p != p_run or "N_DEVICES" not in why:
-            if np.isclose(got, value, rtol=1e-9, atol=0.5):
-                return why
-    return ""
-
-
-def _ignored(fn, got: float, nbytes: int, p: int, steps: int, h: int) -> str:
-    """Which argument ``fn`` ignores (the notebook's ``n`` or ``p`` used instead), or ``""``."""
-    for name, args in (("nbytes", (2 * nbytes, p, steps, h)), ("p", (nbytes, p + 1, steps, h))):
-        try:
-            other = number(fn(*args))
-        except Exception:  # noqa: BLE001 - a probe only: the main call already ran
-            continue
-        if other is not None and np.isclose(other, got, rtol=1e-9):
-            what = "n (4 · n bytes)" if name == "nbytes" else "p"
-            return (f"the result does not change with the argument {name}: use the arguments, "
-                    f"not this notebook's {what}")
-    return ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from course_utils.training.strategies import SPECS
+from course_utils.training.strategies import SPECS, spec
 
 # the names code uses (strategies: each description's label; algorithms, collectives) as a
 # reader says them
@@ -44,6 +44,16 @@ def colour_slots(names: list[str], colours: int) -> dict[str, int]:
             slots[name] = slot
     free = (k for k in range(len(names) + len(COLOUR_SLOTS)) if k not in slots.values())
     return {name: slots[name] if name in slots else next(free) for name in names}
+
+
+def short_label(strategy: str) -> str:
+    """The registered ``strategy``'s short label, its name where a legend adds the setting.
+
+    Examples:
+        >>> short_label("diloco_sgd") + " H=32", short_label("zero1")
+        ('DiLoCo, no momentum H=32', 'ZeRO-1')
+    """
+    return spec(strategy).short_label
 
 
 def human(label: str) -> str:

@@ -9,10 +9,15 @@ from typing import Sequence
 
 import numpy as np
 
-from course_utils.results.diloco import COMPARED, DP, DilocoResults, sweep_cost, sweep_curves
-
-LABELS = {DP: "data parallelism", "local_sgd_adamw": "local SGD", "diloco": "DiLoCo",
-          "diloco_sgd": "DiLoCo, no momentum", "diloco_unit_step": "DiLoCo, steady step 1"}
+from course_utils.figures.labels import short_label
+from course_utils.results.diloco import (
+    COMPARED,
+    DP,
+    EVERY_H,
+    DilocoResults,
+    sweep_cost,
+    sweep_curves,
+)
 
 
 def seed_band(results: DilocoResults, strategy: str, local_steps: int, skewed: bool
@@ -37,7 +42,7 @@ def _series(results: DilocoResults, strategy: str, h: int, skewed: bool, *, by_b
     steps, mean, low, high = seed_band(results, strategy, h, skewed)
     per_step = (sweep_cost(results, strategy, h).bytes_across_replicas if by_bytes
                 else results.plan.rows_per_step)
-    label = LABELS[strategy] + ("" if strategy == DP else f" H={h}")
+    label = short_label(strategy) + ("" if strategy == DP else f" H={h}")
     return {"label": label, "x": [s * per_step for s in steps], "y": mean, "low": low,
             "high": high}
 
@@ -61,10 +66,10 @@ def diloco_figure_data(results: DilocoResults, local_steps: Sequence[int] | None
             sweep of one replica has no bytes panel to draw).
     """
     hs = results.plan.local_steps if local_steps is None else tuple(local_steps)
-    unknown = [s for s in strategies if s not in LABELS or s == DP]
+    unknown = [s for s in strategies if s not in EVERY_H]
     if unknown:
         raise ValueError(f"no curves of {', '.join(unknown)} in the figure; choose among "
-                         f"{', '.join(s for s in LABELS if s != DP)}")
+                         f"{', '.join(EVERY_H)}")
     runs = [(DP, 1)] + [(s, h) for s in strategies for h in hs]
     if any(sweep_cost(results, s, h).bytes_across_replicas <= 0 for s, h in runs):
         raise ValueError("a run of this sweep sent nothing across the replicas: its curves "

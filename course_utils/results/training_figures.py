@@ -14,6 +14,7 @@ from course_utils.results.training import (
     modelled_step_s,
     own_work_s,
 )
+from course_utils.training.strategies import DATA_PARALLEL
 
 
 def _rates(results: TrainingResults) -> list[str]:
@@ -27,7 +28,7 @@ def _row(results: TrainingResults, strategy: str, rate: str, batch_size: int):
 
 
 def step_figure_data(results: TrainingResults, *, alpha_s: Mapping[str, float] | None = None,
-                     strategy: str = "data_parallel") -> dict:
+                     strategy: str = DATA_PARALLEL) -> dict:
     """One panel: ``strategy``'s step time against the batch size (rows per device) at each link
     rate, measured and modelled (the median compute over the rates + α per message step + link
     bytes / rate, α by rate from ``alpha_s``, default 0), with that compute alone in grey."""

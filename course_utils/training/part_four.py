@@ -1,14 +1,16 @@
 """Part four's rows, as ``course cluster --measure training`` times them and the step model reads
-them: each row's name, the registered strategy it runs (``strategies.SPECS``), and its settings."""
+them: each registered strategy's ``StrategySpec.part_four`` rows, with the strategy's name,
+in the registry's order."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from course_utils.training.strategies import SPECS
+from course_utils.training.strategies import ACCUMULATION, LOCAL_STEPS, SPECS
 
-ACCUMULATION = 4  # micro-steps per optimizer step of "accumulation"
-LOCAL_STEPS = 8  # H of "local_sgd": its parameters are averaged once every H steps
+__all__ = ["ACCUMULATION", "LOCAL_STEPS", "TOPK_FRACTION", "Row", "PART_FOUR_ROWS", "ROW",
+           "SAME_CURVE", "COMPRESSED", "find_row"]
+
 TOPK_FRACTION = 0.01  # entries each device sends under top-k, as in step 15
 
 
@@ -18,6 +20,8 @@ class Row(NamedTuple):
     Attributes:
         name: the row's name in the saved runs (``training.json``).
         strategy: the registered strategy whose step it times.
+        modelled: the registered strategy whose traffic the step model counts for the row
+            (the row "zero3" times ``zero3_regather`` and is modelled as ``zero3``).
         accumulate: micro-steps per optimizer step.
         local_steps: H, for a strategy that syncs every H steps.
         curve: the ``train`` strategy that makes the same updates, when its own step runs on
@@ -26,6 +30,7 @@ class Row(NamedTuple):
 
     name: str
     strategy: str
+    modelled: str
     accumulate: int = 1
     local_steps: int = 1
     curve: str | None = None
@@ -36,20 +41,13 @@ class Row(NamedTuple):
         return self.curve or self.strategy
 
 
-# zero3: FSDP, the layers gathered again for the backward pass, as FSDP does when it frees them
-# after the forward pass (``zero3_regather``; the step model's ``zero3`` counts those bytes)
-ROWS = (Row("data_parallel", "data_parallel"),
-        Row("accumulation", "data_parallel", accumulate=ACCUMULATION),
-        Row("zero3", "zero3_regather"), Row("hsdp", "hsdp", curve="data_parallel"),
-        Row("bf16", "bf16"), Row("int8", "int8"), Row("topk_ef", "topk_ef"),
-        Row("powersgd", "powersgd"), Row("local_sgd", "local_sgd", local_steps=LOCAL_STEPS))
-ROW = {r.name: r for r in ROWS}
-SAME_CURVE = {r.name: r.curve for r in ROWS if r.curve}  # the same updates, the same curve
+PART_FOUR_ROWS = tuple(Row(r.row or s.name, s.name, r.modelled or s.name, r.accumulate,
+                           r.local_steps, r.curve) for s in SPECS.values() for r in s.part_four)
+ROW = {r.name: r for r in PART_FOUR_ROWS}
+# the same updates, the same curve
+SAME_CURVE = {r.name: r.curve for r in PART_FOUR_ROWS if r.curve}
 # the schemes that send fewer bytes (their descriptions' ``compresses``)
-COMPRESSED = tuple(r.name for r in ROWS if SPECS[r.strategy].compresses)
-# deprecated (one release): ``ROWS`` (``STEPS`` is the saved plan's steps,
-# ``results.strategies.PLAN_STEPS``); each row's name → the ``train`` strategy of its curve
-STEPS = {r.name: r.trained for r in ROWS}
+COMPRESSED = tuple(r.name for r in PART_FOUR_ROWS if SPECS[r.strategy].compresses)
 
 
 def find_row(name: str) -> Row:
@@ -58,6 +56,8 @@ def find_row(name: str) -> Row:
     Examples:
         >>> find_row("accumulation").accumulate, find_row("hsdp").trained
         (4, 'data_parallel')
+        >>> find_row("zero3").strategy, find_row("zero3").modelled
+        ('zero3_regather', 'zero3')
         >>> find_row("ddp")
         Traceback (most recent call last):
         ...

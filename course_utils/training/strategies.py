@@ -1,7 +1,10 @@
-"""The strategies of parts three and four, each one description (``StrategySpec``) in one
-registry (``SPECS``): what trains (``train``), models (``models.step``), labels
-(``figures.labels``), plans and draws (``results.strategies``, ``training.part_four``) or
-times (``course cluster --measure training``) a strategy reads it here, and nothing else names one.
+"""The strategies of parts three, four and five, each one description (``StrategySpec``) in
+one registry (``SPECS``): what trains (``train``), models (``models.step``), labels
+(``figures.labels``: ``label`` and ``short_label``), plans and draws (``results.strategies``),
+lists part four's rows (``PartFour``, read by ``training.part_four``) and the ZeRO stages
+(``ZERO_STAGES``, ``Parts``: the checks), or times (``course cluster --measure training``) a
+strategy reads it here. Code elsewhere names a strategy through this registry's data; the
+places that still name one by a literal are counted by ``tests/strategy_names.py``.
 
 A strategy is shaped like ``optax.GradientTransformation``: ``init(params, mesh, ctx)`` places
 the initial ``TrainState`` on the mesh, and ``step(state, x, y, ctx)``, one device's view inside
@@ -61,8 +64,8 @@ from course_utils.training.streaming import MIXING
 
 __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "Strategy",
            "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "placements",
-           "state_specs", "Parts", "Sync", "SavedRuns", "StrategySpec", "SPECS", "STRATEGIES",
-           "STRATEGY_STEPS", "spec"]
+           "state_specs", "Parts", "Sync", "SavedRuns", "PartFour", "StrategySpec", "SPECS",
+           "STRATEGIES", "STRATEGY_STEPS", "DATA_PARALLEL", "LOCAL_SGD", "ZERO_STAGES", "spec"]
 
 
 class Parts(NamedTuple):
@@ -127,6 +130,27 @@ class SavedRuns(NamedTuple):
     memory_bar: tuple[str, str] | None = None
 
 
+class PartFour(NamedTuple):
+    """A row of part four that runs the strategy (``training.part_four``: timed by ``course
+    cluster --measure training``, read by the step model).
+
+    Attributes:
+        row: the row's name in the saved runs (``training.json``; ``None``: the strategy's).
+        accumulate: micro-steps per optimizer step.
+        local_steps: H, for a strategy that syncs every H steps.
+        curve: the registered strategy ``train`` runs for the row's held-out curve, when the
+            strategy's own step runs on a mesh ``train`` does not take (``None``: its own).
+        modelled: the registered strategy whose traffic the step model counts for the row
+            (``None``: its own).
+    """
+
+    row: str | None = None
+    accumulate: int = 1
+    local_steps: int = 1
+    curve: str | None = None
+    modelled: str | None = None
+
+
 @dataclass(frozen=True)
 class StrategySpec:
     """One strategy, whole.
@@ -146,6 +170,9 @@ class StrategySpec:
         mesh_axes: the mesh it runs on (``None``: any one-axis mesh, ``data_mesh()``; else
             ``train`` takes a mesh of these axes, ``replica_mesh()``).
         saved: its runs in the saved plan and on its figures (``SavedRuns``).
+        part_four: part four's rows that run it (``PartFour``).
+        short_label: its name where a figure's legend adds the setting (``"local SGD H=8"``;
+            ``figures.labels.short``; ``None``: the label).
     """
 
     name: str
@@ -160,6 +187,12 @@ class StrategySpec:
     traffic: Callable[[int, Topology, TrafficSettings], Traffic] | None = None
     mesh_axes: tuple[str, ...] | None = None
     saved: SavedRuns = field(default_factory=SavedRuns)
+    part_four: tuple[PartFour, ...] = ()
+    short_label: str | None = None
+
+    def __post_init__(self):
+        if self.short_label is None:
+            object.__setattr__(self, "short_label", self.label)
 
     @property
     def init(self) -> Callable:
@@ -186,15 +219,21 @@ _REPLICAS = (hsdp.HOST, hsdp.DEVICE)  # part five's mesh (``diloco.replica_mesh`
 # Streaming DiLoCo's entry: F fragments (a sync every H/4 steps), each merged one step later;
 # F = 4 divides every H of part five (8, 32, 128) and τ = 1 < H/F for all of them
 STREAMING_FRAGMENTS, STREAMING_OVERLAP = 4, 1
+ACCUMULATION = 4  # micro-steps per optimizer step of part four's row "accumulation"
+LOCAL_STEPS = 8  # H of part four's "local_sgd": its parameters are averaged once every H steps
+# the baseline of parts three and four, which every scheme is compared with, and the strategy of
+# step 16 that syncs only every H steps
+DATA_PARALLEL, LOCAL_SGD = "data_parallel", "local_sgd"
 
 
-def _every_h(name: str, label: str, family: str, outer: Optimizer) -> StrategySpec:
+def _every_h(name: str, label: str, family: str, outer: Optimizer, *,
+             short_label: str | None = None) -> StrategySpec:
     """A part-five strategy of H inner AdamW steps per replica, then ``outer``'s step."""
     return StrategySpec(name, label, family, Parts("own", "own", None, diloco.outer_parts(outer),
                                                    axis=hsdp.HOST),
                         diloco.replica_step, sync=Sync(diloco.outer_step(outer), hsdp.HOST),
                         optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic,
-                        mesh_axes=_REPLICAS, saved=SavedRuns(runs=()))
+                        mesh_axes=_REPLICAS, saved=SavedRuns(runs=()), short_label=short_label)
 
 
 def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: str,
@@ -215,8 +254,9 @@ def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: 
 
 
 _ENTRIES = (
-    StrategySpec("data_parallel", "data parallelism", _DP, _WHOLE, exact.data_parallel,
+    StrategySpec(DATA_PARALLEL, "data parallelism", _DP, _WHOLE, exact.data_parallel,
                  traffic=exact.all_reduce_traffic,
+                 part_four=(PartFour(), PartFour("accumulation", accumulate=ACCUMULATION)),
                  saved=SavedRuns(points=(("data_parallel", "DP = ZeRO-1/2/3"),),
                                  memory_bar=("data_parallel", "DP"))),
     StrategySpec("zero1", "ZeRO-1", _DP, Parts("replicated", "sliced", "own"), exact.zero1,
@@ -228,34 +268,38 @@ _ENTRIES = (
                  saved=SavedRuns(memory_bar=("zero3", "ZeRO-3"))),
     StrategySpec("zero3_regather", "ZeRO-3, re-gathered", _DP,
                  Parts("sliced", "sliced", "sliced"), exact.zero3_regather, accumulates=False,
+                 # FSDP's layers gathered again for the backward pass, as FSDP does when it frees
+                 # them after the forward pass; the step model's zero3 counts those bytes
+                 part_four=(PartFour("zero3", modelled="zero3"),),
                  saved=SavedRuns(points=(("zero3_regather", "ZeRO-3 regather"),))),
     StrategySpec("hsdp", "hsdp", _DP, Parts("sliced", "sliced", None, axis=hsdp.DEVICE), hsdp.hsdp,
                  sync=Sync(axis=hsdp.HOST), accumulates=False, traffic=hsdp.two_level_traffic,
-                 mesh_axes=(hsdp.HOST, hsdp.DEVICE), saved=SavedRuns(runs=())),
+                 mesh_axes=(hsdp.HOST, hsdp.DEVICE), part_four=(PartFour(curve=DATA_PARALLEL),),
+                 saved=SavedRuns(runs=())),
     StrategySpec("bf16", "bf16", _BITS, _WHOLE, compressed.compressed(
         compressed.compression.bf16_all_reduce), compresses=True,
-                 traffic=compressed.bf16_traffic,
+                 traffic=compressed.bf16_traffic, part_four=(PartFour(),),
                  saved=SavedRuns(points=(("bf16", "bf16"),), memory_bar=("bf16", "bf16"))),
     StrategySpec("int8", "int8", _BITS, _WHOLE, compressed.compressed(
         compressed.compression.int8_all_reduce), compresses=True,
-                 traffic=compressed.int8_traffic,
+                 traffic=compressed.int8_traffic, part_four=(PartFour(),),
                  saved=SavedRuns(points=(("int8", "int8"),), memory_bar=("int8", "int8"))),
     StrategySpec("topk", "top-k", "top-k", _WHOLE, compressed.topk, compresses=True,
                  saved=SavedRuns(points=(("topk", "top-k 1 %"),), memory_bar=("topk", "top-k"))),
     StrategySpec("topk_ef", "top-k + error feedback", "top-k + error feedback",
                  _WHOLE._replace(extra=compressed.residual), compressed.topk_ef, compresses=True,
-                 traffic=compressed.topk_traffic,
+                 traffic=compressed.topk_traffic, part_four=(PartFour(),),
                  saved=SavedRuns(runs=({}, {"topk_fraction": 0.006}),
                                  points=(("topk_ef", "1 %"), ("topk_ef 0.6%", "0.6 %")),
                                  memory_bar=("topk_ef", "top-k + EF"))),
     StrategySpec("powersgd", "PowerSGD", "PowerSGD", _WHOLE._replace(
         extra=compressed.powersgd_state), compressed.powersgd, compresses=True,
-                 traffic=compressed.powersgd_traffic,
+                 traffic=compressed.powersgd_traffic, part_four=(PartFour(),),
                  saved=SavedRuns(points=(("powersgd", "rank 1"),),
                                  memory_bar=("powersgd", "PowerSGD"))),
-    StrategySpec("local_sgd", "local SGD", "local SGD", Parts("own", "own", "own"),
+    StrategySpec(LOCAL_SGD, "local SGD", "local SGD", Parts("own", "own", "own"),
                  local.local_sgd, sync=Sync(outer=local.average), accumulates=False,
-                 traffic=local.every_h_traffic,
+                 traffic=local.every_h_traffic, part_four=(PartFour(local_steps=LOCAL_STEPS),),
                  saved=SavedRuns(
                      runs=tuple({"local_steps": h, "skewed": skewed, "steps_factor": 2}
                                 for skewed in (False, True) for h in (1, 4, 8, 16)),
@@ -264,14 +308,17 @@ _ENTRIES = (
     StrategySpec("dp_adamw", "data parallelism (AdamW)", _DP,
                  Parts("replicated", "replicated", None, axis=hsdp.HOST), diloco.dp_adamw,
                  sync=Sync(axis=hsdp.HOST), optimizer=adamw(), accumulates=False,
-                 traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS, saved=SavedRuns(runs=())),
-    _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average()),
+                 traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS, saved=SavedRuns(runs=()),
+                 short_label="data parallelism"),
+    _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average(),
+             short_label="local SGD"),
     _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov()),
     # the ablations of DiLoCo's outer optimizer: without its momentum (outer SGD, lr 0.7), and
     # its momentum at plain averaging's steady step (Nesterov lr 0.1 = 1 − μ: lr / (1 − μ) = 1)
-    _every_h("diloco_sgd", "DiLoCo without momentum (outer SGD, lr 0.7)", "DiLoCo", outer_sgd()),
+    _every_h("diloco_sgd", "DiLoCo without momentum (outer SGD, lr 0.7)", "DiLoCo", outer_sgd(),
+             short_label="DiLoCo, no momentum"),
     _every_h("diloco_unit_step", "DiLoCo at unit steady step (outer Nesterov, lr 0.1)", "DiLoCo",
-             outer_nesterov(UNIT_STEP_LR, OUTER_MOMENTUM)),
+             outer_nesterov(UNIT_STEP_LR, OUTER_MOMENTUM), short_label="DiLoCo, steady step 1"),
     _streamed("diloco_int8", "DiLoCo, int8", "DiLoCo", dtype="int8"),
     _streamed("diloco_4bit", "DiLoCo, 4-bit", "DiLoCo", dtype="int4"),
     _streamed("streaming_diloco", "Streaming DiLoCo", "Streaming DiLoCo",
@@ -283,6 +330,8 @@ SPECS: dict[str, StrategySpec] = {s.name: s for s in _ENTRIES}
 # the strategies of a one-axis mesh and their functions
 STRATEGIES = tuple(s.name for s in _ENTRIES if s.mesh_axes is None)
 STRATEGY_STEPS: dict[str, Strategy] = {name: SPECS[name].strategy for name in STRATEGIES}
+# step 14's stages of ZeRO, data parallelism first (what each slices: its ``Parts``)
+ZERO_STAGES = (DATA_PARALLEL, "zero1", "zero2", "zero3")
 
 
 def spec(name: str) -> StrategySpec:

@@ -46,7 +46,13 @@ def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
     from jax.sharding import PartitionSpec as P
 
     from course_utils.problems.classification import classification_task, init_params, padded_size
-    from course_utils.training.strategies import Context, spec, state_specs
+    from course_utils.training.strategies import (
+        DATA_PARALLEL,
+        LOCAL_SGD,
+        Context,
+        spec,
+        state_specs,
+    )
 
     axis, p = mesh.axis_names[0], mesh.size
     n, (x, y) = padded_size(p), classification_task()
@@ -61,8 +67,8 @@ def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
                                      mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
                                      out_specs=specs, check_vma=False)), state
 
-    dp_step, whole = step("data_parallel")
-    local_step, own = step("local_sgd")
+    dp_step, whole = step(DATA_PARALLEL)
+    local_step, own = step(LOCAL_SGD)
     average = jax.jit(jax.shard_map(lambda a: jax.lax.pmean(a, axis), mesh=mesh,
                                     in_specs=P(axis), out_specs=P(axis), check_vma=False))
     times = {

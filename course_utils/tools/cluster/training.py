@@ -30,7 +30,7 @@ from course_utils.results.training import TrainingResults, median_of_runs
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed, placed, timer
 from course_utils.training.batches import HELDOUT_ROWS
-from course_utils.training.part_four import ROWS, SAME_CURVE, TOPK_FRACTION, find_row
+from course_utils.training.part_four import PART_FOUR_ROWS, SAME_CURVE, TOPK_FRACTION, find_row
 
 HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
 
@@ -39,8 +39,8 @@ HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; tim
 TRAINING_PLANS = {
     "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation", "hsdp"),
               "repeats": 3, "steps": {64: 20}, "every": 10, "seeds": 1},
-    "full": {"batch_sizes": (32, 128, 512, 1024), "strategies": tuple(r.name for r in ROWS),
-             "repeats": 5,
+    "full": {"batch_sizes": (32, 128, 512, 1024),
+             "strategies": tuple(r.name for r in PART_FOUR_ROWS), "repeats": 5,
              "steps": {32: 200, 128: 200, 512: 100, 1024: 100}, "every": 10, "seeds": 3},
 }
 FLOPS_ROWS = 1024  # rows of the timed matrix product (the model's first layer at batch 1024)
