@@ -11,14 +11,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils import (
-    OUTER_LR,
-    OUTER_MOMENTUM,
-    UNIT_STEP_LR,
     Topology,
-    adamw,
     data_mesh,
-    nesterov_multiplier,
-    outer_nesterov,
     replica_mesh,
     strategy_traffic,
     train,
@@ -27,6 +21,14 @@ from course_utils.problems.classification import PART_THREE_MLP, init_params, lo
 from course_utils.training.batches import split_task
 from course_utils.training.diloco import outer_parts, outer_step
 from course_utils.training.hsdp import HOST
+from course_utils.training.optimizers import (
+    OUTER_LR,
+    OUTER_MOMENTUM,
+    UNIT_STEP_LR,
+    adamw,
+    nesterov_multiplier,
+    outer_nesterov,
+)
 from course_utils.training.state import Context, TrainState, state_specs
 from course_utils.training.strategies import SPECS, spec
 

@@ -9,10 +9,11 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_utils import data_mesh, outer_nesterov, replica_mesh, train
+from course_utils import data_mesh, replica_mesh, train
 from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.training import streaming_diloco
 from course_utils.training.hsdp import HOST
+from course_utils.training.optimizers import outer_nesterov
 from course_utils.training.quantize import BLOCK
 from course_utils.training.state import Context, TrainState, state_specs
 from course_utils.training.strategies import SPECS, spec

@@ -103,6 +103,19 @@ def _lazy(space: dict, name: str):
     return vars(module).get(where[1]) if module is not None else None
 
 
+def public_name(fn) -> str:
+    """How the notebooks spell the package's ``fn`` after ``cu.``: its facade name
+    (``modelled_time``), or its module namespace's (``overlap_runs.modelled``); else its own."""
+    import course_utils
+
+    home, own = getattr(fn, "__module__", ""), getattr(fn, "__name__", repr(fn))
+    named = [public for public, (module, attribute) in course_utils._API.items()
+             if (f"course_utils.{module}", attribute) == (home, own)]
+    spaces = [f"{public}.{own}" for public, module in course_utils._NAMESPACES.items()
+              if f"course_utils.{module}" == home]
+    return (named + spaces + [own])[0]
+
+
 def _filled(cell) -> bool:
     try:
         cell.cell_contents  # noqa: B018 - an empty cell raises ValueError
