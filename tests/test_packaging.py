@@ -32,6 +32,17 @@ def test_import_configures_nothing():
     assert done.returncode == 0, done.stderr[-1500:]
 
 
+def test_importing_the_package_imports_no_jax():
+    """PEP 562: ``import course_utils`` and listing its names load no sub-module; the first
+    ``cu.<name>`` loads that name's module."""
+    code = ("import sys, course_utils; dir(course_utils); "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'jax'], 'jax imported'; "
+            "assert 'course_utils.results.overlap' not in sys.modules; "
+            "course_utils.overlap_runs; assert 'course_utils.results.overlap' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+
+
 def test_the_core_never_imports_the_tools():
     package = ROOT / "course_utils"
     core = sorted(
