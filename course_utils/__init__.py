@@ -1,20 +1,25 @@
 """The teaching core of the course unit "Communication-efficient algorithms" (distributed-03).
 
-What the notebooks import. Importing this package configures nothing: call ``use_cpu_devices(n)``
-first, in a fresh kernel. The tools behind the ``course`` command live in ``course_utils.tools``,
-which this package never imports.
+What the notebooks use, read at the call site: ``import course_utils as cu`` and
+``from course_utils import checks`` (``cu.data_mesh()``, ``checks.check_shares(...)``). Importing
+this package configures nothing: call ``cu.use_cpu_devices(n)`` first, in a fresh kernel. The
+tools behind the ``course`` command live in ``course_utils.tools``, which this package never
+imports.
+
+Sub-packages, in layer order (each imports only those before it): ``constants``, ``display``,
+``validate``, ``problems``, ``models``, ``devices``, ``collectives``, ``observe``, ``training``,
+``figures``, ``results``, ``checks``; ``tools`` (the ``course`` command) above them all.
 
 The names below load on first use (PEP 562), so that `course launch` and other commands that need
-only a constant or two do not pay for importing JAX.
+only a constant or two do not pay for importing JAX. A group of names that belongs together is
+one module namespace (``cu.diloco_cluster.step``, ``cu.optimizers.adamw``), listed in
+``_NAMESPACES``.
 """
 
 import importlib
 
 # public name: (module in this package, name there)
 _API = {
-    "bench_figure_data": ("results.bench", "figure_data"),
-    "bench_steps_figure_data": ("results.bench", "steps_figure_data"),
-    "saved_bench_results": ("results.bench", "saved_results"),
     "algbw_gbps": ("models.cost", "algbw_gbps"),
     "busbw_gbps": ("models.cost", "busbw_gbps"),
     "communication_budget": ("models.cost", "communication_budget"),
@@ -99,14 +104,6 @@ _API = {
     "train": ("training.train", "train"),
     "TrainingRun": ("training.run", "TrainingRun"),
     "Memory": ("training.run", "Memory"),
-    "saved_strategy_results": ("results.strategies", "saved_strategy_results"),
-    "StrategyRun": ("results.strategies", "StrategyRun"),
-    "StrategyResults": ("results.strategies", "StrategyResults"),
-    "find_run": ("results.strategies", "find_run"),
-    "heldout_at": ("results.strategies", "heldout_at"),
-    "loss_at": ("results.strategies", "loss_at"),
-    "sent_bytes": ("results.strategies", "sent_bytes"),
-    "tradeoff_figure_data": ("results.strategies", "tradeoff_figure_data"),
     "ring_payload": ("observe.ir", "ring_payload"),
     "classification_task": ("problems.classification", "classification_task"),
     "padded_size": ("problems.classification", "padded_size"),
@@ -116,9 +113,8 @@ _API = {
     "topk_select": ("collectives.compression", "topk_select"),
     "sparse_all_gather": ("collectives.compression", "sparse_all_gather"),
     "powersgd_round": ("collectives.compression", "powersgd_round"),
-    # what the notebooks import besides the above: every name they use comes from here
-    "MATMUL_COLUMNS": ("collectives.collective_matmul", "COLUMNS"),
-    "MATMUL_ROWS": ("collectives.collective_matmul", "ROWS"),
+    "MATMUL_COLUMNS": ("collectives.collective_matmul", "MATMUL_COLUMNS"),
+    "MATMUL_ROWS": ("collectives.collective_matmul", "MATMUL_ROWS"),
     "by_hand_matmul": ("collectives.collective_matmul", "by_hand_matmul"),
     "by_hand_programs": ("collectives.collective_matmul", "by_hand_programs"),
     "gathered_matmul": ("collectives.collective_matmul", "gathered_matmul"),
@@ -156,114 +152,61 @@ _API = {
     "collective_runs": ("observe.sweep", "collective_runs"),
     "time_interleaved": ("observe.sweep", "time_interleaved"),
     "LAYERS": ("problems.classification", "LAYERS"),
-    "PART_FOUR": ("problems.classification", "PART_FOUR"),
+    "PART_FOUR_MLP": ("problems.classification", "PART_FOUR_MLP"),
     "cross_entropy_sum": ("problems.classification", "cross_entropy_sum"),
     "init_params": ("problems.classification", "init_params"),
     "loss_sum": ("problems.classification", "loss_sum"),
-    "counted_against_model": ("results.cluster", "counted_against_model"),
-    "cluster_figure_data": ("results.cluster", "figure_data"),
-    "link_fits": ("results.cluster", "fits"),
-    "per_message_s": ("results.cluster", "per_message_s"),
-    "saved_cluster_results": ("results.cluster", "saved_cluster_results"),
-    "balanced_rate": ("results.overlap", "balanced_rate"),
-    "overlap_figure_data": ("results.overlap", "figure_data"),
-    "modelled_overlap": ("results.overlap", "modelled"),
-    "spread_over_runs": ("results.overlap", "over_runs"),
-    "overlap_ratio": ("results.overlap", "overlap_ratio"),
-    "overlap_rates": ("results.overlap", "rates"),
-    "saved_overlap_results": ("results.overlap", "saved_overlap_results"),
-    "heldout_figure_data": ("results.strategies", "heldout_figure_data"),
-    "local_sgd_figure_data": ("results.strategies", "local_sgd_figure_data"),
-    "median_compute_s": ("results.training", "median_compute_s"),
-    "modelled_step_s": ("results.training", "modelled_step_s"),
-    "own_work_s": ("results.training", "own_work_s"),
-    "saved_training_results": ("results.training", "saved_training_results"),
-    "steps_to": ("results.training", "steps_to"),
-    "crossing_step": ("results.training", "crossing_step"),
-    "target_loss": ("results.training", "target_loss"),
-    "steps_by_seed": ("results.training", "steps_by_seed"),
-    "mean_steps": ("results.training", "mean_steps"),
-    "TARGET_FRACTION": ("results.training", "TARGET_FRACTION"),
     "step_figure_data": ("results.training_figures", "step_figure_data"),
     "time_to_target_figure_data": ("results.training_figures", "time_to_target_figure_data"),
     "diloco_figure_data": ("results.diloco_figures", "diloco_figure_data"),
     "micro_batch_rows": ("training.batches", "micro_batch_rows"),
     "split_task": ("training.batches", "split_task"),
     "hsdp_program": ("training.hsdp", "hsdp_program"),
-    "streaming_schedule": ("training.streaming", "schedule"),
-    "fragment_indices": ("training.streaming", "fragment_indices"),
-    "largest_layer_share": ("training.streaming", "largest_layer_share"),
-    "STREAMING_MIXING": ("training.streaming", "MIXING"),
-    "STREAMING_FRAGMENTS": ("training.strategies", "STREAMING_FRAGMENTS"),
-    "STREAMING_OVERLAP": ("training.strategies", "STREAMING_OVERLAP"),
     "quantized_all_reduce": ("training.quantize", "quantized_all_reduce"),
     "quantization_error_bound": ("training.quantize", "error_bound"),
-    "saved_diloco_results": ("results.diloco", "saved_diloco_results"),
-    "DilocoResults": ("results.diloco", "DilocoResults"),
-    "DILOCO_PLAN": ("results.diloco", "PLAN"),
-    "DILOCO_PROTOCOL": ("results.diloco", "PROTOCOL"),
-    "sweep_curves": ("results.diloco", "sweep_curves"),
-    "sweep_cost": ("results.diloco", "sweep_cost"),
-    "sweep_target": ("results.diloco", "sweep_target"),
-    "rows_to_target": ("results.diloco", "rows_to_target"),
-    "saved_diloco_cluster": ("results.diloco_cluster", "saved_diloco_cluster"),
-    "diloco_cluster_rates": ("results.diloco_cluster", "rates"),
-    "diloco_cluster_local_steps": ("results.diloco_cluster", "local_steps"),
-    "diloco_cluster_method": ("results.diloco_cluster", "method"),
-    "diloco_cluster_step": ("results.diloco_cluster", "step"),
-    "diloco_cluster_sync": ("results.diloco_cluster", "sync"),
-    "diloco_cluster_link_bytes": ("results.diloco_cluster", "link_bytes"),
-    "diloco_cluster_ratio": ("results.diloco_cluster", "ratio"),
-    "modelled_diloco_step_s": ("results.diloco_cluster", "modelled_step_s"),
-    "diloco_model_gaps": ("results.diloco_cluster", "model_gaps"),
-    "diloco_sync_bytes": ("results.diloco_cluster", "sync_link_bytes"),
-    "saved_streaming_curves": ("results.streaming", "saved_streaming_curves"),
-    "streaming_target": ("results.streaming", "streaming_target"),
-    "streaming_steps_to_target": ("results.streaming", "steps_to_target"),
-    "streaming_curves_of": ("results.streaming", "curves_of"),
-    "pick_lr": ("results.diloco", "pick_lr"),
-    "lowest_heldout": ("results.diloco", "lowest_heldout"),
-    "lowest_by_seed": ("results.diloco", "lowest_by_seed"),
-    "syncs_to_target": ("results.diloco", "syncs_to_target"),
-    "DILOCO_ABLATIONS": ("results.diloco", "ABLATIONS"),
     "replica_mesh": ("training.diloco", "replica_mesh"),
     "replica_step": ("training.diloco", "replica_step"),
     "outer_step": ("training.diloco", "outer_step"),
-    "adamw": ("training.optimizers", "adamw"),
-    "outer_nesterov": ("training.optimizers", "outer_nesterov"),
-    "outer_average": ("training.optimizers", "outer_average"),
-    "from_optax": ("training.optimizers", "from_optax"),
-    "Optimizer": ("training.optimizers", "Optimizer"),
-    "ADAMW_LR": ("training.optimizers", "ADAMW_LR"),
-    "OUTER_LR": ("training.optimizers", "OUTER_LR"),
-    "OUTER_MOMENTUM": ("training.optimizers", "OUTER_MOMENTUM"),
-    "UNIT_STEP_LR": ("training.optimizers", "UNIT_STEP_LR"),
-    "outer_sgd": ("training.optimizers", "outer_sgd"),
-    "nesterov_multiplier": ("training.optimizers", "nesterov_multiplier"),
     "layer_chunks": ("training.layers", "layer_chunks"),
     "COMPRESSED": ("training.part_four", "COMPRESSED"),
     "LOCAL_STEPS": ("training.part_four", "LOCAL_STEPS"),
     "ACCUMULATION": ("training.part_four", "ACCUMULATION"),
     "TOPK_FRACTION": ("training.part_four", "TOPK_FRACTION"),
     "Context": ("training.state", "Context"),
-    "TRAIN_LR": ("training.optimizers", "TRAIN_LR"),
     "state_specs": ("training.state", "state_specs"),
     "StrategySpec": ("training.strategies", "StrategySpec"),
     "STRATEGY_SPECS": ("training.strategies", "SPECS"),
     "strategy_spec": ("training.strategies", "spec"),
 }
 
-__all__ = sorted(_API)
+# public name: module in this package, read as a namespace (``cu.diloco_sweep.pick_lr``)
+_NAMESPACES = {
+    "bench_runs": "results.bench",
+    "cluster_runs": "results.cluster",
+    "diloco_cluster": "results.diloco_cluster",
+    "diloco_sweep": "results.diloco",
+    "optimizers": "training.optimizers",
+    "overlap_runs": "results.overlap",
+    "strategy_runs": "results.strategies",
+    "streaming": "training.streaming",
+    "streaming_curves": "results.streaming",
+    "training_runs": "results.training",
+}
+
+__all__ = sorted([*_API, *_NAMESPACES])
 
 
 def __getattr__(name: str):
-    if name not in _API:
+    if name in _NAMESPACES:
+        value = importlib.import_module(f"course_utils.{_NAMESPACES[name]}")
+    elif name in _API:
+        module, attribute = _API[name]
+        value = getattr(importlib.import_module(f"course_utils.{module}"), attribute)
+    else:
         raise AttributeError(f"module 'course_utils' has no attribute {name!r}")
-    module, attribute = _API[name]
-    value = getattr(importlib.import_module(f"course_utils.{module}"), attribute)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(__all__))

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     from course_utils.results.diloco import PLAN
 
     use_cpu_devices(PLAN.devices)
-    from course_utils import adamw, replica_mesh, train
+    from course_utils import replica_mesh, train
     from course_utils.results.diloco import (
         DP,
         EVERY_H,
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     )
     from course_utils.results.meta import RunMeta, this_machine
     from course_utils.results.records import save
-    from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM
+    from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, adamw
 
     start, mesh = time.time(), replica_mesh(PLAN.replicas)
     common = {"steps": PLAN.steps, "batch_size": PLAN.batch_size, "data_seed": PLAN.data_seed}

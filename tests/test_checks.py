@@ -108,6 +108,31 @@ def test_a_forbidden_function_imported_inside_the_answer_is_named():
     assert uses_forbidden(own, [break_even_bits, local_sgd_bytes]) is None
 
 
+def test_a_forbidden_function_read_at_the_call_site_is_named():
+    """A notebook's ``cu.ring_payload(...)`` and ``cu.overlap_runs.modelled(...)`` name the
+    function as a bare ``ring_payload(...)`` did, loaded already or only through the facade's
+    lazy names (the package's cache of them emptied)."""
+    import course_utils as cu
+    from course_utils.checks.forbidden import public_name
+    from course_utils.observe.ir import ring_payload
+    from course_utils.results.overlap import modelled
+
+    notebook = {"cu": cu}
+    exec("def bare(*a):\n    return cu.ring_payload(*a)\n"
+         "def spaced(*a):\n    return cu.overlap_runs.modelled(*a)\n"
+         "def own(*a):\n    return cu.format_bytes(a[0])\n", notebook)
+    for cached in (True, False):
+        if not cached:
+            for name in ("ring_payload", "overlap_runs", "format_bytes"):
+                vars(cu).pop(name, None)
+        assert uses_forbidden(notebook["bare"], [ring_payload]) == "ring_payload"
+        assert uses_forbidden(notebook["spaced"], [modelled]) == "modelled"
+        assert uses_forbidden(notebook["own"], [ring_payload, modelled]) is None
+    assert (public_name(ring_payload), public_name(modelled)) == (
+        "ring_payload", "overlap_runs.modelled")
+    assert public_name(_check_row) == "_check_row"  # not public: its own name
+
+
 def test_uses_forbidden_follows_wrappers_copies_and_helpers():
     import functools
     import types

@@ -17,7 +17,7 @@ from terminal import as_from_a_terminal
 from course_utils import validate_figure_data
 from course_utils.models.cost_model import Topology
 from course_utils.models.links import rate_bytes_per_s
-from course_utils.problems.classification import PART_FOUR, padded_size
+from course_utils.problems.classification import PART_FOUR_MLP, padded_size
 from course_utils.results.cluster import (
     ClusterResults,
     ClusterRun,
@@ -335,7 +335,7 @@ def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_pat
     assert results.cluster.hosts == 2 and results.meta.machine.cores > 0
     assert results.cluster.default_tcp and results.meta.command.endswith("--measure training")
     # host 0's link counter saw what the step model says one data-parallel step sends
-    dp = strategy_traffic("data_parallel", padded_size(2, PART_FOUR), Topology(2, 1))
+    dp = strategy_traffic("data_parallel", padded_size(2, PART_FOUR_MLP), Topology(2, 1))
     for row in results.rows:
         assert row.link_bytes == pytest.approx(dp.link_bytes, rel=0.05)
         assert row.step_s == pytest.approx(row.compute_s + row.communication_s)

@@ -15,7 +15,7 @@ from jax.sharding import Mesh
 
 from course_utils.collectives.overlap import AXES
 from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
-from course_utils.problems.classification import PART_FOUR, init_params
+from course_utils.problems.classification import PART_FOUR_MLP, init_params
 from course_utils.results.diloco_cluster import (
     DATA_PARALLEL,
     NOTHING_SENT,
@@ -169,7 +169,7 @@ def test_a_diloco_round_is_h_inner_steps_then_the_outer_nesterov_step_on_the_mea
     diloco, int8 = methods(plan)[:2]
     programs = dr.rounds(lay, diloco)
     local = np.asarray(dr.run_round(programs, lay, None, 4).params).reshape(2, n)  # per host
-    w0 = init_params(n, 0, PART_FOUR)
+    w0 = init_params(n, 0, PART_FOUR_MLP)
     delta = w0 - local.mean(axis=0)  # the mean outer gradient
     want = w0 - 0.7 * (delta + 0.9 * delta)  # Nesterov from zero momentum
     got = np.asarray(dr.run_round(programs, lay, diloco, 4).params).reshape(2, n)

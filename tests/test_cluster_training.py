@@ -5,7 +5,7 @@ namespaces). No test asserts a time."""
 
 import pytest
 
-from course_utils.problems.classification import PART_FOUR
+from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.cluster import ClusterSetup
 from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.training import (
@@ -115,7 +115,7 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy
     for seed, curve in curves.items():
         run = train(mesh, find_row(strategy).trained, steps=every, batch_size=batch_size,
                     accumulate=find_row(strategy).accumulate, seed=seed, data_seed=0,
-                    topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
+                    topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR_MLP)
         assert run.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
         assert run.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
         first.append(curve.heldout_loss[0][1])

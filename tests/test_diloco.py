@@ -11,22 +11,24 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils import (
-    OUTER_LR,
-    OUTER_MOMENTUM,
-    UNIT_STEP_LR,
     Topology,
-    adamw,
     data_mesh,
-    nesterov_multiplier,
-    outer_nesterov,
     replica_mesh,
     strategy_traffic,
     train,
 )
-from course_utils.problems.classification import PART_THREE, init_params, loss_sum
+from course_utils.problems.classification import PART_THREE_MLP, init_params, loss_sum
 from course_utils.training.batches import split_task
 from course_utils.training.diloco import outer_parts, outer_step
 from course_utils.training.hsdp import HOST
+from course_utils.training.optimizers import (
+    OUTER_LR,
+    OUTER_MOMENTUM,
+    UNIT_STEP_LR,
+    adamw,
+    nesterov_multiplier,
+    outer_nesterov,
+)
 from course_utils.training.state import Context, TrainState, state_specs
 from course_utils.training.strategies import SPECS, spec
 
@@ -136,7 +138,8 @@ def test_the_heldout_loss_is_that_of_the_parameters_at_the_last_sync():
     losses = [loss for _, loss in run.heldout_loss]  # steps 2, 4, 6, 8; syncs at 4 and 8
     _, _, (x, y) = split_task(SMALL["seed"], skewed=False, heldout=True)
     start = init_params(run.params.size, SMALL["seed"])  # the parameters before any sync
-    assert losses[0] == pytest.approx(float(loss_sum(start, x, y, PART_THREE)) / len(y), rel=1e-6)
+    assert losses[0] == pytest.approx(float(loss_sum(start, x, y, PART_THREE_MLP)) / len(y),
+                                     rel=1e-6)
     assert losses[2] == losses[1] and losses[1] != losses[0] and losses[3] != losses[2]
 
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from course_utils import adamw, replica_mesh, train
+from course_utils import replica_mesh, train
 from course_utils.results.diloco import (
     DP,
     EVERY_H,
@@ -25,7 +25,7 @@ from course_utils.results.diloco import (
     syncs_to_target,
 )
 from course_utils.results.records import load, saved_path
-from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM
+from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, adamw
 
 SAVED = saved_diloco_results()
 

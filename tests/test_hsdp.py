@@ -7,7 +7,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 
 from course_utils.observe.ir import hlo_collectives
-from course_utils.problems.classification import PART_FOUR
+from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.tools.cluster.training import _program
 from course_utils.training.hsdp import SLICED, hsdp_program
 
@@ -20,7 +20,7 @@ def test_one_hsdp_step_is_data_parallelism_s_with_the_parameters_sliced_in_each_
     sliced = NamedSharding(two, SLICED)
     start = (jax.device_put(np.asarray(state.params), sliced),
              jax.device_put(np.zeros(expected.size, np.float32), sliced))
-    hsdp = hsdp_program(two, rows=len(y), mlp=PART_FOUR)
+    hsdp = hsdp_program(two, rows=len(y), mlp=PART_FOUR_MLP)
     w, _ = hsdp(start, x, y)
     np.testing.assert_allclose(np.asarray(w), expected, atol=1e-6)
     assert [s.data.shape for s in w.addressable_shards] == [(expected.size // 2,)] * 4
@@ -32,26 +32,27 @@ def test_one_hsdp_step_is_data_parallelism_s_with_the_parameters_sliced_in_each_
 
 def test_hsdp_needs_a_host_and_a_device_axis():
     with pytest.raises(ValueError, match="axes \\('host', 'device'\\)"):
-        hsdp_program(Mesh(np.asarray(jax.devices()), ("d",)), rows=8, mlp=PART_FOUR)
+        hsdp_program(Mesh(np.asarray(jax.devices()), ("d",)), rows=8, mlp=PART_FOUR_MLP)
 
 
 def test_the_registered_hsdp_step_is_hsdp_program_s_and_train_refuses_it():
     from course_utils import data_mesh, train
     from course_utils.problems.classification import classification_task, init_params, padded_size
-    from course_utils.training.hsdp import ROWS
+    from course_utils.training.hsdp import HSDP_ROWS
     from course_utils.training.strategies import Context, spec, state_specs
 
     two = Mesh(np.asarray(jax.devices()).reshape(2, 2), ("host", "device"))
-    entry, n, rows = spec("hsdp"), padded_size(4, PART_FOUR), 64
-    ctx = Context("device", 2, n, rows, k=1, mlp=PART_FOUR)
-    state = entry.init(init_params(n, 0, PART_FOUR), two, ctx)
+    entry, n, rows = spec("hsdp"), padded_size(4, PART_FOUR_MLP), 64
+    ctx = Context("device", 2, n, rows, k=1, mlp=PART_FOUR_MLP)
+    state = entry.init(init_params(n, 0, PART_FOUR_MLP), two, ctx)
     specs = state_specs(state)
     assert (specs.params, specs.momentum, state.gradient) == (SLICED, SLICED, None)
-    x, y = (jax.device_put(a[:rows], NamedSharding(two, ROWS))
-            for a in classification_task(mlp=PART_FOUR))
+    x, y = (jax.device_put(a[:rows], NamedSharding(two, HSDP_ROWS))
+            for a in classification_task(mlp=PART_FOUR_MLP))
     step = jax.jit(jax.shard_map(lambda s, a, b: entry.step(s, a, b, ctx)[0], mesh=two,
-                                 in_specs=(specs, ROWS, ROWS), out_specs=specs, check_vma=False))
-    w, v = hsdp_program(two, rows=rows, mlp=PART_FOUR)((state.params, state.momentum), x, y)
+                                 in_specs=(specs, HSDP_ROWS, HSDP_ROWS), out_specs=specs,
+                                 check_vma=False))
+    w, v = hsdp_program(two, rows=rows, mlp=PART_FOUR_MLP)((state.params, state.momentum), x, y)
     new = step(state, x, y)
     np.testing.assert_array_equal(np.asarray(new.params), np.asarray(w))
     np.testing.assert_array_equal(np.asarray(new.momentum), np.asarray(v))

@@ -83,12 +83,12 @@ def test_the_collective_matmul_three_ways_is_a_times_b_split_by_columns(hosts):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((8, 6)).astype(np.float32), rng.standard_normal((6, 8)).astype(
         np.float32)
-    a_c, b_c, a_s = (_placed(compute, a, cm.ROWS), _placed(compute, b, cm.COLUMNS),
-                     _placed(stream, a, cm.ROWS))
+    a_c, b_c, a_s = (_placed(compute, a, cm.MATMUL_ROWS), _placed(compute, b, cm.MATMUL_COLUMNS),
+                     _placed(stream, a, cm.MATMUL_ROWS))
     for c in (cm.gathered_matmul(compute)(a_c, b_c), cm.looped_matmul(compute)(a_c, b_c),
               cm.by_hand_matmul(cm.by_hand_programs(compute, stream), a_c, a_s, b_c)):
         np.testing.assert_allclose(np.asarray(c), a @ b, rtol=1e-5)
-        assert c.sharding.spec == cm.COLUMNS and c.sharding.mesh.devices.tolist() == list(
+        assert c.sharding.spec == cm.MATMUL_COLUMNS and c.sharding.mesh.devices.tolist() == list(
             compute.devices)
 
 
@@ -228,8 +228,8 @@ import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding
 from course_utils.collectives import collective_matmul as cm, overlap as ov
 compute, _ = ov.stream_meshes(Mesh(np.asarray(jax.devices()).reshape(2, 2), ov.AXES))
-a = jax.device_put(np.ones((128, 32), np.float32), NamedSharding(compute, cm.ROWS))
-b = jax.device_put(np.ones((32, 128), np.float32), NamedSharding(compute, cm.COLUMNS))
+a = jax.device_put(np.ones((128, 32), np.float32), NamedSharding(compute, cm.MATMUL_ROWS))
+b = jax.device_put(np.ones((32, 128), np.float32), NamedSharding(compute, cm.MATMUL_COLUMNS))
 cm.looped_matmul(compute)(a, b).block_until_ready()
 """
 

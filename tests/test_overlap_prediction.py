@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from course_utils import modelled_overlap
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.overlap_time import check_overlap_prediction
 from course_utils.models.latency import bucketed_step_time, collective_time
+from course_utils.results.overlap import modelled as modelled_overlap
 
 STEP_19 = {"compute_ms": 667.0, "bucket_bytes": 2**20, "buckets": 16, "hosts": 2,
            "bytes_per_s": 2.5e7 * 1448 / 1514, "alpha_s": 4.5e-4}  # about its numbers
@@ -91,7 +91,7 @@ def test_an_unexplained_slip_gets_a_hint_not_the_model():
     (lambda c, nbytes, n, h, rate, alpha: max(
         c + (t := collective_time(nbytes, h, alpha_s=alpha, bandwidth_bytes_per_s=rate) * 1e3),
         c / n + n * t), "collective_time"),
-    (lambda *a: modelled_overlap(None, "200 Mbit/s").overlap_ms, "modelled_overlap"),
+    (lambda *a: modelled_overlap(None, "200 Mbit/s").overlap_ms, r"overlap_runs\.modelled"),
 ])
 def test_the_package_model_is_refused(fn, name):
     with pytest.raises(ExerciseFailed, match=f"uses the package's {name}, which computes"):

@@ -1,8 +1,10 @@
+import json
 import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -30,6 +32,17 @@ def test_import_configures_nothing():
     assert done.returncode == 0, done.stderr[-1500:]
 
 
+def test_importing_the_package_imports_no_jax():
+    """PEP 562: ``import course_utils`` and listing its names load no sub-module; the first
+    ``cu.<name>`` loads that name's module."""
+    code = ("import sys, course_utils; dir(course_utils); "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'jax'], 'jax imported'; "
+            "assert 'course_utils.results.overlap' not in sys.modules; "
+            "course_utils.overlap_runs; assert 'course_utils.results.overlap' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+
+
 def test_the_core_never_imports_the_tools():
     package = ROOT / "course_utils"
     core = sorted(
@@ -50,8 +63,6 @@ def test_the_core_never_imports_the_tools():
 
 
 def test_notebooks_import_only_the_core():
-    import json
-
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         code = "\n".join(
             "".join(c["source"])
@@ -62,29 +73,67 @@ def test_notebooks_import_only_the_core():
         assert "jax._src" not in code, path.name
 
 
-def test_notebooks_import_the_public_names_one_way():
-    """Every course_utils name a notebook uses comes from ``course_utils`` (the self-checks
-    from ``course_utils.checks``): no notebook reaches into a sub-module."""
+def _notebook_code(path):
+    """Each code cell's source, magic lines blanked, with its whole source."""
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            lines = ["" if line.startswith(("%", "!")) else line for line in source.splitlines()]
+            yield source, "\n".join(lines)
+
+
+def test_notebooks_read_the_package_at_the_call_site():
+    """Every notebook imports ``course_utils as cu`` and the self-checks as one module
+    (``from course_utils import checks``), and each ``cu.<name>`` / ``checks.<name>`` it uses is
+    public: a name of ``course_utils.__all__`` (a module namespace's own names too)."""
     import ast
-    import json
 
     import course_utils
+    from course_utils import checks
 
     for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
-            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
-            lines = [line for line in source.splitlines() if not line.startswith(("%", "!"))]
-            for node in ast.walk(ast.parse("\n".join(lines))):
+        imported = set()
+        for _, code in _notebook_code(path):
+            for node in ast.walk(ast.parse(code)):
                 if isinstance(node, ast.Import):
-                    assert not any(a.name.startswith("course_utils") for a in node.names), (
-                        path.name, ast.unparse(node))
+                    for alias in node.names:
+                        if alias.name.startswith("course_utils"):
+                            assert (alias.name, alias.asname) == ("course_utils", "cu"), path.name
+                            imported.add("cu")
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
                         "course_utils"):
-                    assert node.module in ("course_utils", "course_utils.checks"), (
+                    assert node.module == "course_utils", (path.name, ast.unparse(node))
+                    assert [a.name for a in node.names] == ["checks"], (
                         path.name, ast.unparse(node))
-                    if node.module == "course_utils":
-                        assert {a.name for a in node.names} <= set(course_utils.__all__), (
-                            path.name, ast.unparse(node))
+                    imported.add("checks")
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                        and node.value.id in imported):  # 09's own ``checks`` is a dict
+                    public = course_utils.__all__ if node.value.id == "cu" else checks.__all__
+                    assert node.attr in public, (path.name, ast.unparse(node))
+                    space = getattr(course_utils, node.attr) if node.value.id == "cu" else None
+                    if isinstance(space, ModuleType):
+                        assert node.attr in course_utils._NAMESPACES, (path.name, node.attr)
+        assert "cu" in imported, path.name
+
+
+def test_each_notebook_s_import_cell_is_short():
+    """The cell that imports the package: at most 15 non-blank lines (its imports and the
+    device setup; what the step builds goes in the cells after it)."""
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cell = next(source for source, _ in _notebook_code(path)
+                    if "import course_utils as cu" in source)
+        lines = [line for line in cell.splitlines() if line.strip()]
+        assert len(lines) <= 15, (path.name, len(lines))
+
+
+def test_the_facade_holds_at_most_170_names_each_documented_once():
+    import course_utils
+
+    assert len(course_utils.__all__) <= 170
+    assert not set(course_utils._API) & set(course_utils._NAMESPACES)
+    for name, module in course_utils._NAMESPACES.items():
+        assert isinstance(getattr(course_utils, name), ModuleType), name
+        assert getattr(course_utils, name).__name__ == f"course_utils.{module}"
 
 
 def test_private_jax_lives_in_one_module():

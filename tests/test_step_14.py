@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from course_utils import padded_size
-from course_utils.problems.classification import LAYERS, N_PARAMS, PART_THREE, init_params
+from course_utils.problems.classification import LAYERS, N_PARAMS, PART_THREE_MLP, init_params
 from course_utils.training.layers import layer_chunks, layer_order
 from course_utils.training.strategies import spec
 
@@ -28,7 +28,7 @@ def test_every_device_holds_a_chunk_of_every_layer(p):
     order, chunks = layer_order(n, p), layer_chunks(n, p)
     assert sorted(order.tolist()) == list(range(n)) and sum(chunks) == n // p
     w = init_params(n)
-    np.testing.assert_array_equal(spec("zero3").flat(w[order], n, p, PART_THREE), w)
+    np.testing.assert_array_equal(spec("zero3").flat(w[order], n, p, PART_THREE_MLP), w)
     slices = w[order].reshape(p, n // p)
     start = 0
     for (_, shape), chunk in zip(LAYERS, chunks):  # gathering chunk by chunk gives the layer

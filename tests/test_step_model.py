@@ -75,16 +75,16 @@ def test_the_flop_count_is_what_xla_counts_for_the_gradient():
     import jax
     import numpy as np
 
-    from course_utils.problems.classification import PART_FOUR, init_params, loss_sum
+    from course_utils.problems.classification import PART_FOUR_MLP, init_params, loss_sum
 
-    rows, n = 128, padded_size(1, PART_FOUR)
-    x = np.zeros((rows, PART_FOUR.features), np.float32)
+    rows, n = 128, padded_size(1, PART_FOUR_MLP)
+    x = np.zeros((rows, PART_FOUR_MLP.features), np.float32)
     y = np.zeros(rows, np.int32)
-    grad = jax.jit(jax.grad(loss_sum), static_argnums=3).lower(init_params(n, 0, PART_FOUR), x, y,
-                                                               PART_FOUR).compile()
+    w = init_params(n, 0, PART_FOUR_MLP)
+    grad = jax.jit(jax.grad(loss_sum), static_argnums=3).lower(w, x, y, PART_FOUR_MLP).compile()
     analysis = grad.cost_analysis()
     counted = (analysis[0] if isinstance(analysis, list) else analysis)["flops"]
-    matrices = [s for _, s in PART_FOUR.layers if len(s) == 2]
+    matrices = [s for _, s in PART_FOUR_MLP.layers if len(s) == 2]
     assert counted == pytest.approx(mlp_flops(rows, matrices), rel=0.05)
 
 
@@ -117,15 +117,15 @@ def test_every_strategy_is_modelled():
                                              ("topk_ef", "topk_ef"), ("powersgd", "powersgd")])
 def test_on_part_four_model_the_bytes_are_those_its_compiled_step_sends(strategy, label):
     from course_utils.devices.setup import data_mesh
-    from course_utils.problems.classification import PART_FOUR
+    from course_utils.problems.classification import PART_FOUR_MLP
     from course_utils.training.strategies import POWERSGD_RANK
     from course_utils.training.train import train
 
     mesh = data_mesh()
-    p, n = mesh.size, padded_size(mesh.size, PART_FOUR)
-    run = train(mesh, label, steps=1, batch_size=16, mlp=PART_FOUR)
-    matrices = [shape for _, shape in PART_FOUR.layers if len(shape) == 2]
-    dense = sum(shape[0] for _, shape in PART_FOUR.layers if len(shape) == 1)
+    p, n = mesh.size, padded_size(mesh.size, PART_FOUR_MLP)
+    run = train(mesh, label, steps=1, batch_size=16, mlp=PART_FOUR_MLP)
+    matrices = [shape for _, shape in PART_FOUR_MLP.layers if len(shape) == 2]
+    dense = sum(shape[0] for _, shape in PART_FOUR_MLP.layers if len(shape) == 1)
     modelled = strategy_traffic(strategy, n, Topology(p, 1), topk=max(1, round(0.01 * n)),
                                 matrices=matrices, dense=dense, rank=POWERSGD_RANK)
     assert modelled.link_bytes == pytest.approx(run.bytes_per_step)

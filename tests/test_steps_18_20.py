@@ -9,7 +9,7 @@ import math
 from course_utils.models.cost_model import Topology, link_bytes_sent
 from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
 from course_utils.models.step import balanced_rows, break_even_bits
-from course_utils.problems.classification import PART_FOUR, padded_size
+from course_utils.problems.classification import PART_FOUR_MLP, padded_size
 from course_utils.results.cluster import per_message_s, saved_cluster_results
 from course_utils.results.training import (
     TARGET_FRACTION,
@@ -29,10 +29,10 @@ from course_utils.training.traffic import strategy_traffic
 
 SAVED = saved_training_results()
 H, D = SAVED.cluster.hosts, SAVED.cluster.devices_per_host
-N = padded_size(H * D, PART_FOUR)
+N = padded_size(H * D, PART_FOUR_MLP)
 DP = strategy_traffic("data_parallel", N, Topology(H, D))
 ALPHA = per_message_s(saved_cluster_results("2x2"), DP.messages)
-MATRICES = [s for _, s in PART_FOUR.layers if len(s) == 2]
+MATRICES = [s for _, s in PART_FOUR_MLP.layers if len(s) == 2]
 SIZES = sorted({r.batch_size for r in SAVED.rows})
 BATCH = 128  # step 20's tables
 

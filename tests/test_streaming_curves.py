@@ -3,7 +3,7 @@ holds, its first steps as the code trains them, and the target read from it."""
 
 import pytest
 
-from course_utils.problems.classification import PART_FOUR
+from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.records import save, saved_path
 from course_utils.results.streaming import (
@@ -57,7 +57,7 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy
     assert mesh.size == saved.replicas * saved.devices_per_replica
     curve = curves_of(saved, strategy)[0]
     run = train(mesh, strategy, steps=LOCAL_STEPS, seed=0, data_seed=DATA_SEED,
-                batch_size=saved.batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
+                batch_size=saved.batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR_MLP,
                 local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
     first = curve.heldout_loss[:len(run.heldout_loss)]  # one round of H: DiLoCo's first sync
     assert [s for s, _ in run.heldout_loss] == [s for s, _ in first]

@@ -9,10 +9,11 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_utils import data_mesh, outer_nesterov, replica_mesh, train
-from course_utils.problems.classification import PART_FOUR
+from course_utils import data_mesh, replica_mesh, train
+from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.training import streaming_diloco
 from course_utils.training.hsdp import HOST
+from course_utils.training.optimizers import outer_nesterov
 from course_utils.training.quantize import BLOCK
 from course_utils.training.state import Context, TrainState, state_specs
 from course_utils.training.strategies import SPECS, spec
@@ -125,7 +126,7 @@ def test_quantized_outer_gradients_send_a_quarter_and_an_eighth_plus_the_scales(
 
 def test_streaming_s_largest_sync_is_diloco_s_over_f_on_part_four():
     mesh, f = replica_mesh(), spec("streaming_diloco").sync.fragments
-    options = {"steps": 1, "batch_size": 8, "local_steps": 32, "mlp": PART_FOUR}
+    options = {"steps": 1, "batch_size": 8, "local_steps": 32, "mlp": PART_FOUR_MLP}
     whole = train(mesh, "diloco_4bit", **options)
     streamed = train(mesh, "streaming_diloco", **options)
     assert streamed.bytes_per_sync_across_replicas == pytest.approx(

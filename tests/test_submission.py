@@ -151,9 +151,12 @@ def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_solution_that_rebinds_the_check_does_not_pass(edition, tmp_path):
-    cheat = ("predicted = [(0, 0)]\n"
-             "check_predicted_shard_shapes = lambda *args: print('PASSED: trust me')")
+@pytest.mark.parametrize("rebound", ["checks.check_predicted_shard_shapes", "checks"])
+def test_a_solution_that_rebinds_the_check_does_not_pass(edition, tmp_path, rebound):
+    fake = "lambda *args: print('PASSED: trust me')"
+    if rebound == "checks":
+        fake = f"__import__('types').SimpleNamespace(check_predicted_shard_shapes={fake})"
+    cheat = f"predicted = [(0, 0)]\n{rebound} = {fake}"
     path = _answer(edition, tmp_path, "04_placement_checks.ipynb", cheat)
     (result,) = check_submission(path, SOLUTIONS)
     assert result.status == FAILED and "PASSED" not in result.message
@@ -208,7 +211,7 @@ def test_a_step_without_exercises_has_nothing_to_check(course, tmp_path):
 
 
 SCATTER_INTO_P = """def my_kernel(x_block, y_block, w):
-    partial = local_contribution(x_block, y_block, w, n_rows)
+    partial = cu.local_contribution(x_block, y_block, w, n_rows)
     return jax.lax.psum_scatter(partial, "data", tiled=True)
 
 specs = (P("data", None), P("data"), P())

@@ -61,7 +61,8 @@ def _code_objects(code: types.CodeType):
 def _named_objects(fn) -> list:
     """What the names in ``fn``'s code (nested code too) refer to: its globals, builtins excluded,
     the cells of its closure, and what the code's names name on a module among those
-    (``ov.overlapped_backward``, ``course_utils.collectives.overlap.overlapped_backward``)."""
+    (``cu.overlapped_backward``, ``cu.overlap_runs.modelled``,
+    ``course_utils.collectives.overlap.overlapped_backward``)."""
     scope = getattr(fn, "__globals__", {})
     names = list(dict.fromkeys(n for code in _code_objects(fn.__code__) for n in code.co_names))
     found = [scope[n] for n in names if n in scope]
@@ -90,11 +91,29 @@ def _imported(code: types.CodeType) -> list:
 
 
 def _lazy(space: dict, name: str):
-    """``name`` of the package's lazy top-level API (``course_utils._API``) when ``space`` is the
-    package's namespace and the name's module is loaded, else ``None`` (nothing is imported)."""
-    where = space.get("_API", {}).get(name) if space.get("__name__") == "course_utils" else None
+    """``name`` of the package's lazy top-level API when ``space`` is the package's namespace and
+    the name's module is loaded, else ``None`` (nothing is imported): a name of ``_API``, or a
+    module namespace of ``_NAMESPACES`` (``cu.diloco_sweep``), the module itself."""
+    if space.get("__name__") != "course_utils":
+        return None
+    if (namespace := space.get("_NAMESPACES", {}).get(name)) is not None:
+        return sys.modules.get(f"course_utils.{namespace}")
+    where = space.get("_API", {}).get(name)
     module = sys.modules.get(f"course_utils.{where[0]}") if where else None
     return vars(module).get(where[1]) if module is not None else None
+
+
+def public_name(fn) -> str:
+    """How the notebooks spell the package's ``fn`` after ``cu.``: its facade name
+    (``modelled_time``), or its module namespace's (``overlap_runs.modelled``); else its own."""
+    import course_utils
+
+    home, own = getattr(fn, "__module__", ""), getattr(fn, "__name__", repr(fn))
+    named = [public for public, (module, attribute) in course_utils._API.items()
+             if (f"course_utils.{module}", attribute) == (home, own)]
+    spaces = [f"{public}.{own}" for public, module in course_utils._NAMESPACES.items()
+              if f"course_utils.{module}" == home]
+    return (named + spaces + [own])[0]
 
 
 def _filled(cell) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from course_utils.checks.forbidden import uses_forbidden
+from course_utils.checks.forbidden import public_name, uses_forbidden
 from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
 
 TOLERANCE = 0.02  # relative: the slips below are at least 4 % off in one case of each
@@ -61,13 +61,8 @@ def check_overlap_prediction(fn, *, compute_ms: float, bucket_bytes: float, buck
 
 
 def _public_name(name: str, forbidden: tuple) -> str:
-    """``name`` (a forbidden function's own name) as a student imports it from ``course_utils``."""
-    import course_utils
-
-    where = {(f"course_utils.{module}", attribute): public
-             for public, (module, attribute) in course_utils._API.items()}
-    return next((where.get((f.__module__, f.__name__), name) for f in forbidden
-                 if f.__name__ == name), name)
+    """``name`` (a forbidden function's own name) as a notebook spells it after ``cu.``."""
+    return next((public_name(f) for f in forbidden if f.__name__ == name), name)
 
 
 def _slip(answers: list) -> str:

@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 
-from course_utils.checks.forbidden import uses_forbidden
+from course_utils.checks.forbidden import public_name, uses_forbidden
 from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
 from course_utils.models.links import FRAME_SHARE
 
@@ -105,7 +105,7 @@ def check_slowest_hidden_rate(fn, *, n_params: int, fragments: int, bits: int, h
                        "the answer: write the fragment's bytes and its time yourself")
     models = (exchange_bytes, sync_link_bytes, bytes_sent, link_bytes_sent)
     if (name := uses_forbidden(fn, models)) is not None:
-        name = {"sync_link_bytes": "diloco_sync_bytes"}.get(name, name)  # as the page imports it
+        name = next(public_name(f) for f in models if f.__name__ == name)  # as the page spells it
         fail(exercise, f"my_slowest_rate uses the package's {name}, which counts the sync's "
                        "bytes for you: count the codes, the scales and the ring's share "
                        "yourself")

@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from course_utils.collectives.overlap import move
 
-ROWS, COLUMNS = P("host", None), P(None, "host")
+MATMUL_ROWS, MATMUL_COLUMNS = P("host", None), P(None, "host")
 
 
 def _shift(block):
@@ -44,7 +44,8 @@ def gathered_matmul(compute: Mesh) -> Callable:
     """All-gather ``A``'s rows, then one matmul (``a``: ``P("host", None)``, ``b``:
     ``P(None, "host")``)."""
     return jax.jit(jax.shard_map(lambda a, b: jax.lax.all_gather(a, "host", tiled=True) @ b,
-                                 mesh=compute, in_specs=(ROWS, COLUMNS), out_specs=COLUMNS))
+                                 mesh=compute, in_specs=(MATMUL_ROWS, MATMUL_COLUMNS),
+                                 out_specs=MATMUL_COLUMNS))
 
 
 def looped_matmul(compute: Mesh) -> Callable:
@@ -60,8 +61,8 @@ def looped_matmul(compute: Mesh) -> Callable:
                 block = _shift(block)
         return out
 
-    return jax.jit(jax.shard_map(body, mesh=compute, in_specs=(ROWS, COLUMNS),
-                                 out_specs=COLUMNS))
+    return jax.jit(jax.shard_map(body, mesh=compute, in_specs=(MATMUL_ROWS, MATMUL_COLUMNS),
+                                 out_specs=MATMUL_COLUMNS))
 
 
 class ByHand(NamedTuple):
@@ -79,19 +80,21 @@ def by_hand_programs(compute: Mesh, stream: Mesh) -> ByHand:
     @partial(jax.jit, static_argnums=0)
     def place(k, out, block, b):
         return jax.shard_map(partial(lambda k, o, a, b: _place(o, a, b, k), k), mesh=compute,
-                             in_specs=(COLUMNS, ROWS, COLUMNS), out_specs=COLUMNS)(out, block, b)
+                             in_specs=(MATMUL_COLUMNS, MATMUL_ROWS, MATMUL_COLUMNS),
+                             out_specs=MATMUL_COLUMNS)(out, block, b)
 
-    shift = jax.jit(jax.shard_map(_shift, mesh=stream, in_specs=ROWS, out_specs=ROWS))
+    shift = jax.jit(jax.shard_map(_shift, mesh=stream, in_specs=MATMUL_ROWS, out_specs=MATMUL_ROWS))
 
     # made on each device: a whole array put from one process would be sent over the links
-    @partial(jax.jit, static_argnums=(0, 1, 2), out_shardings=NamedSharding(compute, COLUMNS))
+    @partial(jax.jit, static_argnums=(0, 1, 2),
+             out_shardings=NamedSharding(compute, MATMUL_COLUMNS))
     def empty(rows, columns, dtype):
         return jnp.zeros((rows, columns), dtype)
 
     def zeros(a, b):
         return empty(a.shape[0], b.shape[1], a.dtype)
 
-    return ByHand(place, shift, zeros, NamedSharding(compute, ROWS))
+    return ByHand(place, shift, zeros, NamedSharding(compute, MATMUL_ROWS))
 
 
 def by_hand_matmul(progs: ByHand, a, a_on_stream, b):

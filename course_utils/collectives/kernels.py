@@ -23,9 +23,9 @@ from jax.sharding import PartitionSpec as P
 
 from course_utils.constants import BETA, LR
 from course_utils.devices.setup import axis_of
+from course_utils.models.cost_model import COLLECTIVES
 from course_utils.problems.regression import check_regression_shapes
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 BUILDER_CACHE_SIZE = 256  # kernels kept per builder (each holds its compiled programs)
 
 Builder = TypeVar("Builder", bound=Callable[..., "Kernel"])

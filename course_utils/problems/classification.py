@@ -1,12 +1,12 @@
 """The training task of parts three and four: a classification problem and a plain-JAX MLP
 whose parameters are one flat vector, so that sharding them is one ``PartitionSpec``.
 
-The data are built deterministically from a seed (no download): ``ROWS`` points in ``FEATURES``
+The data are built deterministically from a seed (no download): ``N_ROWS`` points in ``FEATURES``
 dimensions around ``CLASSES`` random centres, labelled by their centre. The model is
 ``FEATURES → HIDDEN (tanh) → CLASSES`` with softmax cross-entropy, ``N_PARAMS`` parameters; the
 flat vector is padded with zeros to a multiple of ``p · SCALE_BUCKET`` (the padding's gradient is
 zero, so it stays zero), which every scheme of part three can split evenly across p devices.
-Part four's model (``PART_FOUR``) is the same task, wider: its gradient is about 4 MiB, so a
+Part four's model (``PART_FOUR_MLP``) is the same task, wider: its gradient is about 4 MiB, so a
 shaped link, not the compute or the shaper's burst, sets the time of an all-reduce.
 """
 
@@ -24,7 +24,7 @@ from course_utils.validate import positive_int
 
 # 15360 = 2^10·3·5 rows: equal shards on 1, 2, 3, 4, 5, 6 and 8 devices; enough that the MLP
 # does not overfit them in part three's runs (its held-out loss still falls at their end)
-ROWS, FEATURES, CLASSES, HIDDEN = 15360, 32, 8, 256
+N_ROWS, FEATURES, CLASSES, HIDDEN = 15360, 32, 8, 256
 
 
 class MLP(NamedTuple):
@@ -33,7 +33,7 @@ class MLP(NamedTuple):
     ``hidden`` tanh units.
 
     Examples:
-        >>> PART_FOUR.n_params, round(4 * PART_FOUR.n_params / 2**20, 2)  # float32 MiB
+        >>> PART_FOUR_MLP.n_params, round(4 * PART_FOUR_MLP.n_params / 2**20, 2)  # float32 MiB
         (1118224, 4.27)
     """
 
@@ -55,16 +55,16 @@ class MLP(NamedTuple):
         return sum(math.prod(shape) for _, shape in self.layers)
 
 
-PART_THREE = MLP(ROWS, FEATURES, HIDDEN, CLASSES)
+PART_THREE_MLP = MLP(N_ROWS, FEATURES, HIDDEN, CLASSES)
 # part four: a gradient of about 4 MiB, well past the shaper's burst, so the link sets its time
 # (four times part three's rows, so that its 1.1 M parameters do not overfit within the runs'
 # steps; noise 4, so that the held-out loss still falls at 200 steps)
-PART_FOUR = MLP(rows=4 * ROWS, features=256, hidden=4096, classes=16, noise=4.0)
-LAYERS, N_PARAMS = PART_THREE.layers, PART_THREE.n_params
+PART_FOUR_MLP = MLP(rows=4 * N_ROWS, features=256, hidden=4096, classes=16, noise=4.0)
+LAYERS, N_PARAMS = PART_THREE_MLP.layers, PART_THREE_MLP.n_params
 
 
 def classification_task(seed: int = 0, *, skewed: bool = False,
-                        mlp: MLP = PART_THREE) -> tuple[np.ndarray, np.ndarray]:
+                        mlp: MLP = PART_THREE_MLP) -> tuple[np.ndarray, np.ndarray]:
     """Inputs ``x`` (rows × features of ``mlp``, float32) and labels ``y`` (int32).
 
     Args:
@@ -87,7 +87,7 @@ def classification_task(seed: int = 0, *, skewed: bool = False,
     return x[order].astype(np.float32), y[order].astype(np.int32)
 
 
-def padded_size(p: int, mlp: MLP = PART_THREE) -> int:
+def padded_size(p: int, mlp: MLP = PART_THREE_MLP) -> int:
     """Length of the flat parameter vector on ``p`` devices: ``mlp``'s parameters rounded up
     to a multiple of ``p · SCALE_BUCKET``.
 
@@ -99,7 +99,7 @@ def padded_size(p: int, mlp: MLP = PART_THREE) -> int:
     return -(-mlp.n_params // unit) * unit
 
 
-def init_params(size: int, seed: int = 0, mlp: MLP = PART_THREE) -> np.ndarray:
+def init_params(size: int, seed: int = 0, mlp: MLP = PART_THREE_MLP) -> np.ndarray:
     """The initial flat parameter vector of length ``size`` (≥ ``mlp``'s parameters; the rest
     zeros): weights scaled by 1/√fan-in, biases zero."""
     rng = np.random.default_rng(seed + 1)
@@ -110,7 +110,7 @@ def init_params(size: int, seed: int = 0, mlp: MLP = PART_THREE) -> np.ndarray:
     return np.concatenate([*parts, np.zeros(size - mlp.n_params, np.float32)])
 
 
-def unflatten(w, mlp: MLP = PART_THREE) -> dict:
+def unflatten(w, mlp: MLP = PART_THREE_MLP) -> dict:
     """The named layers of a flat parameter vector (the padding is dropped)."""
     layers, start = {}, 0
     for name, shape in mlp.layers:
@@ -120,7 +120,7 @@ def unflatten(w, mlp: MLP = PART_THREE) -> dict:
     return layers
 
 
-def logits(w, x, mlp: MLP = PART_THREE):
+def logits(w, x, mlp: MLP = PART_THREE_MLP):
     """The MLP's class scores f32[rows, classes] for the rows of ``x``, flat parameters ``w``."""
     layer = unflatten(w, mlp)
     hidden = jnp.tanh(x @ layer["w1"] + layer["b1"])  # f32[rows, HIDDEN]
@@ -133,7 +133,7 @@ def cross_entropy_sum(scores, y):
     return jnp.sum(jax.nn.logsumexp(scores, axis=1) - picked)
 
 
-def loss_sum(w, x, y, mlp: MLP = PART_THREE):
+def loss_sum(w, x, y, mlp: MLP = PART_THREE_MLP):
     """Sum over the rows of ``x`` of the softmax cross-entropy of the MLP with flat parameters
     ``w``. Divide by the number of rows that count (all of them, or one shard's) for a mean."""
     return cross_entropy_sum(logits(w, x, mlp), y)

@@ -4,7 +4,7 @@ and Streaming DiLoCo (``training.streaming_diloco``) at one H, and data parallel
 inner AdamW for the target, each from ``SEEDS`` seeds, trained in one process on a mesh of 2
 replicas of 2 devices (``diloco.replica_mesh``).
 
-The model is part four's (``PART_FOUR``): the one ``course cluster`` times, whose step time
+The model is part four's (``PART_FOUR_MLP``): the one ``course cluster`` times, whose step time
 times these curves' steps is a time to target, and whose 1.1 million parameters (94 % in the
 first layer) are what fragments and fewer bits are for; the curves do not depend on the link
 or on timing (Streaming DiLoCo merges each fragment τ steps after its outer step, exactly).
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from jax.sharding import Mesh
 
-from course_utils.problems.classification import PART_FOUR
+from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import load_saved
 from course_utils.results.training import (
@@ -97,7 +97,7 @@ def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
             if on_run is not None:
                 on_run(strategy, seed)
             run = train(mesh, strategy, steps=steps, seed=seed, data_seed=DATA_SEED,
-                        batch_size=batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR,
+                        batch_size=batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR_MLP,
                         local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
             curves.append(HeldoutCurve(strategy, batch_size, tuple(
                 (step, loss) for step, loss in run.heldout_loss), seed))

@@ -245,21 +245,21 @@ def median_compute_s(results: TrainingResults, strategy: str, batch_size: int) -
 
 def part_four_traffic(strategy: str, hosts: int, devices: int):
     """The step model's ``Traffic`` of one optimizer step of a part-four row's ``strategy`` on
-    hosts × devices: ``PART_FOUR``'s padded n with the settings of its row
+    hosts × devices: ``PART_FOUR_MLP``'s padded n with the settings of its row
     (``training.part_four.find_row``); a row the step model has no name for takes its
     registered strategy's (accumulation sends data parallelism's bytes)."""
     from course_utils.models.cost_model import Topology
-    from course_utils.problems.classification import PART_FOUR, padded_size
+    from course_utils.problems.classification import PART_FOUR_MLP, padded_size
     from course_utils.training.part_four import TOPK_FRACTION, find_row
     from course_utils.training.traffic import MODELLED, strategy_traffic
 
     row = find_row(strategy)
-    n = padded_size(hosts * devices, PART_FOUR)
+    n = padded_size(hosts * devices, PART_FOUR_MLP)
     return strategy_traffic(
         row.name if row.name in MODELLED else row.strategy, n, Topology(hosts, devices),
         topk=max(1, round(TOPK_FRACTION * n)),
-        matrices=[s for _, s in PART_FOUR.layers if len(s) == 2],
-        dense=sum(s[0] for _, s in PART_FOUR.layers if len(s) == 1),
+        matrices=[s for _, s in PART_FOUR_MLP.layers if len(s) == 2],
+        dense=sum(s[0] for _, s in PART_FOUR_MLP.layers if len(s) == 1),
         local_steps=row.local_steps)
 
 

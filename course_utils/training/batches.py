@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from course_utils.problems.classification import MLP, PART_THREE, classification_task
+from course_utils.problems.classification import MLP, PART_THREE_MLP, classification_task
 
 # rows kept out of training when a held-out loss is asked for (15360 − 3072 = 12288 rows
 # remain: equal shards on 1, 2, 3, 4, 6 and 8 devices)
 HELDOUT_ROWS = 3072
 
 
-def split_task(seed: int, *, skewed: bool, heldout: bool, mlp: MLP = PART_THREE
+def split_task(seed: int, *, skewed: bool, heldout: bool, mlp: MLP = PART_THREE_MLP
                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
     """Training rows ``x``, ``y`` and the held-out ``(x, y)`` (``None`` unless ``heldout``).
 

@@ -20,7 +20,7 @@ from course_utils.training.state import Context, Step, StepInfo, TrainState
 
 HOST, DEVICE = "host", "device"
 SLICED = P(DEVICE)  # a slice per device of the host, the same slices on every host
-ROWS = P((HOST, DEVICE))  # every device its own rows
+HSDP_ROWS = P((HOST, DEVICE))  # every device its own rows
 
 
 def _host_gradient(w, x, y, *, rows: int, mlp: MLP):
@@ -58,7 +58,7 @@ def hsdp_program(mesh: Mesh, *, rows: int, mlp: MLP, optimizer: Optimizer = MOME
     def step(state, x, y):
         return hsdp_step(*state, x, y, rows=rows, mlp=mlp, optimizer=optimizer)
 
-    return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=((SLICED, SLICED), ROWS, ROWS),
+    return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=((SLICED, SLICED), HSDP_ROWS, HSDP_ROWS),
                                  out_specs=(SLICED, SLICED)))
 
 

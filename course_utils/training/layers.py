@@ -10,10 +10,10 @@ import math
 
 import numpy as np
 
-from course_utils.problems.classification import MLP, PART_THREE
+from course_utils.problems.classification import MLP, PART_THREE_MLP
 
 
-def layer_chunks(n: int, p: int, mlp: MLP = PART_THREE) -> tuple[int, ...]:
+def layer_chunks(n: int, p: int, mlp: MLP = PART_THREE_MLP) -> tuple[int, ...]:
     """Values of each layer (``mlp.layers`` order) in one device's slice of zero3's vector:
     ⌈size/p⌉ each, the last layer's chunk filled up with the padding to n/p in all.
 
@@ -29,7 +29,7 @@ def layer_chunks(n: int, p: int, mlp: MLP = PART_THREE) -> tuple[int, ...]:
     return (*chunks, last)
 
 
-def layer_order(n: int, p: int, mlp: MLP = PART_THREE) -> np.ndarray:
+def layer_order(n: int, p: int, mlp: MLP = PART_THREE_MLP) -> np.ndarray:
     """zero3's layout: ``w[layer_order(n, p)]`` puts device i's chunk of every layer in its
     slice i (``P(axis)``), so that each layer is all-gathered on its own; entry ``j`` of the
     layout is entry ``layer_order(n, p)[j]`` of the task's flat vector (the padding fills the

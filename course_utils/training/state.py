@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_utils.problems.classification import MLP, PART_THREE, loss_sum
+from course_utils.problems.classification import MLP, PART_THREE_MLP, loss_sum
 from course_utils.training.optimizers import MOMENTUM, Optimizer
 
 
@@ -46,7 +46,7 @@ class Context:
     n: int
     rows: int
     k: int
-    mlp: MLP = PART_THREE
+    mlp: MLP = PART_THREE_MLP
     optimizer: Optimizer = MOMENTUM
 
 
@@ -132,9 +132,6 @@ def state_specs(state: TrainState) -> TrainState:
     """
     return jax.tree.map(lambda array: array.sharding.spec, state)
 
-
-# deprecated (one release): ``state_specs``; ``placements`` is the seed's (``devices.setup``)
-placements = state_specs
 
 
 def place(mesh: Mesh, ctx: Context, value: np.ndarray, form: str) -> jax.Array:

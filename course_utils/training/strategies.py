@@ -57,15 +57,14 @@ from course_utils.training.state import (
     accumulate_gradient,
     place,
     placed_init,
-    placements,
     state_specs,
 )
 from course_utils.training.streaming import MIXING
 
 __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "Strategy",
-           "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "placements",
-           "state_specs", "Parts", "Sync", "SavedRuns", "PartFour", "StrategySpec", "SPECS",
-           "STRATEGIES", "STRATEGY_STEPS", "DATA_PARALLEL", "LOCAL_SGD", "ZERO_STAGES", "spec"]
+           "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "state_specs",
+           "Parts", "Sync", "SavedRuns", "PartFour", "StrategySpec", "SPECS", "STRATEGIES",
+           "STRATEGY_STEPS", "DATA_PARALLEL", "LOCAL_SGD", "ZERO_STAGES", "spec"]
 
 
 class Parts(NamedTuple):

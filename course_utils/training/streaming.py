@@ -159,8 +159,8 @@ def largest_layer_share(mlp: MLP) -> float:
     """The fraction of ``mlp``'s parameters in its largest layer (why fragments are strided).
 
     Examples:
-        >>> from course_utils.problems.classification import PART_FOUR
-        >>> round(largest_layer_share(PART_FOUR), 3)
+        >>> from course_utils.problems.classification import PART_FOUR_MLP
+        >>> round(largest_layer_share(PART_FOUR_MLP), 3)
         0.938
     """
     sizes = [int(np.prod(shape)) for _, shape in mlp.layers]

@@ -29,7 +29,7 @@ from course_utils.observe.ir import hlo_collectives, ring_payload
 from course_utils.observe.placement import shard_shapes, values_per_device
 from course_utils.problems.classification import (
     MLP,
-    PART_THREE,
+    PART_THREE_MLP,
     init_params,
     loss_sum,
     padded_size,
@@ -114,7 +114,7 @@ def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> 
 
 def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: int = 1,
           topk_fraction: float = 0.01, skewed: bool = False, batch_size: int | None = None,
-          accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE,
+          accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE_MLP,
           data_seed: int | None = None, optimizer: Optimizer | None = None) -> TrainingRun:
     """Train the task's MLP for ``steps`` steps with ``strategy`` on ``mesh``.
 
@@ -143,7 +143,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             them is recorded after every ``heldout_every``-th step: of device 0's parameters,
             or for a strategy with an outer optimizer (DiLoCo's) of the synced parameters,
             those at the last sync (``TrainState.outer``), not replica 0's drifting copy.
-        mlp: the task's model: part three's, or ``PART_FOUR``'s wider one.
+        mlp: the task's model: part three's, or ``PART_FOUR_MLP``'s wider one.
         data_seed: seed of the task's rows and its held-out split; ``None``: ``seed``. Runs of
             one ``data_seed`` and several ``seed`` differ only in the initial parameters and
             the minibatch order (the seeds of a held-out curve).

@@ -1,5 +1,5 @@
 """One host's side of ``course cluster --measure diloco``: part five's syncs timed across the
-hosts on part four's model (``PART_FOUR``) at one batch size, each host computing on one device
+hosts on part four's model (``PART_FOUR_MLP``) at one batch size, each host computing on one device
 and sending from another (``diloco_rounds``).
 
 At each H of the plan: a round of H inner steps with nothing sent (the step every method
@@ -50,9 +50,9 @@ def methods(plan: dict) -> list:
 def parameters(plan: dict, hosts: int) -> int:
     """The flat parameter vector's length: part four's, padded so that the hosts' slices of
     every fragment split into whole scale buckets."""
-    from course_utils.problems.classification import PART_FOUR, padded_size
+    from course_utils.problems.classification import PART_FOUR_MLP, padded_size
 
-    return padded_size(hosts * plan["fragments"], PART_FOUR)
+    return padded_size(hosts * plan["fragments"], PART_FOUR_MLP)
 
 
 def measure_diloco(plan: dict, timed: Timed) -> dict:

@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils.collectives import overlap as ov
-from course_utils.problems.classification import PART_FOUR, classification_task, init_params
+from course_utils.problems.classification import PART_FOUR_MLP, classification_task, init_params
 from course_utils.tools.cluster.timing import placed
 from course_utils.training.hsdp import DEVICE, HOST
 from course_utils.training.optimizers import outer_nesterov
@@ -85,10 +85,10 @@ def layout(mesh: Mesh, batch_size: int, n: int) -> Layout:
     hosts = compute.size
     # the registry's replicas: a mesh ("host", "device") of one compute device per host
     compute = Mesh(compute.devices.reshape(hosts, 1), (HOST, DEVICE))
-    ctx = Context(HOST, hosts, n, hosts * batch_size, k=1, mlp=PART_FOUR,
+    ctx = Context(HOST, hosts, n, hosts * batch_size, k=1, mlp=PART_FOUR_MLP,
                   optimizer=spec(INNER).optimizer)
-    x, y = classification_task(mlp=PART_FOUR)
-    rows, w0 = hosts * batch_size, init_params(n, 0, PART_FOUR)
+    x, y = classification_task(mlp=PART_FOUR_MLP)
+    rows, w0 = hosts * batch_size, init_params(n, 0, PART_FOUR_MLP)
     return Layout(compute, stream, ctx, placed(compute, x[:rows], P(HOST, None)),
                   placed(compute, y[:rows], P(HOST)), spec(INNER).init(w0, compute, ctx),
                   spec(BASELINE).init(w0, compute, ctx))
@@ -125,7 +125,7 @@ def rounds(lay: Layout, method: Method) -> Rounds:
     on each fragment on the stream."""
     ctx, fragments, hosts = lay.ctx, method.fragments, lay.stream.size
     own, rows = P(HOST), (P(HOST, None), P(HOST))
-    w0 = init_params(ctx.n, 0, PART_FOUR)
+    w0 = init_params(ctx.n, 0, PART_FOUR_MLP)
     inner, dp, outer_step = spec(INNER), spec(BASELINE), outer_nesterov()
     state, dp_state = lay.state, lay.dp_state
     alpha = MIXING if method.overlap else 0.0  # with no overlap, nothing local to keep

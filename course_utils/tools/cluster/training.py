@@ -2,7 +2,7 @@
 across the hosts, each strategy at each batch size, with the bytes host 0's link sent per step.
 
 Every process runs the same programs in the same order. A strategy's step is ``train``'s own
-(``strategies.SPECS``, part four's wider model ``PART_FOUR``); ``batch_size`` is the rows each
+(``strategies.SPECS``, part four's wider model ``PART_FOUR_MLP``); ``batch_size`` is the rows each
 device draws per (micro-)step. Besides the strategies, each batch size times the step's compute
 alone: one device's gradient and update with nothing sent (local SGD's step), the ``compute_s``
 of every row; ``communication_s`` is the rest of the step. Gradient accumulation runs
@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from course_utils.problems.classification import PART_FOUR
+from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.records import from_json, to_json
 from course_utils.results.training import TrainingResults, median_of_runs
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
@@ -32,7 +32,7 @@ from course_utils.tools.cluster.timing import Timed, placed, timer
 from course_utils.training.batches import HELDOUT_ROWS
 from course_utils.training.part_four import PART_FOUR_ROWS, SAME_CURVE, TOPK_FRACTION, find_row
 
-HELDOUT_FREE_ROWS = PART_FOUR.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
+HELDOUT_FREE_ROWS = PART_FOUR_MLP.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
 
 # curves: steps (by batch size) trained in one process for the held-out loss, recorded every
 # ``every`` steps, from each of ``seeds`` seeds; the large batches take fewer steps
@@ -63,7 +63,7 @@ def _program(mesh, name: str, batch_size: int):
     from jax.sharding import PartitionSpec as P
 
     from course_utils.problems.classification import (
-        PART_FOUR,
+        PART_FOUR_MLP,
         classification_task,
         init_params,
         padded_size,
@@ -78,21 +78,20 @@ def _program(mesh, name: str, batch_size: int):
 
     axis, p = mesh.axis_names[0], mesh.size
     micro, entry = find_row(name).accumulate, spec(find_row(name).strategy)
-    n, (x, y) = padded_size(p, PART_FOUR), classification_task(mlp=PART_FOUR)
+    n, (x, y) = padded_size(p, PART_FOUR_MLP), classification_task(mlp=PART_FOUR_MLP)
     rows = p * batch_size * micro
     if entry.mesh_axes is not None:  # HSDP: ("host", "device"), each process's devices a host
-        from course_utils.training.hsdp import ROWS as HSDP_ROWS
-        from course_utils.training.hsdp import SLICED, hsdp_program
+        from course_utils.training.hsdp import HSDP_ROWS, SLICED, hsdp_program
 
         hosts = mesh.devices.reshape(jax.process_count(), -1)
         two = jax.sharding.Mesh(hosts, ("host", "device"))
-        state = (placed(two, init_params(n, 0, PART_FOUR), SLICED),
+        state = (placed(two, init_params(n, 0, PART_FOUR_MLP), SLICED),
                  placed(two, np.zeros(n, np.float32), SLICED))
-        return (hsdp_program(two, rows=rows, mlp=PART_FOUR), state,
+        return (hsdp_program(two, rows=rows, mlp=PART_FOUR_MLP), state,
                 placed(two, x[:rows], HSDP_ROWS), placed(two, y[:rows], HSDP_ROWS))
-    ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR,
+    ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR_MLP,
                   optimizer=entry.optimizer)
-    state = entry.init(init_params(n, 0, PART_FOUR), mesh, ctx)
+    state = entry.init(init_params(n, 0, PART_FOUR_MLP), mesh, ctx)
     if micro > 1:
         state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
     specs = state_specs(state)
@@ -179,7 +178,7 @@ def train_curves(wanted: Sequence[tuple[str, int, int, int]], p: int, *,
             run = train(mesh, find_row(name).trained, steps=steps, seed=seed, data_seed=0,
                         batch_size=batch_size, accumulate=find_row(name).accumulate,
                         local_steps=find_row(name).local_steps,
-                        topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
+                        topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR_MLP)
             curves.append({"strategy": name, "batch_size": batch_size,
                            "heldout_loss": [list(point) for point in run.heldout_loss],
                            "seed": seed})
@@ -212,7 +211,7 @@ def flops_per_s(timed, rows: int = FLOPS_ROWS) -> float:
     from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.asarray(jax.devices()), ("d",))
-    fan_in, fan_out = PART_FOUR.features, PART_FOUR.hidden
+    fan_in, fan_out = PART_FOUR_MLP.features, PART_FOUR_MLP.hidden
     rng = np.random.default_rng(0)
     x = placed(mesh, rng.standard_normal((mesh.size * rows, fan_in), np.float32), P("d"))
     w = placed(mesh, rng.standard_normal((mesh.size * fan_in, fan_out), np.float32), P("d"))

@@ -27,8 +27,10 @@ CHECK_TAG = "check"
 SOLUTIONS = Path(__file__).resolve().parents[3] / "notebooks"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 SNAPSHOT = ("_COURSE_NAMES = {k: v for k, v in globals().items() "
-            "if k.startswith('check_') or k in ('N_DEVICES', 'mesh')}")
-RESTORE = "globals().update(_COURSE_NAMES)\n"
+            "if k.startswith('check_') or k in ('N_DEVICES', 'mesh', 'cu', 'checks')}\n"
+            "_COURSE_CHECKS = dict(getattr(_COURSE_NAMES.get('checks'), '__dict__', {}))")
+RESTORE = ("globals().update(_COURSE_NAMES)\n"
+           "getattr(_COURSE_NAMES.get('checks'), '__dict__', {}).update(_COURSE_CHECKS)\n")
 
 
 @dataclass
@@ -88,8 +90,9 @@ def merge(submission, solution, name: str):
     for mine, student in zip(ours, theirs):
         merged.cells[mine].source = submission.cells[student].source
     # a solution cell runs in the course's namespace: the check cells start by putting back the
-    # course's checks, N_DEVICES and mesh as they were before any solution ran (an answer that
-    # rebinds check_… to a function printing PASSED does not pass)
+    # course's checks (the ``checks`` module and its names), ``cu``, N_DEVICES and mesh as they
+    # were before any solution ran (an answer that rebinds ``checks.check_…`` to a function
+    # printing PASSED does not pass)
     for index in _tagged(merged, CHECK_TAG):
         merged.cells[index].source = RESTORE + merged.cells[index].source
     if ours:
