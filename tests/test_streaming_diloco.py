@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 from course_utils import data_mesh, outer_nesterov, replica_mesh, train
 from course_utils.problems.classification import PART_FOUR
 from course_utils.training import streaming_diloco
-from course_utils.training.diloco import outer_step
+from course_utils.training.diloco import OuterStep, outer_step
 from course_utils.training.hsdp import HOST
 from course_utils.training.quantize import BLOCK
 from course_utils.training.state import Context, TrainState, state_specs
@@ -157,3 +157,13 @@ def test_fewer_bits_on_a_one_axis_mesh_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="odd syncs in fragments, in fewer bits or overlapped; "
                                          "train runs these in an outer step across the replicas"):
         train(data_mesh(), "odd", steps=1)
+
+
+def test_each_part_five_sync_runs_the_outer_step_and_merge_it_describes():
+    found = [s.sync for s in SPECS.values() if isinstance(s.sync.outer, OuterStep)]
+    assert len(found) == 7  # local SGD (AdamW), DiLoCo and its ablations, its three variants
+    for sync in found:
+        step = sync.outer
+        assert (step.fragments, step.dtype, step.overlap, step.mixing) == (
+            sync.fragments, sync.dtype, sync.overlap, sync.mixing)
+        assert sync.merge == (step.merging if sync.overlap else None)

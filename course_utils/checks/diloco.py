@@ -56,8 +56,8 @@ BYTE_MODELS = (cost_model.bytes_sent, cost_model.link_bytes_sent, cost_model.rin
                cost.communication_budget, links.link_bytes, links.link_time_s,
                latency.collective_time, latency.hierarchical_time, step.step_time, ring_traffic,
                local.local_sgd_bytes, strategy_traffic, diloco.sync_traffic,
-               local.every_h_traffic, cost.busbw_gbps, ir.ring_payload, quantize.exchange_bytes,
-               diloco_cluster.sync_link_bytes)
+               diloco.every_h_traffic, local.every_h_traffic, cost.busbw_gbps, ir.ring_payload,
+               quantize.exchange_bytes, diloco_cluster.sync_link_bytes)
 
 
 def _ratio(case: tuple) -> Fraction:
