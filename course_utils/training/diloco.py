@@ -24,6 +24,13 @@ parameters at the last sync; every replica restarts from the result. The outer s
 parameters at the last sync, the outer optimizer's state) is kept in ``TrainState.outer``,
 in slices over ``device`` (each device holds the slice its outer step updates).
 
+One outer step and one merge serve every strategy of part five (``OuterStep``, ``Merge``):
+Streaming DiLoCo's (``streaming_diloco``) is DiLoCo's with F fragments, a format, τ and α, and
+``course cluster --measure diloco`` runs the same ``OuterStep.exchange`` on its stream device
+and the same ``Merge.fragment``. One model of a sync's bytes and messages (``sync_traffic``)
+is read by the registry's per-step traffic (``every_h_traffic``), step 22's and the cluster's
+round model (``results.diloco_cluster``) and the exercises' checks.
+
 The hyperparameters of part five's comparisons were fixed before measuring, by a protocol
 (``results.diloco.PROTOCOL``, also in the saved sweep): the inner optimizer is AdamW for every
 strategy; its learning rate (``optimizers.ADAMW_LR``) is the one of a small grid whose
