@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -17,6 +18,7 @@ from course_utils.collectives.overlap import AXES
 from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
 from course_utils.problems.classification import PART_FOUR_MLP, init_params
 from course_utils.results.diloco_cluster import (
+    BASELINE,
     DATA_PARALLEL,
     NOTHING_SENT,
     DilocoClusterResults,
@@ -36,24 +38,36 @@ from course_utils.tools.cluster import diloco_rounds as dr
 from course_utils.tools.cluster.diloco import DILOCO_PLANS, methods, parameters
 from course_utils.tools.cluster.measurements import HostRun, Setup, measurement
 from course_utils.tools.cluster.netns import check_can_run, leftovers
+from course_utils.training.diloco import OuterStep, sync_traffic
+from course_utils.training.state import state_specs
+from course_utils.training.strategies import SPECS, spec
 
 SETUP = Setup(hosts=2, devices_per_host=2, plan="quick", tcp="reno", runs=2,
               started=time.monotonic())
 COMPUTE_S, RATE = 0.02, "50mbit"
 
 
+def _syncs(entries) -> set:
+    return {(s.dtype, s.fragments, s.overlap, s.mixing) for s in entries}
+
+
 @pytest.mark.parametrize("plan", DILOCO_PLANS)
-def test_every_plan_can_run_on_two_hosts_of_two_devices(plan):
+def test_every_plan_times_each_sync_of_part_five_s_registry_once(plan):
     chosen = DILOCO_PLANS[plan]
     assert measurement("diloco").check(replace(SETUP, plan=plan)) is None
-    assert [m.dtype for m in methods(chosen)] == ["float32", "int8", "int4", "int4"]
-    streaming = methods(chosen)[-1]
+    found = methods(chosen)
+    assert all(m.sync is spec(m.name).sync for m in found)  # read from the registry
+    part_five = [s.sync for s in SPECS.values() if isinstance(s.sync.outer, OuterStep)]
+    assert len(_syncs(m.sync for m in found)) == len(found)  # no sync timed twice
+    assert _syncs(m.sync for m in found) == _syncs(part_five)  # and none left out
+    streaming = max(found, key=lambda m: m.fragments)
     assert all(0 < streaming.overlap < h // streaming.fragments for h in chosen["local_steps"])
     assert parameters(chosen, 2) % (2 * streaming.fragments * 64) == 0  # whole scale blocks
 
 
 def test_a_plan_whose_schedule_cannot_run_gets_one_line_before_anything_is_built(monkeypatch):
-    monkeypatch.setitem(DILOCO_PLANS, "quick", {**DILOCO_PLANS["quick"], "overlap": 4})
+    entry = spec("streaming_diloco")
+    monkeypatch.setitem(SPECS, entry.name, replace(entry, sync=entry.sync._replace(overlap=4)))
     problem = measurement("diloco").check(SETUP)
     assert problem.startswith("the quick plan cannot run: overlap=4 is not less than H/F")
     assert "\n" not in problem
@@ -162,6 +176,50 @@ def test_a_bad_file_gets_one_line_naming_it_the_field_and_the_command(tmp_path):
     assert load_diloco_cluster(path) == results
 
 
+def _registry_outer_step(lay, method, replicas: np.ndarray):
+    """The registry's outer step of ``method`` (``Sync.outer``, as ``train`` runs it) on the
+    cluster's compute devices, from the replicas' parameters ``replicas`` f32[hosts, n]."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    entry, mesh = spec(method.name), lay.compute
+    w0 = init_params(lay.ctx.n, 0, PART_FOUR_MLP)
+    state = entry.init(w0, mesh, lay.ctx)
+    state = state._replace(params=jax.device_put(replicas.reshape(-1),
+                                                 NamedSharding(mesh, P("host"))))
+    specs = state_specs(state)
+    program = jax.jit(jax.shard_map(lambda s: entry.sync.outer(s, lay.ctx), mesh=mesh,
+                                    in_specs=(specs,), out_specs=specs, check_vma=False))
+    return program(state)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_the_cluster_s_sync_is_the_registry_s_outer_step_bit_for_bit(index):
+    plan = DILOCO_PLANS["quick"]
+    n = parameters(plan, 2)
+    lay = dr.layout(Mesh(np.array(jax.devices()).reshape(2, 2), AXES), 8, n)
+    method = methods(plan)[index]
+    programs = dr.rounds(lay, method)
+    state = dr.run_round(programs, lay, None, 2)  # the replicas apart: 2 inner steps each
+    replicas = np.asarray(state.params).reshape(2, n)
+    f = 1 % method.fragments  # the first sync's fragment (``streaming.sent_after``)
+    mine = dr.to(programs.take(state.params, f), lay.stream)
+    shared, _ = programs.sync(mine, *programs.outer[f])  # on the stream device
+    registry = _registry_outer_step(lay, method, replicas)
+    outer = registry.outer
+    arrived = outer.pending if method.overlap else outer.synced[f::method.fragments]
+    np.testing.assert_array_equal(np.asarray(shared).reshape(2, -1),
+                                  np.tile(np.asarray(arrived), (2, 1)))
+    # the merge: the cluster's and the registry's (at once if τ = 0, else τ steps later)
+    merged = np.asarray(programs.merge(state.params, dr.to(shared, lay.compute), f))
+    if method.overlap:
+        registry = jax.jit(jax.shard_map(
+            lambda s: method.sync.merge(s, lay.ctx), mesh=lay.compute,
+            in_specs=(state_specs(registry),), out_specs=state_specs(registry),
+            check_vma=False))(registry)
+    np.testing.assert_array_equal(merged, np.asarray(registry.params))
+
+
 def test_a_diloco_round_is_h_inner_steps_then_the_outer_nesterov_step_on_the_mean():
     plan = DILOCO_PLANS["quick"]
     n = parameters(plan, 2)
@@ -214,8 +272,8 @@ def test_the_saved_run_is_the_full_plan_three_times_at_the_curves_rows():
     assert saved.meta.runs == 3
     assert saved.sizes.batch_size == plan["batch_size"] == REPLICA_ROWS
     assert saved.sizes.n == parameters(plan, saved.cluster.hosts)
-    assert [(m.name, m.dtype, m.fragments, m.overlap) for m in saved.methods] == [
-        (m.name, m.dtype, m.fragments, m.overlap) for m in methods(plan)]
+    assert saved.methods == tuple(methods(plan))  # registry names
+    assert saved.sizes.mixing == max(m.mixing for m in methods(plan))  # the registry's α
     rates = ["10mbit", "50mbit", "200mbit", "1gbit"]
     names = [NOTHING_SENT, *(m.name for m in saved.methods)]
     want = {(DATA_PARALLEL, 1, r, k) for r in rates for k in range(3)} | {
@@ -229,12 +287,62 @@ def test_the_saved_run_is_the_full_plan_three_times_at_the_curves_rows():
 def test_a_fragments_sync_is_larger_than_the_diloco_links_bucket_where_the_link_limits():
     # a bucket as large as the sync would send it at the machine's speed after an idle spell
     from course_utils.models.links import BUCKET_BYTES, bucket_bytes
-    from course_utils.results.diloco_cluster import MethodRow
-
     plan = DILOCO_PLANS["full"]
-    streaming = MethodRow(*methods(plan)[-1])
+    streaming = max(methods(plan), key=lambda m: m.fragments)
     fragment = sync_link_bytes(streaming, parameters(plan, 2), 2)
     assert streaming.fragments > 1 and fragment < BUCKET_BYTES  # why the default will not do
     for rate in ("10mbit", "50mbit", "200mbit"):
         assert bucket_bytes(rate, measurement("diloco").bucket_ms) <= fragment / 3
     assert measurement("collectives").bucket_ms is None  # steps 17–20 keep 256 KiB
+
+
+# the methods as diloco_cluster.json held them before they became registry names (6eaaf92)
+OLD_METHODS = [("diloco", "float32", 1, 0), ("diloco_int8", "int8", 1, 0),
+               ("diloco_4bit", "int4", 1, 0), ("streaming_diloco", "int4", 4, 1)]
+
+
+def test_the_conversion_to_registry_names_keeps_every_reading_of_the_saved_run(tmp_path):
+    import runpy
+
+    from course_utils.results.diloco_cluster import saved_diloco_cluster
+    from course_utils.results.records import saved_path
+
+    converted = runpy.run_path(str(Path(__file__).parents[1] / "scripts"
+                                   / "convert_diloco_cluster.py"))["converted"]
+    new = json.loads(saved_path("diloco_cluster.json").read_text())
+    old = {**new, "methods": [dict(zip(("name", "dtype", "fragments", "overlap"), m))
+                              for m in OLD_METHODS]}
+    assert converted(old) == new  # only the methods' restated fields go
+    saved = saved_diloco_cluster()  # and the registry reads them back as they were
+    assert [(m.name, m.dtype, m.fragments, m.overlap) for m in saved.methods] == OLD_METHODS
+    path = tmp_path / "diloco_cluster.json"
+    path.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"methods\[0\]\.dtype: not a field of MethodRow.*"
+                                         "convert_diloco_cluster.py"):
+        load_diloco_cluster(path)  # the old shape: one line
+    wrong = {**old, "methods": [{**old["methods"][3], "fragments": 2}]}
+    with pytest.raises(ValueError, match="streaming_diloco: saved .*'fragments': 2.* the "
+                                         "registry's .*'fragments': 4"):
+        converted(wrong)
+
+
+@pytest.mark.parametrize("h", [16, 32])
+def test_step_22_the_cluster_and_the_registry_read_one_model_of_a_sync(h):
+    # bytes and messages: the registry's per-step traffic is F syncs of the cluster's every H
+    from course_utils.models.cost_model import Topology
+    from course_utils.training.traffic import strategy_traffic
+
+    results, hosts = _results(), SETUP.hosts
+    n, flat = results.sizes.n, Topology(hosts, 1)
+    for m in results.methods:
+        per_step = strategy_traffic(m.name, n, flat, local_steps=h)
+        one = sync_traffic(n, flat, fragments=m.fragments, dtype=m.dtype)
+        assert per_step.link_bytes == pytest.approx(sync_link_bytes(m, n, hosts) * m.fragments / h)
+        assert per_step.messages == pytest.approx(one.messages * m.fragments / h)
+        if m.overlap == 0 and h == 16:  # nothing hidden: α · messages of every sync, per step
+            slower = modelled_step_s(results, m.name, h, RATE, 1e-3)
+            assert slower - modelled_step_s(results, m.name, h, RATE) == pytest.approx(
+                1e-3 * per_step.messages)
+    dp = strategy_traffic(BASELINE, n, flat)  # data parallelism: its step's, every step
+    assert modelled_step_s(results, DATA_PARALLEL, h, RATE, 1e-3) - modelled_step_s(
+        results, DATA_PARALLEL, h, RATE) == pytest.approx(1e-3 * dp.messages)

@@ -102,7 +102,9 @@ def test_diloco_sends_across_the_replicas_data_parallelism_s_bytes_over_h(h):
 
 def test_the_step_model_sends_over_a_host_s_link_what_its_devices_send_across_replicas():
     mesh = replica_mesh()  # 2 "hosts" of 2 devices
-    for strategy, options in (("dp_adamw", {}), ("diloco", {"local_steps": 8})):
+    for strategy, options in (("dp_adamw", {}), ("diloco", {"local_steps": 8}),
+                              ("diloco_int8", {"local_steps": 8}),
+                              ("streaming_diloco", {"local_steps": 8})):
         run = train(mesh, strategy, steps=1, batch_size=16, **options)
         modelled = strategy_traffic(strategy, run.params.size, Topology(2, 2), **options)
         assert modelled.link_bytes == pytest.approx(2 * run.bytes_across_replicas)

@@ -52,6 +52,19 @@ def test_the_expected_h_is_the_ceiling_of_the_sync_over_its_share():
     assert expected_h(**{**CASE, "replicas": 1}) == 1
 
 
+@pytest.mark.parametrize("case", _UNSEEN)
+def test_the_check_s_answer_is_the_registry_s_model_of_diloco_s_sync(case):
+    # the registry's one model of DiLoCo's sync (bytes over a host's link), n split evenly
+    from course_utils.models.cost_model import Topology
+    from course_utils.training.diloco import sync_traffic
+
+    n, r, d, rate, step, frac = case
+    n = n // (d * r * 64) * d * r * 64
+    sent = sync_traffic(n, Topology(r, d)).link_bytes
+    assert expected_h(n, r, d, rate, step, frac) == max(
+        1, math.ceil(Fraction(8 * sent) / (Fraction(rate) * Fraction(frac) * Fraction(step))))
+
+
 @pytest.mark.parametrize("drawn", [True, False])
 def test_every_judged_case_is_away_from_a_whole_ratio(drawn):
     # a ratio on a whole number lets float rounding decide the ceiling, and misnames the slips

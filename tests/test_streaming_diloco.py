@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 from course_utils import data_mesh, replica_mesh, train
 from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.training import streaming_diloco
+from course_utils.training.diloco import OuterStep, outer_step
 from course_utils.training.hsdp import HOST
 from course_utils.training.optimizers import outer_nesterov
 from course_utils.training.quantize import BLOCK
@@ -27,13 +28,13 @@ def _variant(monkeypatch, name: str, **sync) -> str:
     entry, outer = spec("streaming_diloco"), outer_nesterov()
     options = {k: sync.get(k, getattr(entry.sync, k))
                for k in ("fragments", "dtype", "overlap", "mixing")}
-    merge = streaming_diloco.merge_step(fragments=options["fragments"], mixing=options["mixing"])
+    step = outer_step(outer, **options)
     monkeypatch.setitem(SPECS, name, dataclasses.replace(
         entry, name=name,
         parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
             outer, options["fragments"], options["overlap"])),
-        sync=entry.sync._replace(outer=streaming_diloco.outer_step(outer, **options),
-                                 merge=merge if options["overlap"] else None, **options)))
+        sync=entry.sync._replace(outer=step, merge=step.merging if options["overlap"] else None,
+                                 **options)))
     return name
 
 
@@ -81,10 +82,9 @@ def test_an_outer_step_updates_its_fragment_alone_and_the_merge_mixes_it_in():
     w0 = rng.standard_normal(n).astype(np.float32)
     replicas = w0 + rng.standard_normal((r, n)).astype(np.float32)
     state, own = _state(mesh, ctx, fragments, w0, replicas)
-    outer = _program(streaming_diloco.outer_step(outer_nesterov(), fragments=fragments,
-                                                 dtype="float32", overlap=1, mixing=alpha),
-                     ctx, state)
-    merge = _program(streaming_diloco.merge_step(fragments=fragments, mixing=alpha), ctx, state)
+    step = outer_step(outer_nesterov(), fragments=fragments, dtype="float32", overlap=1,
+                      mixing=alpha)
+    outer, merge = _program(step, ctx, state), _program(step.merging, ctx, state)
     sent = outer(state)  # the first sync: fragment 1 (offset H/F), values 1, 3, 5, ...
     part = slice(1, None, fragments)
     delta = (w0[part] - replicas[:, part]).mean(axis=0)
@@ -158,3 +158,13 @@ def test_fewer_bits_on_a_one_axis_mesh_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="odd syncs in fragments, in fewer bits or overlapped; "
                                          "train runs these in an outer step across the replicas"):
         train(data_mesh(), "odd", steps=1)
+
+
+def test_each_part_five_sync_runs_the_outer_step_and_merge_it_describes():
+    found = [s.sync for s in SPECS.values() if isinstance(s.sync.outer, OuterStep)]
+    assert len(found) == 7  # local SGD (AdamW), DiLoCo and its ablations, its three variants
+    for sync in found:
+        step = sync.outer
+        assert (step.fragments, step.dtype, step.overlap, step.mixing) == (
+            sync.fragments, sync.dtype, sync.overlap, sync.mixing)
+        assert sync.merge == (step.merging if sync.overlap else None)

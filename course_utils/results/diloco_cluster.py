@@ -7,7 +7,9 @@ The model of a round (H inner steps, F syncs of one fragment each): time per rou
 of compute + the part of each sync not hidden, where a sync overlapping τ inner steps hides
 min(sync, τ steps of compute) (``round_time``). The compute is the measured step with nothing
 sent; a sync's seconds are the link model's (``models.step.step_time``: its bytes over a host's
-link, ``sync_link_bytes``, at the rate's payload share, ``models.links.FRAME_SHARE``).
+link, ``sync_link_bytes``, at the rate's payload share, ``models.links.FRAME_SHARE``), from the
+registry's model of the strategy's one sync (``diloco.sync_traffic``;
+data parallelism's, ``dp_adamw``'s step traffic). A method is a registry name (``MethodRow``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from course_utils.models.cost_model import Topology
+from course_utils.models.link_traffic import Traffic
 from course_utils.results.cluster import ClusterSetup
 from course_utils.results.meta import RunMeta
 from course_utils.results.overlap import Spread, spread
 from course_utils.results.records import load, load_saved
+from course_utils.training.diloco import sync_traffic
+from course_utils.training.strategies import Sync, spec
 
 NOTHING_SENT, DATA_PARALLEL = "nothing_sent", "data_parallel"
+# the registry's strategies of the inner steps (DiLoCo's) and of the DATA_PARALLEL rounds
+INNER, BASELINE = "diloco", "dp_adamw"
 SAVED = "diloco_cluster.json"
 COMMAND = ("course cluster --measure diloco --plan full --link-rate 10mbit,50mbit,200mbit,1gbit "
            "--runs 3")
@@ -30,15 +38,46 @@ COMMAND = ("course cluster --measure diloco --plan full --link-rate 10mbit,50mbi
 
 @dataclass(frozen=True)
 class MethodRow:
-    """One method of syncing every H inner steps: what each outer-gradient value crosses the
-    link as (``dtype``: float32, int8, or int4 two codes a byte, with an f32 scale per block:
-    ``training.quantize``), the F fragments synced one at a time (``fragments``) and the τ
-    inner steps each sync overlaps (``overlap``; 0: the compute waits)."""
+    """One method of syncing every H inner steps: the registry's strategy ``name``, whose
+    ``Sync`` (``sync``, the one lookup) says the rest: what each outer-gradient value crosses
+    the link as (``dtype``: float32, int8, or int4 two codes a byte, with an f32 scale per
+    block: ``training.quantize``), the F fragments synced one at a time (``fragments``), the τ
+    inner steps each sync overlaps (``overlap``; 0: the compute waits) and the local share α
+    when a fragment merges (``mixing``).
+
+    Examples:
+        >>> m = MethodRow("streaming_diloco")
+        >>> m.dtype, m.fragments, m.overlap, m.mixing
+        ('int4', 4, 1, 0.5)
+    """
 
     name: str
-    dtype: str
-    fragments: int
-    overlap: int
+
+    @property
+    def sync(self) -> Sync:
+        """The strategy's ``Sync`` in the registry (``training.strategies.spec``)."""
+        return spec(self.name).sync
+
+    @property
+    def dtype(self) -> str:
+        """``Sync.dtype``: what the outer gradient crosses the link as."""
+        return self.sync.dtype
+
+    @property
+    def fragments(self) -> int:
+        """``Sync.fragments``: F."""
+        return self.sync.fragments
+
+    @property
+    def overlap(self) -> int:
+        """``Sync.overlap``: τ."""
+        return self.sync.overlap
+
+    @property
+    def mixing(self) -> float:
+        """``Sync.mixing``: α."""
+        return self.sync.mixing
+
 
 
 @dataclass(frozen=True)
@@ -148,18 +187,22 @@ def sync(results: DilocoClusterResults, name: str, link_rate: str, key: str = "s
 
 def sync_link_bytes(m: MethodRow, n: int, hosts: int) -> float:
     """The model's bytes over one host's link for one sync of ``m``: the exchange of one
-    fragment (n/F values) among the hosts, one device each (``quantize.exchange_bytes``: a
-    ring all-reduce in float32; in int8 or int4, codes and a scale per block both ways).
+    fragment (n/F values) among the hosts, one device each (``diloco.sync_traffic``: a ring
+    all-reduce in float32; in int8 or int4, codes and a scale per block both ways).
 
     Examples:
-        >>> sync_link_bytes(MethodRow("diloco", "float32", 1, 0), 1024, 2)  # 2 · (1/2) · 4 KiB
+        >>> sync_link_bytes(MethodRow("diloco"), 1024, 2)  # 2 · (1/2) · 4 KiB
         4096.0
-        >>> sync_link_bytes(MethodRow("s", "int4", 4, 1), 1024, 2)  # 256 values: 128 B + 4 scales
+        >>> sync_link_bytes(MethodRow("streaming_diloco"), 1024, 2)  # 256 int4: 128 B + 4 scales
         144.0
     """
-    from course_utils.training.quantize import exchange_bytes
+    return _sync_traffic(m, n, hosts).link_bytes
 
-    return exchange_bytes(n // m.fragments, hosts, m.dtype)
+
+def _sync_traffic(m: MethodRow, n: int, hosts: int) -> Traffic:
+    """One sync of ``m`` among ``hosts`` of one device: the registry's model of the strategy's
+    one sync (``diloco.sync_traffic``, which its per-step ``StrategySpec.traffic`` reads)."""
+    return sync_traffic(n, Topology(hosts, 1), fragments=m.fragments, dtype=m.dtype)
 
 
 def round_time(compute_s: float, sync_s: float, *, local_steps: int, fragments: int,
@@ -189,26 +232,25 @@ def modelled_step_s(results: DilocoClusterResults, name: str, h: int, link_rate:
     ``sync_alone``, each sync's seconds are its sync timed alone at that rate (the median over
     the runs): what the link and TCP gave it, so that only how the round adds up is modelled
     (data parallelism has no sync timed alone: a ``ValueError``)."""
-    from course_utils.models.cost_model import Topology, message_steps
-    from course_utils.models.link_traffic import Traffic
     from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
     from course_utils.models.step import step_time
+    from course_utils.training.traffic import strategy_traffic
 
     hosts, n = results.cluster.hosts, results.sizes.n
     bytes_per_s = rate_bytes_per_s(link_rate) * FRAME_SHARE
     if name == NOTHING_SENT:
         return step(results, name, h, link_rate).median
-    if name == DATA_PARALLEL:
+    if name == DATA_PARALLEL:  # the registry's data parallelism: its step's traffic, every step
         compute = statistics.median(step(results, NOTHING_SENT, k, link_rate).median
                                     for k in local_steps(results))
-        m, h = MethodRow(name, "float32", 1, 0), 1
+        m, h = MethodRow(BASELINE), 1
+        traffic = strategy_traffic(BASELINE, n, Topology(hosts, 1))
     else:
         compute, m = step(results, NOTHING_SENT, h, link_rate).median, method(results, name)
+        traffic = _sync_traffic(m, n, hosts)
     if sync_alone:
         sync_s = sync(results, name, link_rate).median
     else:
-        traffic = Traffic(sync_link_bytes(m, n, hosts),
-                          message_steps("all_reduce", "ring", Topology(hosts, 1)))
         sync_s = step_time(traffic, 0.0, alpha_s=alpha_s,
                            bytes_per_s=bytes_per_s).communication_s
     return round_time(compute, sync_s, local_steps=h, fragments=m.fragments,
@@ -317,7 +359,8 @@ def load_diloco_cluster(path: str | Path) -> DilocoClusterResults:
         ValueError: the file is missing or not such a run (one line naming the file and the
             field).
     """
-    return load(DilocoClusterResults, path, f"regenerate it with {COMMAND}")
+    return load(DilocoClusterResults, path, f"regenerate it with {COMMAND} (a run whose methods "
+                "hold their dtype: python scripts/convert_diloco_cluster.py PATH)")
 
 
 def saved_diloco_cluster() -> DilocoClusterResults:

@@ -90,7 +90,9 @@ class Sync(NamedTuple):
         outer: ``None``: inside every step (the step's own collectives). Else the outer step
             ``outer(state, ctx) -> state``, one device's view, run every H steps (``train``'s
             ``local_steps``): local SGD's is the ``pmean`` of the parameters; an outer
-            optimizer keeps its state in ``TrainState.outer``, placed by ``Parts.extra``.
+            optimizer keeps its state in ``TrainState.outer``, placed by ``Parts.extra``
+            (part five's: a ``diloco.OuterStep``, whose ``exchange`` is the body the cluster's
+            sync runs too, on its stream device).
         axis: the mesh axis the replicas sync over (``None``: the data axis; ``"host"`` for
             HSDP's gradient and part five's syncs on a ``("host", "device")`` mesh).
         fragments: F, parameter fragments synced one at a time, one per outer step in turn:
@@ -106,7 +108,7 @@ class Sync(NamedTuple):
             (``streaming.mix``; 0: replaced by the outer step's result, as DiLoCo).
         merge: ``merge(state, ctx) -> state``, one device's view: the result of the last
             outer step merged into the replicas' parameters, ``overlap`` steps after it
-            (``None``: the outer step merges at once).
+            (``None``: the outer step merges at once; part five's: ``diloco.Merge``).
     """
 
     outer: Callable[[TrainState, Context], TrainState] | None = None
@@ -231,7 +233,7 @@ def _every_h(name: str, label: str, family: str, outer: Optimizer, *,
     return StrategySpec(name, label, family, Parts("own", "own", None, diloco.outer_parts(outer),
                                                    axis=hsdp.HOST),
                         diloco.replica_step, sync=Sync(diloco.outer_step(outer), hsdp.HOST),
-                        optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic,
+                        optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic(),
                         mesh_axes=_REPLICAS, saved=SavedRuns(runs=()), short_label=short_label)
 
 
@@ -240,16 +242,15 @@ def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: 
     """DiLoCo (``_every_h``'s, Nesterov outer step) synced in ``fragments`` in turn, in
     ``dtype``, each merged ``overlap`` steps after its outer step with ``mixing``."""
     outer = outer_nesterov()
-    merge = streaming_diloco.merge_step(fragments=fragments, mixing=mixing)
-    sync = Sync(streaming_diloco.outer_step(outer, fragments=fragments, dtype=dtype,
-                                            overlap=overlap, mixing=mixing),
-                hsdp.HOST, fragments, dtype, overlap=overlap, mixing=mixing,
-                merge=merge if overlap else None)
+    step = diloco.outer_step(outer, fragments=fragments, dtype=dtype, overlap=overlap,
+                             mixing=mixing)
+    sync = Sync(step, hsdp.HOST, fragments, dtype, overlap=overlap, mixing=mixing,
+                merge=step.merging if overlap else None)
     entry = _every_h(name, label, family, outer)
     return replace(
         entry, parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
             outer, fragments, overlap)),
-        sync=sync, traffic=streaming_diloco.quantized_traffic(dtype, fragments))
+        sync=sync, traffic=diloco.every_h_traffic(fragments, dtype))
 
 
 _ENTRIES = (

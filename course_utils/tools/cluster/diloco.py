@@ -17,34 +17,34 @@ from typing import Sequence
 
 from course_utils.results.diloco_cluster import (
     DATA_PARALLEL,
+    INNER,
     NOTHING_SENT,
     DilocoClusterResults,
+    MethodRow,
 )
 from course_utils.results.records import from_json, to_json
 from course_utils.results.streaming import REPLICA_ROWS
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed
-from course_utils.training.strategies import STREAMING_FRAGMENTS, STREAMING_OVERLAP
 
 # tbf's bucket, ms of a link's bytes: a 4-bit fragment would fit the default 256 KiB bucket and
 # leave an idle link at the machine's speed, not the link's (``links.bucket_bytes``)
 BUCKET_MS = 2.0
 # batch_size: rows per host and inner step (the saved curves' rows per replica); local_steps:
-# the H of every round; fragments and overlap: the registry's Streaming DiLoCo's F and τ;
-# dp_steps: data-parallel steps per timed call
-_STREAMING = {"batch_size": REPLICA_ROWS, "fragments": STREAMING_FRAGMENTS,
-              "overlap": STREAMING_OVERLAP, "dp_steps": 2, "repeats": 2}
+# the H of every round; methods: the registry's strategies whose syncs are timed (each one's
+# format, F, τ and α are its ``Sync``'s: ``MethodRow``); dp_steps: data-parallel steps per
+# timed call
+_STREAMING = {"batch_size": REPLICA_ROWS,
+              "methods": (INNER, "diloco_int8", "diloco_4bit", "streaming_diloco"),
+              "dp_steps": 2, "repeats": 2}
 DILOCO_PLANS = {"quick": {**_STREAMING, "local_steps": (16,)},
                 "full": {**_STREAMING, "local_steps": (16, 32)}}
 
 
-def methods(plan: dict) -> list:
-    """The methods of ``plan``: DiLoCo in float32, int8 and int4, Streaming DiLoCo in int4."""
-    from course_utils.tools.cluster.diloco_rounds import Method
-
-    return [Method("diloco", "float32", 1, 0), Method("diloco_int8", "int8", 1, 0),
-            Method("diloco_4bit", "int4", 1, 0),
-            Method("streaming_diloco", "int4", plan["fragments"], plan["overlap"])]
+def methods(plan: dict) -> list[MethodRow]:
+    """The methods of ``plan``, each a registry name read through its ``Sync``: DiLoCo in
+    float32, int8 and int4, Streaming DiLoCo in int4."""
+    return [MethodRow(name) for name in plan["methods"]]
 
 
 def parameters(plan: dict, hosts: int) -> int:
@@ -52,7 +52,7 @@ def parameters(plan: dict, hosts: int) -> int:
     every fragment split into whole scale buckets."""
     from course_utils.problems.classification import PART_FOUR_MLP, padded_size
 
-    return padded_size(hosts * plan["fragments"], PART_FOUR_MLP)
+    return padded_size(hosts * max(m.fragments for m in methods(plan)), PART_FOUR_MLP)
 
 
 def measure_diloco(plan: dict, timed: Timed) -> dict:
@@ -112,15 +112,13 @@ def check_diloco(setup: Setup) -> str | None:
 def assemble_diloco(host_runs: Sequence[HostRun], setup: Setup) -> DilocoClusterResults:
     """Every run's rounds and syncs at every rate, and how the runs were made: the record keeps
     each run, and its readers take the median over the runs (``results.diloco_cluster``)."""
-    from course_utils.training.streaming import MIXING
-
     plan = DILOCO_PLANS[setup.plan]
     return from_json(DilocoClusterResults, {
         "meta": to_json(setup.run_meta("diloco")),
         "cluster": to_json(setup.cluster(BUCKET_MS)),
         "sizes": {"n": parameters(plan, setup.hosts), "batch_size": plan["batch_size"],
-                  "mixing": MIXING},
-        "methods": [m._asdict() for m in methods(plan)],
+                  "mixing": max(m.mixing for m in methods(plan))},  # the overlapped one's
+        "methods": [to_json(m) for m in methods(plan)],
         **{part: [{**row, "link_rate": h.link_rate, "run": h.run} for h in host_runs
                   for row in h.result[part]] for part in ("rounds", "syncs")}},
         "the DiLoCo run")

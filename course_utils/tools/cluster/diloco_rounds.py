@@ -8,8 +8,10 @@ flat vector; F = 1 is DiLoCo's whole vector) off the compute device, moves it to
 device, exchanges the outer gradient (the parameters at the last sync minus this replica's)
 across the hosts in the method's format (``training.quantize.quantized_all_reduce``: float32,
 int8, or int4 packed two codes a byte, summed in f32), averages it and takes the outer
-Nesterov step there, and moves the new shared fragment back, where it is mixed into the
-replica's parameters after ``overlap`` more inner steps (0: at once, the compute waiting).
+Nesterov step there — the registry's outer step of the method (``Sync.outer.exchange``, the
+body ``train`` runs) — and moves the new shared fragment back, where it is mixed into the
+replica's parameters (``Sync.outer.merging``, ``train``'s merge) after ``overlap`` more inner
+steps (0: at once, the compute waiting). A method is a registry name (``MethodRow``).
 
 A timed round is H inner steps holding every one of the F sends and merges of Streaming
 DiLoCo's schedule (``streaming.sent_after``, ``merged_after``): its steps τ + 1 … τ + H, so
@@ -27,38 +29,12 @@ from jax.sharding import PartitionSpec as P
 
 from course_utils.collectives import overlap as ov
 from course_utils.problems.classification import PART_FOUR_MLP, classification_task, init_params
+from course_utils.results.diloco_cluster import BASELINE, INNER, MethodRow
 from course_utils.tools.cluster.timing import placed
 from course_utils.training.hsdp import DEVICE, HOST
-from course_utils.training.optimizers import outer_nesterov
-from course_utils.training.quantize import quantized_all_reduce
 from course_utils.training.state import Context, state_specs
 from course_utils.training.strategies import spec
-from course_utils.training.streaming import (
-    MIXING,
-    merged_after,
-    mix,
-    put_fragment,
-    sent_after,
-    take_fragment,
-)
-
-INNER, BASELINE = "diloco", "dp_adamw"  # the registry's inner step and data parallelism
-
-
-class Method(NamedTuple):
-    """One way of syncing the replicas every H inner steps.
-
-    Attributes:
-        name: as the record names it.
-        dtype: what each outer-gradient value crosses the link as (``quantize.FORMATS``).
-        fragments: F, the strided chunks synced one at a time (1: all at once).
-        overlap: τ, the inner steps a sync overlaps on the stream device (0: none).
-    """
-
-    name: str
-    dtype: str
-    fragments: int
-    overlap: int
+from course_utils.training.streaming import merged_after, sent_after, take_fragment
 
 
 class Layout(NamedTuple):
@@ -99,12 +75,6 @@ def _on(mesh: Mesh, fn: Callable, in_specs, out_specs):
                                  check_vma=False))
 
 
-def exchange(dtype: str, hosts: int) -> Callable:
-    """``exchange(delta)``, inside ``shard_map`` over the hosts: the mean of every host's
-    ``delta`` as it crosses the link in ``dtype``."""
-    return lambda delta: quantized_all_reduce(delta, HOST, hosts, dtype=dtype) / hosts
-
-
 class Rounds(NamedTuple):
     """What a round dispatches: the inner step and data parallelism's step (compute device),
     a fragment's take and merge (compute) and sync (stream), and the starting values."""
@@ -119,17 +89,16 @@ class Rounds(NamedTuple):
     outer: list  # per fragment: (shared values, outer optimizer's state), on the stream
 
 
-def rounds(lay: Layout, method: Method) -> Rounds:
+def rounds(lay: Layout, method: MethodRow) -> Rounds:
     """The programs of ``method`` on ``lay``: the registry's DiLoCo inner step (AdamW) and data
-    parallelism with AdamW (``dp_adamw``), and the outer step (``outer_nesterov``, the paper's)
-    on each fragment on the stream."""
+    parallelism with AdamW (``dp_adamw``), and the registry's outer step of ``method``
+    (``Sync.outer``, a ``diloco.OuterStep``: its ``exchange``, the body ``train`` runs, here
+    on each fragment on the stream device) and merge (its ``merging``, on the compute device)."""
     ctx, fragments, hosts = lay.ctx, method.fragments, lay.stream.size
     own, rows = P(HOST), (P(HOST, None), P(HOST))
     w0 = init_params(ctx.n, 0, PART_FOUR_MLP)
-    inner, dp, outer_step = spec(INNER), spec(BASELINE), outer_nesterov()
+    inner, dp, outer_step = spec(INNER), spec(BASELINE), method.sync.outer
     state, dp_state = lay.state, lay.dp_state
-    alpha = MIXING if method.overlap else 0.0  # with no overlap, nothing local to keep
-    send = exchange(method.dtype, hosts)
 
     def step_of(entry, like):
         specs = state_specs(like)
@@ -137,24 +106,22 @@ def rounds(lay: Layout, method: Method) -> Rounds:
                    (specs, *rows), specs)
 
     def sync(mine, shared, opt):  # one host's fragment: f32[n/F] each, and its outer state
-        return outer_step.update(send(shared - mine), opt, shared)  # (shared, opt)
+        return outer_step.exchange(shared, mine, opt, HOST, hosts)  # (shared, opt)
 
     def own_copy(value):  # every host its copy, on its stream device (a scalar replicated)
         return placed(lay.stream, np.tile(value, hosts) if np.ndim(value) else np.asarray(value),
                       own if np.ndim(value) else P())
 
-    def merge(w, shared, f):
-        return put_fragment(w, f, fragments, mix(take_fragment(w, f, fragments), shared, alpha))
-
     take = _on(lay.compute, lambda w, f: take_fragment(w, f, fragments), (own, P()), own)
-    put = _on(lay.compute, merge, (own, own, P()), own)
-    outer = [jax.tree.map(own_copy, (w0[f::fragments], outer_step.init(w0[f::fragments])))
+    put = _on(lay.compute, outer_step.merging.fragment, (own, P(), own), own)
+    init = outer_step.optimizer.init
+    outer = [jax.tree.map(own_copy, (w0[f::fragments], init(w0[f::fragments])))
              for f in range(fragments)]
     specs = jax.tree.map(lambda a: a.sharding.spec, outer[0])
     return Rounds(step_of(inner, state), step_of(dp, dp_state),
                   lambda w, f: take(w, np.int32(f)),
                   _on(lay.stream, sync, (own, *specs), specs),
-                  lambda w, g, f: put(w, g, np.int32(f)), state, dp_state, outer)
+                  lambda w, g, f: put(w, np.int32(f), g), state, dp_state, outer)
 
 
 def to(x, mesh: Mesh):
@@ -162,7 +129,7 @@ def to(x, mesh: Mesh):
     return ov.move(x, NamedSharding(mesh, P(HOST)))
 
 
-def run_round(r: Rounds, lay: Layout, method: Method | None, local_steps: int):
+def run_round(r: Rounds, lay: Layout, method: MethodRow | None, local_steps: int):
     """One round of ``local_steps`` inner steps with ``method``'s sends and merges (none if
     ``None``), dispatched in order; returns the final state (wait on it to time the round)."""
     tau = 0 if method is None else method.overlap
