@@ -333,6 +333,7 @@ def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_pat
     data = json.loads((tmp_path / "training.json").read_text())
     results = from_json(TrainingResults, data, "training.json")
     assert results.meta.runs == 2  # the median of the two runs, cell by cell
+    assert results.meta.command_line.startswith("course cluster --measure training --hosts 2")
     plan = TRAINING_PLANS["quick"]
     assert {(r.strategy, r.batch_size) for r in results.rows} == {
         (s, b) for s in plan["strategies"] for b in plan["batch_sizes"]}

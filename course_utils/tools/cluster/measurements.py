@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Callable, Generic, Mapping, NamedTuple, Sequence, TypeVar
 
 from course_utils.results.cluster import ClusterSetup
-from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.meta import RunMeta, this_run
 from course_utils.tools.cluster.timing import Timed
 
 # name: (where its description is, what --measure's help says of it). A description's module
@@ -62,9 +62,10 @@ class Setup:
 
     def run_meta(self, name: str) -> RunMeta:
         """How measurement ``name`` was made: the command, the machine the hosts ran on (this
-        interpreter), the seconds since the command started and the runs."""
-        return RunMeta(f"course cluster --measure {name}", this_machine(),
-                       time.monotonic() - self.started, self.runs)
+        interpreter), the seconds since the command started, the runs, and the package's
+        version, commit and whole command line (``meta.this_run``)."""
+        return this_run(f"course cluster --measure {name}", time.monotonic() - self.started,
+                        self.runs)
 
     def cluster(self, bucket_ms: float | None = None) -> ClusterSetup:
         """The cluster it ran on: the shape, the plan, the TCP congestion control between the
