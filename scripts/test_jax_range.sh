@@ -2,7 +2,8 @@
 # Run the unit tests, doctests and strict nbval at both ends of the supported range, each in a
 # fresh virtual environment with the light `test` extra: Python 3.11 with the oldest supported JAX,
 # and Python 3.13 with the newest. The browser, site and nbgrader tests (markers browser and
-# instructor) and the steps at another device count run in the main environment only (.ci/run).
+# instructor) and the steps at another device count run in the main environment only (.ci/run);
+# as root (CI), the course cluster tests run here too: the cluster at both ends of the range.
 #   bash scripts/test_jax_range.sh [--prepare|--installed] [OLDEST] [NEWEST]  (default: 0.10.0 0.12.0.1)
 # --prepare only builds the environments, --installed only tests in them (CI builds them in the
 # background while the suite runs); with neither it does both.

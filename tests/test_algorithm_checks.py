@@ -62,10 +62,10 @@ def _around_prebuilt(partial, chunks, s, axis_name):
     return PREBUILT(partial, chunks, s, axis_name)
 
 
+# (the page's common wrong answers: tests/test_mistakes.py)
 WRONG = [
     (_step(None, 2), "no device receives anything"),
     (_step(lambda j, p: (j + 1) % p, 1), "added to the wrong chunk"),
-    (_step(lambda j, p: (j - 1) % p, 2), "the ring runs backwards"),
     (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: x), "counted more than once"),
     (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: jax.lax.psum(x, a)), "the program has"),
     (lambda partial, chunks, s, axis_name: chunks, "must return one chunk"),

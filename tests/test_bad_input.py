@@ -137,10 +137,6 @@ def test_labels_permuted_alone():
     [
         (["run", "--devices", "two"], "argument --devices: must be a positive integer, got 'two'"),
         (
-            ["launch", "--processes", "0", "--devices-per-process", "2"],
-            "must be a positive integer, got '0'",
-        ),
-        (
             ["launch", "--processes", "2", "--devices-per-process", "-1"],
             "must be a positive integer",
         ),
@@ -173,7 +169,6 @@ def test_a_taken_port(course):
     "garbage, message",
     [
         ("one", "invalid int value: 'one'"),
-        ("-1", "--fail-rank -1 names no"),
         ("7", "--fail-rank 7 names no process"),
         ("1.5", "invalid int value: '1.5'"),
     ],

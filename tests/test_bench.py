@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from importlib.metadata import version
 
 import pytest
 
@@ -327,6 +328,8 @@ def test_course_bench_quick_writes_json_and_png(tmp_path):
         "compiled_collectives",
     } <= set(results)
     assert {"cores", "jax"} <= set(results["meta"]["machine"])
+    assert results["meta"]["command_line"] == f"course bench --quick --out {tmp_path}"
+    assert results["meta"]["package"] == version("course-utils")
     assert len(results["collectives"]) == 2 * len(VARIANTS) * 4 and len(results["fits"]) == 2 * len(
         VARIANTS
     )

@@ -519,8 +519,6 @@ def test_stored_bytes_rule_is_judged_on_sizes_the_notebook_never_showed(capsys):
         devices,
     )
     wrong = [
-        (lambda n, p: {"all_reduce": 64, "reduce_scatter": 40, "all_gather": 40},
-         "use the arguments n_bytes and p"),  # the notebook's numbers, copied
         (_held(reduce_scatter=lambda n, p: 2 * n), "keeps one slice of the sum"),
         (lambda n, p: {"all_reduce": n}, "it lacks 'all_gather', 'reduce_scatter'"),
         (lambda n: {"all_reduce": n}, r"stored_bytes\(48, 4\) raised TypeError"),
@@ -902,28 +900,8 @@ def test_off_by_names_the_kind_of_miss(got, expected, message):
 
 
 # The wrong answers tests/test_submission.py once ran as whole notebooks (one check-submission run
-# each), checked here at function level; the others already have twins above, in
-# test_algorithm_checks.py (steps 11, 12) and in test_training_checks.py (step 16).
-def test_two_level(capsys):
-    from course_utils import node_local_mesh
-    from course_utils.checks import check_two_level
-
-    mesh = node_local_mesh(2)
-
-    def two_level(x):  # the reference solution of step 13
-        mine = jax.lax.psum_scatter(x, "local", tiled=True)
-        return jax.lax.all_gather(jax.lax.psum(mine, "node"), "local", tiled=True)
-
-    check_two_level(two_level, mesh)
-    assert "PASSED: two-level all-reduce" in capsys.readouterr().out
-    with pytest.raises(ExerciseFailed, match="one all-reduce over all devices: that is the flat"):
-        check_two_level(lambda x: jax.lax.psum(x, ("node", "local")), mesh)
-    with pytest.raises(ExerciseFailed, match="nothing is reduce-scattered inside the nodes"):
-        check_two_level(lambda x: jax.lax.psum(jax.lax.psum(x, "local"), "node"), mesh)
-    with pytest.raises(ExerciseFailed, match="my_two_level is not defined"):
-        check_two_level(None, mesh)
-
-
+# each), checked here at function level; the others have twins in test_hierarchy.py (step 13),
+# test_algorithm_checks.py (steps 11, 12) and test_training_checks.py (step 16).
 def test_two_level_names_the_likely_mistake():
     from jax.sharding import PartitionSpec as P
 

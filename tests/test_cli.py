@@ -182,3 +182,37 @@ def test_the_core_package_loads_its_names_on_first_use():
     assert course_utils.ring_bytes(8, 4).all_reduce == 12
     with pytest.raises(AttributeError, match="no attribute 'ring_byte'"):
         course_utils.ring_byte  # noqa: B018
+
+
+
+def spoken(values) -> str:
+    """``[32, 128, 512]`` as "32, 128 and 512"."""
+    *rest, last = map(str, values)
+    return f"{', '.join(rest)} and {last}" if rest else last
+
+
+PLAN_FACTS = {  # what each plan's help says, read from the plan itself
+    "collectives": lambda plan: [
+        f"{len(plan['sizes'])} sizes up to {max(plan['sizes']) >> 20} MiB"],
+    "training": lambda plan: [f"batch {spoken(plan['batch_sizes'])}",
+                              f"curves of {plan['seeds']} seed"],
+    "overlap": lambda plan: [f"{plan['tower'].layers}-layer tower of width {plan['tower'].width}"],
+    "diloco": lambda plan: [f"H = {spoken(plan['local_steps'])}"],
+}
+
+
+def test_course_cluster_help_is_written_from_every_measurement(capsys):
+    from course_utils.tools.cluster.measurements import MEASUREMENTS, measurement
+
+    with pytest.raises(SystemExit):
+        main(["cluster", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse's wrapping undone
+    for name, about in MEASUREMENTS.items():
+        chosen = measurement(name)
+        assert about.files[0] == chosen.output and f"{name}: {about.what}" in shown
+        assert f"{name}: {about.quick}, or {about.full}" in shown
+        assert f"{name}: {' and '.join(about.files)}" in shown
+        for plan, text in (("quick", about.quick), ("full", about.full)):
+            facts = PLAN_FACTS[name](chosen.plans[plan])
+            assert all(fact in text for fact in facts), (name, plan, text)
+    assert "(overlap and diloco keep every run" in shown

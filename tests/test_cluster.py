@@ -68,10 +68,13 @@ def _cluster(tmp_path, *extra, fault=None, timeout=240):
 
 @needs_root
 def test_a_run_writes_its_results_and_leaves_nothing(tmp_path):
-    done = _cluster(tmp_path, "--link-rate", "200mbit,1gbit")
+    # the default shape (2 hosts of 2 devices), as a student runs it
+    done = subprocess.run([*COURSE, "--plan", "quick", "--link-rate", "200mbit,1gbit",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((tmp_path / "cluster.json").read_text())
     assert to_json(load_cluster_results(tmp_path / "cluster.json")) == results
+    assert (results["cluster"]["hosts"], results["cluster"]["devices_per_host"]) == (2, 2)
     assert [r["link_rate"] for r in results["runs"]] == ["200mbit", "1gbit"]
     assert (tmp_path / "cluster.png").stat().st_size > 0
     assert "goal hierarchical speed-up" in done.stdout
@@ -324,10 +327,13 @@ def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_pat
     done = subprocess.run(
         [sys.executable, "-m", "course_utils.tools.cli", "cluster", "--measure", "training",
          "--hosts", "2", "--devices-per-host", "1", "--link-rate", "200mbit", "--plan", "quick",
-         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+         "--runs", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "200mbit: done (run 2 of 2)" in done.stdout
     data = json.loads((tmp_path / "training.json").read_text())
     results = from_json(TrainingResults, data, "training.json")
+    assert results.meta.runs == 2  # the median of the two runs, cell by cell
+    assert results.meta.command_line.startswith("course cluster --measure training --hosts 2")
     plan = TRAINING_PLANS["quick"]
     assert {(r.strategy, r.batch_size) for r in results.rows} == {
         (s, b) for s in plan["strategies"] for b in plan["batch_sizes"]}

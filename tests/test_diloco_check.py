@@ -82,13 +82,10 @@ def _with(*, factor=32, ring=lambda r, d: r, rounding=math.ceil, floor_at_one=Tr
     return fn
 
 
+# (the page's common wrong answers: tests/test_mistakes.py)
 @pytest.mark.parametrize("fn, said", [
-    (_with(factor=4), "the rate is in bits per second"),
     (_with(factor=0.5), r"bytes to bits is × 8, not ÷ 8"),
     (_with(factor=8), "n_params counts float32 values: 4 bytes each"),
-    (_with(ring=lambda r, d: r * d), "only the all-reduce across the replicas crosses the link"),
-    (lambda n, r, d, rate, step, frac: max(1, math.ceil(2 * 32 * n / rate / (frac * step))),
-     r"counts the R − 1 other replicas, not R"),
     (lambda n, r, d, rate, step, frac: max(1, math.ceil(_sync_s(n / d, r, rate)
                                                         / (frac * step))),
      "the replica's link carries every device's slice: D slices of n/D values"),
@@ -96,7 +93,6 @@ def _with(*, factor=32, ring=lambda r, d: r, rounding=math.ceil, floor_at_one=Tr
         (r - 1) / r * 32 * n / rate / (frac * step))), "count both passes of the ring"),
     (_with(factor=16), "half the bytes: count both passes .* 4-byte float32 values"),  # bf16
     (_with(rounding=lambda x: x), "H is a whole number of inner steps; round up"),
-    (_with(rounding=math.floor), "round up, not down"),
     (_with(rounding=round), "round up, not to the nearest"),
     (lambda *a: math.floor(_with(rounding=lambda x: x)(*a)) + 1,
      "at most the fraction: an H at which the sync adds exactly the fraction fits"),

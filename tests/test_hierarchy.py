@@ -94,8 +94,10 @@ def _two_level(x):
 @pytest.mark.parametrize(
     "fn, match",
     [
-        (lambda x: jax.lax.psum(x, ("node", "local")), "that is the flat schedule"),
-        (lambda x: jax.lax.psum(jax.lax.psum(x, "local"), "node"), "nothing is reduce-scattered"),
+        (lambda x: jax.lax.psum(x, ("node", "local")),
+         "one all-reduce over all devices: that is the flat schedule"),
+        (lambda x: jax.lax.psum(jax.lax.psum(x, "local"), "node"),
+         "nothing is reduce-scattered inside the nodes"),
         (lambda x: jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True), "node"),
          "did you all-gather inside the node"),
         (lambda x: x * 0, "the sum is wrong"),

@@ -36,14 +36,12 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
     assert "PASSED: size at a fraction of the bandwidth" in capsys.readouterr().out
 
 
+# (the page's common wrong answers: tests/test_mistakes.py)
 @pytest.mark.parametrize("fn, said", [
-    (_size(alpha=1e6), "alpha_s is already in seconds"),
     (_size(per=8), "S is in bytes, not bits"),
     (_size(per=1 / 8), "not bits: do not divide by 8"),
     (_size(per=1e-9), "not GB/s"),
     (_size(alpha=2), "not 2α"),
-    (_size(swapped=True), "fraction and 1 − fraction are swapped"),
-    (_size(factor=1.5), "the bus factor multiplies the bus bandwidth and its limit alike"),
     (_size(factor=1 / 1.75), "the bus factor multiplies the bus bandwidth and its limit alike"),
     (lambda a, b, f: a * b, "right for one fraction only"),
     (lambda a, b, f: a * b * f, "collect the S terms"),

@@ -174,7 +174,7 @@ def test_interrupt_stops_the_workers_and_exits_130(tmp_path):
     [
         (
             ["--processes", "0", "--devices-per-process", "2"],
-            "--processes: must be a positive integer",
+            "--processes: must be a positive integer, got '0'",
         ),
         (
             ["--processes", "2", "--devices-per-process", "x"],

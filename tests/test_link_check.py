@@ -39,13 +39,12 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
     assert "PASSED: reduce-scatter times" in capsys.readouterr().out
 
 
+# (the page's common wrong answers: tests/test_mistakes.py)
 @pytest.mark.parametrize("fn, message", [
     (None, "my_reduce_scatter_ms is not defined"),
     (lambda h, d, n, bits: ("fast", 1.0), "two finite numbers of milliseconds"),
     (lambda h, d, n, bits: 1.0, r"must return two numbers, \(flat_ms, two_level_ms\)"),
     (lambda h, d: (1.0, 1.0), r"my_reduce_scatter_ms\(2, 4, 16777216, 1e\+09\) raised TypeError"),
-    (_times(flat=1 / 8, two=1 / 8), "bits per second: divide it by 8"),
-    (_times(flat=2), "that is an all-reduce's time: a reduce-scatter is one pass"),
     (_times(flat=8 / 7), "never sends its own chunk"),
     (_times(two=2), "that is the two-level all-reduce's time"),
     (_times(two=1 / 4), "share its one link"),

@@ -50,18 +50,16 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
     assert "PASSED: the slowest rate that still hides a fragment's sync" in capsys.readouterr().out
 
 
+# (the page's common wrong answers: tests/test_mistakes.py)
 @pytest.mark.parametrize("fn, message", [
     (None, "my_slowest_rate is not defined"),
     (lambda *a: "fast", "must return one positive number of bit/s"),
     (lambda n, f: n, r"my_slowest_rate\(1118464, 4, 4, 2, 2, 0.04\) raised"),
-    (functools.partial(_mine, per_byte=1), "that is bytes per second"),
     (functools.partial(_mine, per_byte=1 / 8), "bytes to bits is × 8, not ÷ 8"),
     (lambda *a: _mine(*a, each=a[2]), "each value is bits / 8 bytes"),
-    (lambda *a: _mine(*a, whole=a[1]), "one fragment is n_params / fragments values"),
     (functools.partial(_mine, ring=2), "never sends its own chunk to itself"),
     (lambda *a: _mine(*a, ring=2 * (a[3] - 1)), r"moves \(R − 1\)/R of the fragment, not R − 1"),
     (lambda *a: _mine(*a, ring=(a[3] - 1) / a[3]), "an all-reduce is two passes of the ring"),
-    (functools.partial(_mine, scales=False), "the scales travel too"),
     (functools.partial(_mine, steps=1), "tau inner steps to hide behind, not one"),
     (lambda *a: _mine(*a, steps=a[4] + 1), "overlaps tau inner steps, not tau \\+ 1"),
     (functools.partial(_mine, scale=0.5), "a scale is an f32: 4 bytes"),

@@ -7,6 +7,17 @@ without giving the answer away (``ExerciseFailed``, shown without a traceback), 
 A check is feedback a student runs, not a guard: it refuses a function that is, wraps or names in
 its code a function the exercise forbids, but the student's code runs in the same kernel and could
 change anything there. Grading rests on nbgrader's autograde and on reading the solution cells.
+
+Modules: ``algorithms``: steps 11–13: the ring, buckets, the two-level all-reduce; ``budget``: step
+8's communication budget; ``compute``: step 18's break-even batch size; ``diloco``: step 21's
+smallest H; ``forbidden``: what a student's function is, calls or runs; ``gradients``: steps 2 and
+3: the shares and the reduce-scatter; ``helpers``: what every check shares; ``hierarchy``: step 13's
+two-level reduce-scatter; ``lab``: step 10's bandwidth fraction; ``links``: step 17's predicted
+reduce-scatter times; ``local_sgd``: step 16's H for a byte budget; ``mesh_order``: step 13's check
+in a subprocess with 6 devices; ``overlap``: step 19's overlapped backward pass; ``overlap_time``:
+step 19's predicted time; ``permutation``: step 7's joint permutation; ``storage``: steps 4 and 5:
+shard shapes and stored bytes; ``streaming``: step 22's slowest hidden rate; ``training``: steps
+14–16: memory, error feedback, local SGD's bytes; ``updates``: step 6's sliced update.
 """
 
 from course_utils.checks.algorithms import (

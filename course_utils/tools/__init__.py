@@ -1,2 +1,7 @@
 """The course tools: everything behind the ``course`` command (run, student, check-submission,
-launch, bench). They import the teaching core (``course_utils``); the core never imports them."""
+launch, bench, book, cluster). They import the teaching core (``course_utils``); the core never
+imports them.
+
+Modules: ``cli``: the course command's registry of subcommands; ``errors``: its one error type and
+printer; ``processes``: worker processes under one deadline.
+"""

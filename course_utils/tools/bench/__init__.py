@@ -1,2 +1,7 @@
 """``course bench``: plan, worker processes, combining their reports, the report, and
-``--strategies``."""
+``--strategies``.
+
+Modules: ``combine``: the workers' reports combined; ``command``: the command; ``plan``: what to
+measure, one worker per device count; ``report``: tables, summary and files; ``strategies``:
+--strategies; ``worker``: one device count's process.
+"""

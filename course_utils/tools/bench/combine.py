@@ -33,7 +33,7 @@ from course_utils.results.bench import (
     Zero1Row,
     rows_of,
 )
-from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.meta import this_run
 
 ZERO1_GOAL = {"devices": 4, "params": 2**20, "max_ratio": 1.1}
 GROWTH_FACTOR = 1.25  # "grows past the floor": the first size at least this many times the floor
@@ -252,8 +252,7 @@ def build_results(
     rows = collective_rows(reports, memcpy.traffic_gbps)
     zero1 = zero1_rows(reports)
     return BenchRun(
-        meta=RunMeta(command="course bench" + (" --quick" if plan.quick else ""),
-                     machine=this_machine(), seconds=seconds),
+        meta=this_run("course bench" + (" --quick" if plan.quick else ""), seconds),
         load_average_before=tuple(load_before),
         load_average_after=tuple(os.getloadavg()),
         plan=plan,

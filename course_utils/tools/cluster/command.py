@@ -1,9 +1,9 @@
-"""``course cluster``: one of the registered measurements (``measurements``; step 17's
-collectives by default) timed across hosts that are network namespaces joined by rate-limited
-links (``netns``), with one process per host on JAX's multi-process runtime (gloo). Writes the
-measurement's file (``cluster.json`` and ``cluster.png`` for the collectives); always removes the
-namespaces, links and files it made (on success, a failed or hung process, the time limit and
-Ctrl-C).
+"""``course cluster``: one of the registered measurements (``measurements``, whose entries write
+its help; step 17's collectives by default) timed across hosts that are network namespaces joined
+by rate-limited links (``netns``), with one process per host on JAX's multi-process runtime
+(gloo). Writes the measurement's files (``cluster.json`` and ``cluster.png`` for the
+collectives); always removes the namespaces, links and files it made (on success, a failed or
+hung process, the time limit and Ctrl-C).
 """
 
 from __future__ import annotations
@@ -153,15 +153,17 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_cluster_parser(sub) -> None:
-    """Register ``course cluster``."""
+    """Register ``course cluster``; its help is written from the measurements' ``About``."""
+    about = MEASUREMENTS.items()
+    kept = [name for name, a in about if a.keeps_runs]
     cluster = sub.add_parser(
         "cluster",
-        help="time collectives across hosts on one machine (network namespaces, shaped links)",
+        help="time collectives and training across hosts on one machine (network namespaces, "
+        "shaped links)",
         description="Create HOSTS network namespaces joined by a bridge, shape each host's link "
-        "with tc tbf, run one JAX process per host (gloo) and time the collectives, the "
-        "two-level all-reduce, 16-bit against 32-bit rings and bucketing against the link "
-        "models, or another measurement (--measure: part four's training steps, step 19's "
-        "overlap). Needs root. Everything it creates is removed when it ends.",
+        "with tc tbf, run one JAX process per host (gloo) and time one measurement (--measure): "
+        + "; ".join(f"{name}: {a.what}" for name, a in about)
+        + ". Needs root. Everything it creates is removed when it ends.",
     )
     cluster.add_argument("--hosts", type=positive_int_arg, default=2, help="hosts (default 2)")
     cluster.add_argument("--devices-per-host", type=positive_int_arg, default=2,
@@ -170,22 +172,22 @@ def add_cluster_parser(sub) -> None:
                          help="each host's outgoing link, in tc units (default 200mbit); "
                          "several, comma-separated, run the plan at each rate")
     cluster.add_argument("--plan", choices=PLAN_NAMES, default="quick",
-                         help="quick: 3 sizes up to 4 MiB (training: data parallelism and "
-                         "accumulation at one batch size); full: 5 sizes up to 16 MiB "
-                         "(training: every strategy at 4 batch sizes)")
+                         help="quick (the default) or full: " + "; ".join(
+                             f"{name}: {a.quick}, or {a.full}" for name, a in about))
     cluster.add_argument("--measure", choices=MEASUREMENTS, default="collectives",
-                         help="what to time: " + "; ".join(
-                             f"{name}: {what}" for name, (_, what) in MEASUREMENTS.items()))
+                         help=f"what to time: {', '.join(MEASUREMENTS)} (default collectives)")
     cluster.add_argument("--runs", type=positive_int_arg, default=1,
                          help="run the plan this many times, every rate in turn each time "
-                         "(default 1); the file holds the median of the runs, cell by cell "
-                         "(overlap keeps every run, and its readers take the median)")
+                         "(default 1); the file holds the median of the runs, cell by cell"
+                         + (f" ({' and '.join(kept)} keep every run, and their readers take "
+                            "the median)" if kept else ""))
     cluster.add_argument("--tcp", default="reno",
                          help="TCP congestion control between the hosts: reno (default; a "
                          "standing queue keeps the link busy while there is data), cubic or bbr")
     cluster.add_argument("--timeout", type=float, default=900.0,
                          help="stop everything after this many seconds (default 900)")
     cluster.add_argument("--out", default="build/cluster",
-                         help="folder for the measurement's file (cluster.json and cluster.png, "
-                         "training.json, overlap.json; default build/cluster)")
+                         help="folder for the measurement's files (" + "; ".join(
+                             f"{name}: {' and '.join(a.files)}" for name, a in about)
+                         + "; default build/cluster)")
     cluster.set_defaults(handler=_run)

@@ -1,12 +1,13 @@
 """The measurements ``course cluster`` can make, each one description (``Measurement``)
-registered once in ``MEASUREMENTS``: ``--measure``'s choices, the command and each host's
-process read it, and nothing else names a measurement.
+registered once in ``MEASUREMENTS`` with what the help says of it (``About``): ``--measure``'s
+choices, the command's help, the command and each host's process read it, and nothing else names
+a measurement.
 
 A measurement is its plans, what host 0 measures and reports (``measure``, in every host's
 process, on the global devices), how the command assembles host 0's reports of every run and
 link rate into one record (``assemble``: what its median over ``--runs`` is), the file it
 writes and the lines it prints. Adding one is a module with its description (and the record it
-writes) and one line here.
+writes) and its ``About`` here.
 """
 
 from __future__ import annotations
@@ -18,21 +19,49 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Callable, Generic, Mapping, NamedTuple, Sequence, TypeVar
 
 from course_utils.results.cluster import ClusterSetup
-from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.meta import RunMeta, this_run
 from course_utils.tools.cluster.timing import Timed
 
-# name: (where its description is, what --measure's help says of it). A description's module
-# imports JAX: only the measurement being run is imported (as ``cli.COMMANDS`` does).
+
+class About(NamedTuple):
+    """What ``course cluster --help`` says of a measurement, beside where its description
+    (``Measurement``) is: what it times, its quick and full plans, the files it writes (its
+    ``output`` first), and whether its file keeps every run of ``--runs`` (its readers take the
+    median) rather than their median."""
+
+    where: str
+    what: str
+    quick: str
+    full: str
+    files: tuple[str, ...]
+    keeps_runs: bool = False
+
+
+# A description's module imports JAX: only the measurement being run is imported (as
+# ``cli.COMMANDS`` does), and the help is written from these entries.
 MEASUREMENTS = {
-    "collectives": ("course_utils.tools.cluster.collectives:COLLECTIVES",
-                    "step 17's timings (the default), cluster.json and cluster.png"),
-    "training": ("course_utils.tools.cluster.training:TRAINING",
-                 "part four's training steps and held-out curves, training.json"),
-    "overlap": ("course_utils.tools.cluster.overlap:OVERLAP",
-                "step 19's backward pass and collective matmul, overlap.json (needs "
-                "--devices-per-host 2)"),
-    "diloco": ("course_utils.tools.cluster.diloco:DILOCO",
-               "part five's DiLoCo and Streaming DiLoCo rounds, diloco_cluster.json"),
+    "collectives": About(
+        "course_utils.tools.cluster.collectives:COLLECTIVES",
+        "step 17's collectives, two-level all-reduce, 16- against 32-bit rings, bucketing and "
+        "two training steps against the link models (the default)",
+        "3 sizes up to 4 MiB", "5 sizes up to 16 MiB", ("cluster.json", "cluster.png")),
+    "training": About(
+        "course_utils.tools.cluster.training:TRAINING",
+        "part four's training steps and held-out curves",
+        "data parallelism, accumulation and HSDP at batch 64, curves of 1 seed",
+        "every part-four strategy at batch 32, 128, 512 and 1024, curves of 3 seeds",
+        ("training.json",)),
+    "overlap": About(
+        "course_utils.tools.cluster.overlap:OVERLAP",
+        "step 19's backward pass with its buckets' all-reduce, and its collective matmul "
+        "(needs --devices-per-host 2)",
+        "a 4-layer tower of width 256", "step 19's 16-layer tower of width 512",
+        ("overlap.json",), keeps_runs=True),
+    "diloco": About(
+        "course_utils.tools.cluster.diloco:DILOCO",
+        "part five's DiLoCo and Streaming DiLoCo rounds against data parallelism (needs "
+        "--devices-per-host 2)",
+        "H = 16", "H = 16 and 32", ("diloco_cluster.json",), keeps_runs=True),
 }
 PLAN_NAMES = ("quick", "full")  # every measurement has these plans
 
@@ -62,9 +91,10 @@ class Setup:
 
     def run_meta(self, name: str) -> RunMeta:
         """How measurement ``name`` was made: the command, the machine the hosts ran on (this
-        interpreter), the seconds since the command started and the runs."""
-        return RunMeta(f"course cluster --measure {name}", this_machine(),
-                       time.monotonic() - self.started, self.runs)
+        interpreter), the seconds since the command started, the runs, and the package's
+        version, commit and whole command line (``meta.this_run``)."""
+        return this_run(f"course cluster --measure {name}", time.monotonic() - self.started,
+                        self.runs)
 
     def cluster(self, bucket_ms: float | None = None) -> ClusterSetup:
         """The cluster it ran on: the shape, the plan, the TCP congestion control between the
@@ -113,7 +143,7 @@ def measurement(name: str) -> Measurement:
     if name not in MEASUREMENTS:
         raise ValueError(f"no cluster measurement is called {name!r}; the measurements are "
                          f"{', '.join(MEASUREMENTS)}")
-    module, attribute = MEASUREMENTS[name][0].split(":")
+    module, attribute = MEASUREMENTS[name].where.split(":")
     return getattr(importlib.import_module(module), attribute)
 
 
