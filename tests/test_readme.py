@@ -94,7 +94,8 @@ def test_the_readme_names_the_end_to_end_command_and_ci_runs_it():
     commands = [line.split("#")[0].strip() for line in quick_start.splitlines()]
     assert "pytest" in commands and "pytest -m e2e" in commands
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert "pytest" in ci and "pytest -m e2e" in ci
+    # CI leaves out of the e2e step the four tests its next step runs on every notebook
+    assert "pytest" in ci and any(line.split(" \\")[0] == "pytest -m e2e" for line in ci)
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
     assert "-m 'not e2e'" in addopts["ini_options"]["addopts"]  # the README's pytest leaves them
 
