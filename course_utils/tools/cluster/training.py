@@ -58,11 +58,11 @@ def step_fits(name: str, batch_size: int, p: int, rows: int) -> bool:
     return p * batch_size * find_row(name).accumulate <= rows
 
 
-def row_programs(mesh, name: str, batch_size: int):
+def row_programs(mesh, name: str, batch_size: int, *, hosts: int | None = None):
     """``(programs, state, (x, y))``: the programs ``train`` runs (``programs.build_programs``)
     for part four's row ``name`` at ``batch_size`` rows per device on ``mesh``'s devices, its
     state and one micro-step's rows. A strategy of hosts (HSDP) runs on a mesh ``("host",
-    "device")``, each process's devices a host."""
+    "device")`` of ``hosts`` rows (``None``: each process's devices a host)."""
     import jax
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
@@ -77,7 +77,7 @@ def row_programs(mesh, name: str, batch_size: int):
 
     row, entry = find_row(name), spec(find_row(name).strategy)
     if entry.mesh_axes is not None:
-        mesh = Mesh(mesh.devices.reshape(jax.process_count(), -1), entry.mesh_axes)
+        mesh = Mesh(mesh.devices.reshape(hosts or jax.process_count(), -1), entry.mesh_axes)
     (axis, rows_axis), n = axes(entry, mesh), padded_size(mesh.size, PART_FOUR)
     rows, (x, y) = mesh.size * batch_size, classification_task(mlp=PART_FOUR)
     ctx = Context(axis, mesh.shape[axis], n, rows * row.accumulate,
