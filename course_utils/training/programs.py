@@ -111,9 +111,9 @@ def build_programs(spec: StrategySpec, mesh: Mesh, ctx: Context, state: TrainSta
     """
     specs, rows = state_specs(state), (P(axes(spec, mesh)[1], None), P(axes(spec, mesh)[1]))
 
-    def compiled(body, out_specs):
+    def compiled(body, check_vma):
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, *rows),
-                                     out_specs=(specs, out_specs), check_vma=False)
+                                     out_specs=(specs, rows[1]), check_vma=check_vma)
                        ).lower(state, *batch).compile()
 
     def body(state, x, y):
@@ -124,19 +124,21 @@ def build_programs(spec: StrategySpec, mesh: Mesh, ctx: Context, state: TrainSta
         new_state, loss = accumulate_gradient(state, x, y, ctx)
         return new_state, loss[None]
 
-    step = compiled(body, rows[1])
+    step = compiled(body, getattr(spec.step, "check_vma", True))  # vma_unchecked: off
     collectives = hlo_collectives(step.as_text())
     payload, across = ring_payload(collectives, mesh.size), _across(collectives, mesh)
     micro = None
     if accumulate > 1:
-        micro = compiled(micro_body, rows[1])
+        micro = compiled(micro_body, True)
         payload += ring_payload(hlo_collectives(micro.as_text()), mesh.size) * (accumulate - 1)
     sync, outer, merge, outer_payload, per_sync = spec.sync, None, None, 0.0, None
     every = local_steps // sync.fragments  # an outer step every H/F inner steps
     if sync.outer is not None:  # the outer step (one fragment's, if F > 1)
+        # unchecked across replicas: part five's outer steps and merges all_gather w into the
+        # replica typed varying over "device", where its copy (P("host")) is the same there
         outer, merge = (None if f is None else jax.jit(jax.shard_map(
             partial(f, ctx=ctx), mesh=mesh, in_specs=(specs,), out_specs=specs,
-            check_vma=False)).lower(state).compile() for f in (sync.outer, sync.merge))
+            check_vma=sync.axis is None)).lower(state).compile() for f in (sync.outer, sync.merge))
         outer_collectives = hlo_collectives(outer.as_text())
         outer_payload = ring_payload(outer_collectives, mesh.size)
         if across is not None:  # the outer program's share of an inner step
