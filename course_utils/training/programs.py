@@ -2,7 +2,9 @@
 ``course cluster --measure training`` times: its inner step, the micro-step of gradient
 accumulation, its outer step and the merge of an overlapped sync (``Sync.merge``), with the
 collectives of each read off the compiled programs (``observe.ir``): the ring payload one
-device sends per step, and on a mesh of hosts the bytes that cross them.
+device sends per step, and on a mesh of hosts the bytes that cross them. Each is compiled with
+JAX's check of what varies on (``check_vma``), but a step marked ``state.vma_unchecked`` and
+part five's outer steps and merges (a comment at each says why).
 
 The state is placed by ``initial_state``; the rows split over the mesh as ``axes`` says.
 """
@@ -96,10 +98,10 @@ def build_programs(spec: StrategySpec, mesh: Mesh, ctx: Context, state: TrainSta
 
     Examples:
         >>> from course_utils.devices.setup import data_mesh
-        >>> from course_utils.problems.classification import classification_task, init_params
-        >>> from course_utils.problems.classification import padded_size
-        >>> from course_utils.training.strategies import spec
+        >>> from course_utils.problems.classification import (classification_task,
+        ...                                                   init_params, padded_size)
         >>> from course_utils.training.batches import placed_rows
+        >>> from course_utils.training.strategies import spec
         >>> mesh, entry = data_mesh(), spec("local_sgd")
         >>> n, (x, y) = padded_size(mesh.size), classification_task()
         >>> ctx = Context("data", mesh.size, n, len(y), k=1)
@@ -109,7 +111,8 @@ def build_programs(spec: StrategySpec, mesh: Mesh, ctx: Context, state: TrainSta
         >>> programs.outer is not None, programs.micro is None, programs.every
         (True, True, 4)
     """
-    specs, rows = state_specs(state), (P(axes(spec, mesh)[1], None), P(axes(spec, mesh)[1]))
+    rows_axis = axes(spec, mesh)[1]
+    specs, rows = state_specs(state), (P(rows_axis, None), P(rows_axis))
 
     def compiled(body, check_vma):
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, *rows),
