@@ -139,11 +139,6 @@ def test_overlap_over_two_runs_keeps_every_run_for_its_readers_median():
                                                                          devices_per_host=1))
 
 
-def test_the_old_name_of_step_fits_still_works_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="step_fits"):
-        assert training.fits is training.step_fits
-
-
 def _imports(path):
     """``(module imported from, name)`` of every ``from course_utils… import name`` in ``path``."""
     return [(node.module, alias.name) for node in ast.walk(ast.parse(path.read_text()))

@@ -8,14 +8,14 @@ from jax.sharding import Mesh, NamedSharding
 
 from course_utils.observe.ir import hlo_collectives
 from course_utils.problems.classification import PART_FOUR_MLP
-from course_utils.tools.cluster.training import _program
+from course_utils.tools.cluster.training import row_step
 from course_utils.training.hsdp import SLICED, hsdp_program
 
 
 def test_one_hsdp_step_is_data_parallelism_s_with_the_parameters_sliced_in_each_host():
     devices = np.asarray(jax.devices())  # 4: 2 "hosts" of 2
     flat, two = Mesh(devices, ("d",)), Mesh(devices.reshape(2, 2), ("host", "device"))
-    step, state, x, y = _program(flat, "data_parallel", 16)
+    step, state, x, y = row_step(flat, "data_parallel", 16)
     expected = np.asarray(step(state, x, y).params)
     sliced = NamedSharding(two, SLICED)
     start = (jax.device_put(np.asarray(state.params), sliced),

@@ -1,9 +1,13 @@
 """The rows each step of ``train`` sees: the task split into training and held-out rows, and the
-minibatches (or micro-batches) drawn from each device's contiguous shard of the training rows."""
+minibatches (or micro-batches) drawn from each device's contiguous shard of the training rows,
+placed on the mesh one (micro-)step at a time (``Batches``)."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from course_utils.problems.classification import MLP, PART_THREE_MLP, classification_task
 
@@ -58,3 +62,34 @@ def micro_batch_rows(rows: int, p: int, *, batch_size: int | None, accumulate: i
     else:
         picked = np.stack([rng.choice(shard, batch_size, replace=False) for _ in range(p)])
     return (starts + picked).reshape(-1)
+
+
+def placed_rows(mesh: Mesh, rows_axis, x: np.ndarray, y: np.ndarray) -> tuple[jax.Array, ...]:
+    """``x`` and ``y`` on ``mesh``, their rows split over ``rows_axis`` (an axis or several)."""
+    return (jax.device_put(x, NamedSharding(mesh, P(rows_axis, None))),
+            jax.device_put(y, NamedSharding(mesh, P(rows_axis))))
+
+
+class Batches:
+    """The placed rows of each micro-step, in order: the same whole shards every step by
+    default, else drawn by ``micro_batch_rows``; ``first`` is the next one, not yet taken."""
+
+    def __init__(self, mesh, rows_axis, x, y, *, batch_size, accumulate, seed):
+        self.mesh, self.rows_axis, self.x, self.y = mesh, rows_axis, x, y
+        self.batch_size, self.accumulate = batch_size, accumulate
+        self.rng, self.count = np.random.default_rng(seed), 0
+        self.fixed = batch_size is None and accumulate == 1
+        self.first = placed_rows(mesh, rows_axis, x, y) if self.fixed else self._draw()
+
+    def _draw(self):
+        picked = micro_batch_rows(len(self.y), self.mesh.size, batch_size=self.batch_size,
+                                  accumulate=self.accumulate, micro=self.count % self.accumulate,
+                                  rng=self.rng)
+        self.count += 1
+        return placed_rows(self.mesh, self.rows_axis, self.x[picked], self.y[picked])
+
+    def next(self):
+        taken = self.first
+        if not self.fixed:
+            self.first = self._draw()
+        return taken

@@ -57,7 +57,7 @@ from course_utils.problems.classification import loss_sum
 from course_utils.training.hsdp import DEVICE, HOST
 from course_utils.training.optimizers import Optimizer
 from course_utils.training.quantize import check_format, exchange_bytes, quantized_all_reduce
-from course_utils.training.state import Context, Step, StepInfo, TrainState
+from course_utils.training.state import Context, Step, StepInfo, TrainState, own_copy
 from course_utils.training.streaming import mix, put_fragment, take_fragment
 from course_utils.validate import positive_int
 
@@ -94,7 +94,7 @@ def replica_mesh(replicas: int | None = None) -> Mesh:
 def replica_step(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """One inner step of a replica: data parallelism inside it, nothing sent across replicas
     (``ctx.axis`` is ``"host"``, ``ctx.p`` the replicas; w f32[n] the replica's own)."""
-    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y, ctx.mlp)
+    loss, g = jax.value_and_grad(loss_sum)(own_copy(state.params, DEVICE), x, y, ctx.mlp)
     g = jax.lax.psum(g / (ctx.rows // ctx.p), DEVICE)  # the mean over the replica's rows
     w, opt = ctx.optimizer.update(g, state.momentum, state.params)
     return state._replace(params=w, momentum=opt), StepInfo(loss / ctx.rows, g, None)
@@ -103,10 +103,11 @@ def replica_step(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) ->
 def dp_adamw(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     """Data parallelism on the two-axis mesh: the gradient's two-level all-reduce every step,
     then the inner optimizer (AdamW) on the whole vector, the same on every device."""
-    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y, ctx.mlp)
+    loss, g = jax.value_and_grad(loss_sum)(own_copy(state.params, (HOST, DEVICE)), x, y,
+                                           ctx.mlp)
     g = jax.lax.psum_scatter(g / ctx.rows, DEVICE, tiled=True)  # my slice of my replica's sum
     g = jax.lax.psum(g, HOST)  # my slice of the sum over every replica: crosses hosts
-    g = jax.lax.all_gather(g, DEVICE, tiled=True)  # inside the replica: the whole sum
+    g = jax.lax.all_gather(g, DEVICE, tiled=True, to="invarying")  # in the replica: the sum
     w, opt = ctx.optimizer.update(g, state.momentum, state.params)
     return state._replace(params=w, momentum=opt), StepInfo(loss / ctx.rows, g, None)
 

@@ -56,7 +56,7 @@ def _sliced_update(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) 
     loss, g_local = local_gradient(state, x, y, ctx)
     g = jax.lax.psum_scatter(g_local, ctx.axis, tiled=True)  # my slice of the sum
     w, v = ctx.optimizer.update(g, state.momentum, my_slice(state.params, ctx))
-    w = jax.lax.all_gather(w, ctx.axis, tiled=True)  # every device the whole new w
+    w = jax.lax.all_gather(w, ctx.axis, tiled=True, to="invarying")  # all the whole new w
     return state._replace(params=w, momentum=v), StepInfo(loss, g, g_local)
 
 

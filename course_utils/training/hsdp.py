@@ -16,7 +16,7 @@ from course_utils.models.cost_model import Topology, link_bytes_sent, message_st
 from course_utils.models.link_traffic import F32, Traffic, TrafficSettings
 from course_utils.problems.classification import MLP, loss_sum
 from course_utils.training.optimizers import MOMENTUM, Optimizer
-from course_utils.training.state import Context, Step, StepInfo, TrainState
+from course_utils.training.state import Context, Step, StepInfo, TrainState, own_copy
 
 HOST, DEVICE = "host", "device"
 SLICED = P(DEVICE)  # a slice per device of the host, the same slices on every host
@@ -29,7 +29,7 @@ def _host_gradient(w, x, y, *, rows: int, mlp: MLP):
     # the host's slices: the whole w, the same on every device; then this device's own copy,
     # so that the gradient is its own (of the same w, JAX would sum it over both axes itself)
     whole = jax.lax.all_gather(w, DEVICE, tiled=True, to="invarying")
-    mine = jax.lax.pcast(whole, (HOST, DEVICE), to="varying")
+    mine = own_copy(whole, (HOST, DEVICE))
     loss, g = jax.value_and_grad(loss_sum)(mine, x, y, mlp)
     g = jax.lax.psum_scatter(g / rows, DEVICE, tiled=True)  # my slice of my host's sum
     return loss / rows, jax.lax.psum(g, HOST)  # my slice of the sum over every host: crosses

@@ -1,7 +1,9 @@
 """What every strategy shares: the ``Context`` a step reads, the ``TrainState`` it keeps, the
 ``StepInfo`` it reports, its two functions (``Strategy``), where each part of the state is
 placed (``state_specs``, ``place``, ``placed_init``) and the pieces every step is built from
-(this device's gradient, the optimizer's update, a micro-step of accumulation).
+(this device's gradient, the optimizer's update, a micro-step of accumulation). Steps are
+compiled with JAX's check of what varies on (``check_vma``): a shared value whose gradient is
+this device's own enters as ``own_copy``; a step the check cannot follow is ``vma_unchecked``.
 
 Placements are the arrays' own: each field of the state is placed with a ``PartitionSpec`` over
 the mesh's named axis — ``P()`` replicated, ``P(axis)`` sliced (device i holds slice i), or
@@ -163,10 +165,25 @@ def placed_init(params: str, optimizer: str, gradient: str | None,
     return init
 
 
+def own_copy(w: jax.Array, axes: str | tuple[str, ...]) -> jax.Array:
+    """``w``, the same on every device along ``axes``, as this device's own copy (varying, for
+    JAX's check of what varies, ``check_vma``): its gradient is then this device's alone, where
+    that of a value the devices share would be summed over them. It compiles to nothing."""
+    return jax.lax.pcast(w, axes, to="varying")
+
+
+def vma_unchecked(step: Callable) -> Callable:
+    """``step`` marked for ``programs.build_programs`` to compile with JAX's check of what
+    varies off (``check_vma=False``); where it is marked, a comment says why."""
+    step.check_vma = False
+    return step
+
+
 def local_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context
                    ) -> tuple[jax.Array, jax.Array]:
-    """This device's share of the mean loss and of its gradient (plus the micro-steps')."""
-    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y, ctx.mlp)
+    """This device's share of the mean loss and of its gradient (plus the micro-steps'), of
+    the replicated w (every caller's)."""
+    loss, g = jax.value_and_grad(loss_sum)(own_copy(state.params, ctx.axis), x, y, ctx.mlp)
     g = g / ctx.rows
     if state.accumulated is not None:  # the micro-steps' gradients, summed in the state
         g = g + state.accumulated
@@ -177,7 +194,7 @@ def accumulate_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Cont
                         ) -> tuple[TrainState, jax.Array]:
     """A micro-step of accumulation: this device's gradient added to ``state.accumulated``,
     nothing sent; the strategy's ``step`` adds the last one, sends the sum once, restarts it."""
-    loss, g = jax.value_and_grad(loss_sum)(state.params, x, y, ctx.mlp)
+    loss, g = jax.value_and_grad(loss_sum)(own_copy(state.params, ctx.axis), x, y, ctx.mlp)
     return state._replace(accumulated=state.accumulated + g / ctx.rows), loss / ctx.rows
 
 

@@ -2,10 +2,9 @@
 
 Every strategy runs the same task (``course_utils.problems.classification``) from the same initial
 parameters and data; ``train`` reads the strategy's description (``strategies.SPECS``), places its
-state (``init``), compiles its step (and its outer step, if it syncs every H steps) once, reads
-the collectives of the compiled programs (``bytes_per_step``, the ring payload per device,
-``ir.ring_payload``), runs ``steps`` steps and reads what each device holds from the
-shards of the state's arrays themselves.
+state and compiles its programs once (``programs.build_programs``: its step, and its outer step if
+it syncs every H steps, with the bytes they send, ``bytes_per_step``), runs ``steps`` steps and
+reads what each device holds from the shards of the state's arrays themselves.
 
 Part five's strategies (``StrategySpec.mesh_axes`` ``("host", "device")``) run on a mesh of
 replicas (``diloco.replica_mesh``): the rows split over both axes, so that with ``skewed`` each
@@ -21,11 +20,8 @@ from functools import partial
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
-from course_utils.devices.setup import axis_of
-from course_utils.observe.ir import hlo_collectives, ring_payload
 from course_utils.observe.placement import shard_shapes, values_per_device
 from course_utils.problems.classification import (
     MLP,
@@ -34,18 +30,12 @@ from course_utils.problems.classification import (
     loss_sum,
     padded_size,
 )
-from course_utils.training.batches import micro_batch_rows, split_task
+from course_utils.training.batches import Batches, split_task
 from course_utils.training.optimizers import Optimizer
+from course_utils.training.programs import axes, build_programs, initial_state
 from course_utils.training.quantize import check_format
 from course_utils.training.run import Memory, TrainingRun
-from course_utils.training.state import (
-    MEMORY_PART,
-    Context,
-    TrainState,
-    accumulate_gradient,
-    place,
-    state_specs,
-)
+from course_utils.training.state import MEMORY_PART, Context, TrainState
 from course_utils.training.strategies import SPECS
 from course_utils.training.streaming import check_streaming
 from course_utils.validate import positive_int
@@ -70,7 +60,7 @@ def _check_mesh(mesh, strategy) -> None:
                          "pass replica_mesh()")
 
 
-def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> None:
+def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed, optimizer) -> None:
     _check_mesh(mesh, strategy)
     positive_int("steps", steps)
     positive_int("seed", seed, low=0)
@@ -96,6 +86,9 @@ def _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed) -> N
         raise ValueError(f"topk_fraction must be a number in (0, 1], got {topk_fraction!r}")
     if not isinstance(skewed, bool):
         raise ValueError(f"skewed must be True or False, got {skewed!r}")
+    if optimizer is not None and not isinstance(optimizer, Optimizer):
+        raise ValueError(f"optimizer must be an Optimizer such as adamw(1e-3), got "
+                         f"{type(optimizer).__name__}")
 
 
 def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> None:
@@ -159,17 +152,10 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         >>> len(run.loss), run.memory.total == sum(run.memory.parts().values())
         (2, True)
     """
-    _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed)
-    if optimizer is not None and not isinstance(optimizer, Optimizer):
-        raise ValueError(f"optimizer must be an Optimizer such as adamw(1e-3), got "
-                         f"{type(optimizer).__name__}")
+    _check(mesh, strategy, steps, seed, local_steps, topk_fraction, skewed, optimizer)
     spec = SPECS[strategy]
-    if spec.mesh_axes is None:  # the data axis; the rows split over it
-        axis = rows_axis = axis_of(mesh)
-    else:  # the axis the state's forms run along; the rows split over both axes
-        axis, rows_axis = spec.parts.axis, tuple(mesh.axis_names)
+    (axis, rows_axis), sync = axes(spec, mesh), spec.sync
     p, n = mesh.shape[axis], padded_size(mesh.size, mlp)
-    sync = spec.sync
     if sync.outer is not None:  # every H/F steps, fragment after fragment
         check_streaming(local_steps=local_steps, fragments=sync.fragments, overlap=sync.overlap,
                         n=n, devices=mesh.size // p)
@@ -183,54 +169,20 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     micro_rows = mesh.size * (batch_size or len(y) // mesh.size // accumulate)
     ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)),
                   mlp=mlp, optimizer=optimizer or spec.optimizer)
-
-    state = spec.init(init_params(n, seed, mlp), mesh, ctx)
-    if accumulate > 1:
-        state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
-    specs, rows = state_specs(state), (P(rows_axis, None), P(rows_axis))
-    batches = _Batches(mesh, rows, x, y, batch_size=batch_size, accumulate=accumulate, seed=seed)
-
-    def body(state, x, y):
-        new_state, info = spec.step(state, x, y, ctx)
-        return new_state, info._replace(loss=info.loss[None])  # every part stacked by device
-
-    step = jax.shard_map(body, mesh=mesh, in_specs=(specs, *rows),
-                         out_specs=(specs, P(rows_axis)), check_vma=False)
-    compiled = jax.jit(step).lower(state, *batches.first).compile()
-    collectives = hlo_collectives(compiled.as_text())
-    payload, across = ring_payload(collectives, mesh.size), _across(collectives, mesh)
-    micro = None
-    if accumulate > 1:
-
-        def micro_body(state, x, y):
-            new_state, loss = accumulate_gradient(state, x, y, ctx)
-            return new_state, loss[None]
-
-        micro = jax.jit(jax.shard_map(micro_body, mesh=mesh, in_specs=(specs, *rows),
-                                      out_specs=(specs, P(rows_axis)), check_vma=False))
-        micro = micro.lower(state, *batches.first).compile()
-        payload += ring_payload(hlo_collectives(micro.as_text()), mesh.size) * (accumulate - 1)
-
-    outer = merge = per_sync = None
-    every = local_steps // sync.fragments  # an outer step every H/F inner steps
-    if sync.outer is not None:  # the outer step (one fragment's, if F > 1)
-        outer, merge = (None if f is None else jax.jit(jax.shard_map(
-            partial(f, ctx=ctx), mesh=mesh, in_specs=(specs,), out_specs=specs,
-            check_vma=False)).lower(state).compile() for f in (sync.outer, sync.merge))
-        outer_collectives = hlo_collectives(outer.as_text())
-        payload += ring_payload(outer_collectives, mesh.size) * (steps // every) / steps
-        if across is not None:  # the outer program's share of an inner step
-            per_sync = _across(outer_collectives, mesh)
-            across += per_sync / every
+    state = initial_state(spec, mesh, ctx, init_params(n, seed, mlp), accumulate=accumulate)
+    batches = Batches(mesh, rows_axis, x, y, batch_size=batch_size, accumulate=accumulate,
+                      seed=seed)
+    programs = build_programs(spec, mesh, ctx, state, batches.first, accumulate=accumulate,
+                              local_steps=local_steps)
 
     losses, errors, averaged, heldout = [], [], [], []
-    sums = {"used": 0.0, "exact": 0.0}
+    sums, every = {"used": 0.0, "exact": 0.0}, programs.every
     for t in range(steps):
         loss = 0.0
         for _ in range(accumulate - 1):
-            state, micro_loss = micro(state, *batches.next())
+            state, micro_loss = programs.micro(state, *batches.next())
             loss += float(np.sum(micro_loss))
-        state, info = compiled(state, *batches.next())
+        state, info = programs.step(state, *batches.next())
         loss += float(np.sum(info.loss))  # reading the loss waits for the step to finish
         losses.append(loss)
         if info.local is not None:
@@ -239,13 +191,13 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             sums = {"used": sums["used"] + used, "exact": sums["exact"] + exact}
             errors.append((_relative_error(used, exact),
                            _relative_error(sums["used"], sums["exact"])))
-        if outer is not None and (t + 1) % every == 0:
-            state = outer(state)
+        if programs.outer is not None and (t + 1) % every == 0:
+            state = programs.outer(state)
         # the result merges τ steps after its outer step, exactly (at once if τ = 0)
         merged = t + 1 - sync.overlap
-        if outer is not None and merged >= every and merged % every == 0:
-            if merge is not None:
-                state = merge(state)
+        if programs.outer is not None and merged >= every and merged % every == 0:
+            if programs.merge is not None:
+                state = programs.merge(state)
             averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y, mlp))))
         if held is not None and (t + 1) % heldout_every == 0:
             w = (spec.flat(state.params, n, p, mlp) if state.outer is None else
@@ -256,61 +208,19 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     return TrainingRun(
         strategy=strategy,
         loss=tuple(losses),
-        bytes_per_step=payload,
+        bytes_per_step=programs.bytes_per_step(steps),
         memory=_memory(state),
         gradient_error=tuple(e for e, _ in errors) or None,
         cumulative_error=tuple(e for _, e in errors) or None,
         final_loss=float(_mean_loss(params, x, y, mlp)),
         averaged_loss=tuple(averaged) or None,
         heldout_loss=tuple(heldout) or None,
-        collectives=tuple(collectives),
+        collectives=programs.collectives,
         params=params,
         shards=_shards(state),
-        bytes_across_replicas=across,
-        bytes_per_sync_across_replicas=per_sync,
+        bytes_across_replicas=programs.bytes_across_replicas,
+        bytes_per_sync_across_replicas=programs.bytes_per_sync_across_replicas,
     )
-
-
-class _Batches:
-    """The placed rows of each micro-step, in order: the same whole shards every step by
-    default, else drawn by ``micro_batch_rows``; ``first`` is the next one, not yet taken."""
-
-    def __init__(self, mesh, rows, x, y, *, batch_size, accumulate, seed):
-        self.mesh, self.rows, self.x, self.y = mesh, rows, x, y
-        self.batch_size, self.accumulate = batch_size, accumulate
-        self.rng, self.count = np.random.default_rng(seed), 0
-        self.fixed = batch_size is None and accumulate == 1
-        self.first = self._place(x, y) if self.fixed else self._draw()
-
-    def _place(self, x, y):
-        return tuple(jax.device_put(a, NamedSharding(self.mesh, s))
-                     for a, s in zip((x, y), self.rows))
-
-    def _draw(self):
-        picked = micro_batch_rows(len(self.y), self.mesh.size, batch_size=self.batch_size,
-                                  accumulate=self.accumulate, micro=self.count % self.accumulate,
-                                  rng=self.rng)
-        self.count += 1
-        return self._place(self.x[picked], self.y[picked])
-
-    def next(self):
-        taken = self.first
-        if not self.fixed:
-            self.first = self._draw()
-        return taken
-
-
-def _across(collectives, mesh: Mesh) -> float | None:
-    """Bytes one device sends in the collectives whose groups hold devices of more than one
-    host (ring payload); ``None`` on a one-axis mesh. Group members are positions in the
-    mesh's order, host-major: position i is on host i // (devices per host)."""
-    if len(mesh.axis_names) == 1:
-        return None
-    per_host = mesh.size // mesh.shape[mesh.axis_names[0]]
-    crossing = [c for c in collectives
-                if any(len({i // per_host for i in group}) > 1
-                       for group in c.replica_groups or [range(mesh.size)])]
-    return ring_payload(crossing, mesh.size)
 
 
 def _memory(state: TrainState) -> Memory:

@@ -1,12 +1,14 @@
 """One host's side of ``course cluster --measure training``: part four's training steps timed
 across the hosts, each strategy at each batch size, with the bytes host 0's link sent per step.
 
-Every process runs the same programs in the same order. A strategy's step is ``train``'s own
-(``strategies.SPECS``, part four's wider model ``PART_FOUR_MLP``); ``batch_size`` is the rows each
-device draws per (micro-)step. Besides the strategies, each batch size times the step's compute
-alone: one device's gradient and update with nothing sent (local SGD's step), the ``compute_s``
-of every row; ``communication_s`` is the rest of the step. Gradient accumulation runs
-``ACCUMULATION`` micro-steps, each adding its gradient to the state, and one all-reduce.
+Every process runs the same programs in the same order: the ones ``train`` runs
+(``programs.build_programs``, ``row_programs``: the registry's ``strategies.SPECS``, part four's
+wider model ``PART_FOUR_MLP``); ``batch_size`` is the rows each device draws per (micro-)step.
+Besides the strategies, each batch size times the step's compute alone: one device's gradient
+and update with nothing sent (local SGD's step), the ``compute_s`` of every row;
+``communication_s`` is the rest of the step; local SGD's outer program (its averaging) is timed
+apart and spread over its H steps. Gradient accumulation runs ``ACCUMULATION`` micro-steps, each
+adding its gradient to the state, then its step with one all-reduce.
 
 After the steps, every device of every host multiplies rows by the model's first weight matrix
 at once: one device's FLOP rate while all compute, as in the steps. Without the links (in the
@@ -18,7 +20,6 @@ held-out curve and times each compression scheme's step where sending is only a 
 from __future__ import annotations
 
 import statistics
-import warnings
 from dataclasses import replace
 from typing import Sequence
 
@@ -57,9 +58,13 @@ def step_fits(name: str, batch_size: int, p: int, rows: int) -> bool:
     return p * batch_size * find_row(name).accumulate <= rows
 
 
-def _program(mesh, name: str, batch_size: int):
-    """``(jitted step, state, x, y)`` of strategy ``name`` at ``batch_size`` rows per device."""
+def row_programs(mesh, name: str, batch_size: int, *, hosts: int | None = None):
+    """``(programs, state, (x, y))``: the programs ``train`` runs (``programs.build_programs``)
+    for part four's row ``name`` at ``batch_size`` rows per device on ``mesh``'s devices, its
+    state and one micro-step's rows. A strategy of hosts (HSDP) runs on a mesh ``("host",
+    "device")`` of ``hosts`` rows (``None``: each process's devices a host)."""
     import jax
+    from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
 
     from course_utils.problems.classification import (
@@ -68,44 +73,34 @@ def _program(mesh, name: str, batch_size: int):
         init_params,
         padded_size,
     )
-    from course_utils.training.strategies import (
-        Context,
-        accumulate_gradient,
-        place,
-        spec,
-        state_specs,
-    )
+    from course_utils.training.programs import axes, build_programs, initial_state
+    from course_utils.training.strategies import Context, spec
 
-    axis, p = mesh.axis_names[0], mesh.size
-    micro, entry = find_row(name).accumulate, spec(find_row(name).strategy)
-    n, (x, y) = padded_size(p, PART_FOUR_MLP), classification_task(mlp=PART_FOUR_MLP)
-    rows = p * batch_size * micro
-    if entry.mesh_axes is not None:  # HSDP: ("host", "device"), each process's devices a host
-        from course_utils.training.hsdp import HSDP_ROWS, SLICED, hsdp_program
+    row, entry = find_row(name), spec(find_row(name).strategy)
+    if entry.mesh_axes is not None:
+        mesh = Mesh(mesh.devices.reshape(hosts or jax.process_count(), -1), entry.mesh_axes)
+    (axis, rows_axis), n = axes(entry, mesh), padded_size(mesh.size, PART_FOUR_MLP)
+    rows, (x, y) = mesh.size * batch_size, classification_task(mlp=PART_FOUR_MLP)
+    ctx = Context(axis, mesh.shape[axis], n, rows * row.accumulate,
+                  k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR_MLP, optimizer=entry.optimizer)
+    state = initial_state(entry, mesh, ctx, init_params(n, 0, PART_FOUR_MLP),
+                          accumulate=row.accumulate)
+    batch = placed(mesh, x[:rows], P(rows_axis, None)), placed(mesh, y[:rows], P(rows_axis))
+    return build_programs(entry, mesh, ctx, state, batch, accumulate=row.accumulate,
+                          local_steps=row.local_steps), state, batch
 
-        hosts = mesh.devices.reshape(jax.process_count(), -1)
-        two = jax.sharding.Mesh(hosts, ("host", "device"))
-        state = (placed(two, init_params(n, 0, PART_FOUR_MLP), SLICED),
-                 placed(two, np.zeros(n, np.float32), SLICED))
-        return (hsdp_program(two, rows=rows, mlp=PART_FOUR_MLP), state,
-                placed(two, x[:rows], HSDP_ROWS), placed(two, y[:rows], HSDP_ROWS))
-    ctx = Context(axis, p, n, rows, k=max(1, round(TOPK_FRACTION * n)), mlp=PART_FOUR_MLP,
-                  optimizer=entry.optimizer)
-    state = entry.init(init_params(n, 0, PART_FOUR_MLP), mesh, ctx)
-    if micro > 1:
-        state = state._replace(accumulated=place(mesh, ctx, np.zeros(n, np.float32), "own"))
-    specs = state_specs(state)
 
-    def body(state, xs, ys):
-        for k in range(micro - 1):  # micro-steps: gradients summed in the state, nothing sent
-            part = slice(k * batch_size, (k + 1) * batch_size)
-            state, _ = accumulate_gradient(state, xs[part], ys[part], ctx)
-        last = slice((micro - 1) * batch_size, micro * batch_size)
-        return entry.step(state, xs[last], ys[last], ctx)[0]
+def row_step(mesh, name: str, batch_size: int):
+    """``(run, state, x, y)``: ``run(state, x, y)`` takes one optimizer step of row ``name``
+    (``row_programs``): its micro-steps, then its step."""
+    programs, state, batch = row_programs(mesh, name, batch_size)
 
-    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
-                                 out_specs=specs, check_vma=False))
-    return step, state, placed(mesh, x[:rows], P(axis, None)), placed(mesh, y[:rows], P(axis))
+    def run(state, x, y):
+        for _ in range(find_row(name).accumulate - 1):  # gradients summed, nothing sent
+            state, _ = programs.micro(state, x, y)
+        return programs.step(state, x, y)[0]
+
+    return run, state, *batch
 
 
 def measure_training(plan: dict, timed) -> list[dict]:
@@ -115,16 +110,13 @@ def measure_training(plan: dict, timed) -> list[dict]:
     and the bytes sent per call."""
     import jax
     from jax.sharding import Mesh
-    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.asarray(jax.devices()), ("d",))
-    average = jax.jit(jax.shard_map(lambda a: jax.lax.pmean(a, "d"), mesh=mesh,
-                                    in_specs=P("d"), out_specs=P("d"), check_vma=False))
     rows = []
     for batch_size in plan["batch_sizes"]:
-        step, state, x, y = _program(mesh, "local_sgd", batch_size)
-        compute_s, _ = timed(step, state, x, y)
-        averaging_s, averaging_bytes = timed(average, state.params)
+        local_sgd, state, batch = row_programs(mesh, "local_sgd", batch_size)
+        compute_s, _ = timed(local_sgd.step, state, *batch)  # nothing sent
+        averaging_s, averaging_bytes = timed(local_sgd.outer, state)
         for name in plan["strategies"]:
             if not step_fits(name, batch_size, mesh.size, HELDOUT_FREE_ROWS):
                 continue
@@ -133,7 +125,7 @@ def measure_training(plan: dict, timed) -> list[dict]:
                 step_s = compute_s + averaging_s / h
                 sent = None if averaging_bytes is None else averaging_bytes / h
             else:
-                step_s, sent = timed(*_program(mesh, name, batch_size))
+                step_s, sent = timed(*row_step(mesh, name, batch_size))
             rows.append({"strategy": name, "batch_size": batch_size, "step_s": step_s,
                          "compute_s": compute_s * find_row(name).accumulate,
                          "link_bytes": sent})
@@ -199,7 +191,7 @@ def measure_own_work(plan: dict, timed) -> list[dict]:
     batch_size = min(plan["batch_sizes"])
     names = [s for s in ("data_parallel", *COMPRESSED) if s in plan["strategies"]]
     return [{"strategy": name, "batch_size": batch_size,
-             "step_s": timed(*_program(mesh, name, batch_size))[0]} for name in names]
+             "step_s": timed(*row_step(mesh, name, batch_size))[0]} for name in names]
 
 
 def flops_per_s(timed, rows: int = FLOPS_ROWS) -> float:
@@ -260,10 +252,3 @@ TRAINING = Measurement(
     name="training", plans=TRAINING_PLANS, measure=measure_steps, assemble=assemble_training,
     output="training.json", lines=training_lines)
 
-
-def __getattr__(name: str):
-    if name == "fits":  # deprecated: renamed step_fits (issue 41); removed in the next release
-        warnings.warn("course_utils.tools.cluster.training.fits is now step_fits",
-                      DeprecationWarning, stacklevel=2)
-        return step_fits
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
