@@ -19,7 +19,7 @@ from course_utils.tools.cluster.training import (
     step_fits,
 )
 from course_utils.training.diloco import replica_mesh
-from course_utils.training.part_four import ROWS, TOPK_FRACTION
+from course_utils.training.part_four import PART_FOUR_ROWS, TOPK_FRACTION
 from course_utils.training.strategies import spec
 from course_utils.training.train import train
 
@@ -42,7 +42,7 @@ def test_the_saved_run_is_of_this_many_devices_and_its_plan_s_rows():
     assert {(r.strategy, r.batch_size) for r in SAVED.rows} == wanted
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+@pytest.mark.parametrize("row", PART_FOUR_ROWS, ids=[r.name for r in PART_FOUR_ROWS])
 def test_each_timed_row_runs_train_s_programs_of_its_strategy_and_sync(row):
     batch_size = min(TRAINING_PLANS[SAVED.cluster.plan]["batch_sizes"])
     programs, state, (x, y) = row_programs(_flat_mesh(), row.name, batch_size,
@@ -64,7 +64,7 @@ def test_each_timed_row_runs_train_s_programs_of_its_strategy_and_sync(row):
     assert programs.bytes_across_replicas == run.bytes_across_replicas
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+@pytest.mark.parametrize("row", PART_FOUR_ROWS, ids=[r.name for r in PART_FOUR_ROWS])
 def test_host_0_s_link_sent_what_the_row_s_programs_send(row):
     """One ring over the hosts crosses host 0's link once per direction: host 0 sends one
     device's ring payload; HSDP's each device sends its slice across the hosts."""
