@@ -104,7 +104,7 @@ _API = {
     "StrategyResults": ("results.strategies", "StrategyResults"),
     "find_run": ("results.strategies", "find_run"),
     "heldout_at": ("results.strategies", "heldout_at"),
-    "loss_at": ("results.strategies", "loss_at"),
+    "data_loss_at": ("results.strategies", "data_loss_at"),
     "sent_bytes": ("results.strategies", "sent_bytes"),
     "tradeoff_figure_data": ("results.strategies", "tradeoff_figure_data"),
     "ring_payload": ("observe.ir", "ring_payload"),

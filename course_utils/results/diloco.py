@@ -14,16 +14,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_utils.results.curves import loss_at_step, step_to
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load_saved
-from course_utils.results.training import TARGET_FRACTION, crossing_step, loss_at, steps_to
+from course_utils.results.training import TARGET_FRACTION
+from course_utils.training.strategies import SAVED_PLANS, saved_in
 
 COMMAND = "python scripts/diloco_sweep.py"
-DP = "dp_adamw"  # the baseline every comparison divides by
+SAVED = "diloco.json"
+(DP,) = saved_in(SAVED, "baseline")  # the baseline every comparison divides by
 # the strategies of H inner steps, then an outer step: the two compared, then the ablations
 # of DiLoCo's outer optimizer (without its momentum; its momentum at a steady step of 1)
-COMPARED = ("local_sgd_adamw", "diloco")
-ABLATIONS = ("diloco_sgd", "diloco_unit_step")
+COMPARED = saved_in(SAVED, "compared")
+ABLATIONS = saved_in(SAVED, "ablation")
 EVERY_H = COMPARED + ABLATIONS
 
 # the protocol that fixed the hyperparameters before anything was compared (also in the file)
@@ -72,9 +75,11 @@ class SweepPlan:
         return self.batch_size * self.devices
 
 
-PLAN = SweepPlan(devices=4, replicas=2, batch_size=16, steps=1024, data_seed=0,
-                 lr_grid=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2), local_steps=(8, 32, 128),
-                 seeds=(0, 1, 2), heldout_every=16)
+_SAVED = SAVED_PLANS[SAVED]  # the registry's plan of the file; here, on 4 devices as 2 replicas
+PLAN = SweepPlan(devices=4, replicas=2, batch_size=_SAVED.replica_rows * 2 // 4,
+                 steps=_SAVED.steps, data_seed=_SAVED.data_seed,
+                 lr_grid=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2), local_steps=_SAVED.local_steps,
+                 seeds=_SAVED.seeds, heldout_every=_SAVED.heldout_every)
 
 
 @dataclass(frozen=True)
@@ -228,18 +233,18 @@ def sweep_target(results: DilocoResults, skewed: bool, fraction: float = TARGET_
     """The target on these shards: data parallelism's seed-mean held-out loss at ``fraction``
     of the run (step 20's rule, ``results.training.target_loss``)."""
     curves = sweep_curves(results, DP, 1, skewed).values()
-    return float(np.mean([loss_at(c, fraction * results.plan.steps) for c in curves]))
+    return float(np.mean([loss_at_step(c, fraction * results.plan.steps) for c in curves]))
 
 
 def rows_to_target(results: DilocoResults, strategy: str, local_steps: int, skewed: bool,
                    target: float, *, interpolate: bool = True) -> dict[int, float | None]:
     """Each seed's rows seen (inner steps × rows per step, over all replicas) when its held-out
-    loss first reaches ``target``: interpolated between evaluations (``crossing_step``, step
-    20's rule), or with ``interpolate=False`` the first evaluation at or below it
-    (``steps_to``). A curve evaluated at its syncs is a staircase — the synced parameters do
-    not change between syncs — so the interpolated rows are a lower bound and the sync that
-    reaches the target an upper one; they differ by less than H steps. ``None``: not in the
-    steps run.
+    loss first reaches ``target``: interpolated between evaluations (step 20's rule), or with
+    ``interpolate=False`` the first evaluation at or below it (``curves.step_to``'s readings
+    ``"linear"`` and ``"evaluated"``). A curve evaluated at its syncs is a staircase — the
+    synced parameters do not change between syncs — so the interpolated rows are a lower
+    bound and the sync that reaches the target an upper one; they differ by less than H steps.
+    ``None``: not in the steps run.
 
     Examples:
         >>> from dataclasses import replace
@@ -250,8 +255,8 @@ def rows_to_target(results: DilocoResults, strategy: str, local_steps: int, skew
         ...  rows_to_target(sweep, "diloco", 32, False, 0.7, interpolate=False))
         ({0: 768.0}, {0: 1024})
     """
-    rows, find = results.plan.rows_per_step, crossing_step if interpolate else steps_to
-    return {seed: (None if (step := find(c, target)) is None else step * rows)
+    rows, read = results.plan.rows_per_step, "linear" if interpolate else "evaluated"
+    return {seed: (None if (step := step_to(c, target, read=read)) is None else step * rows)
             for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
 
 
@@ -279,7 +284,8 @@ def syncs_to_target(results: DilocoResults, strategy: str, local_steps: int, ske
     if local_steps < 2:
         raise ValueError(f"{strategy} at H={local_steps} has no outer step to count; give a "
                          "strategy of H inner steps (EVERY_H) and its H")
-    return {seed: (None if (step := steps_to(c, target)) is None else step // local_steps)
+    return {seed: (None if (step := step_to(c, target, read="evaluated")) is None
+                   else step // local_steps)
             for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
 
 

@@ -19,14 +19,13 @@ from dataclasses import dataclass
 
 from jax.sharding import Mesh
 
+from course_utils.results.curves import CurvePlan, run_curves
 from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import load_saved
 from course_utils.training.run import Memory
 from course_utils.training.strategies import SPECS
-from course_utils.training.train import train
 
 PLAN_STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
-STEPS = PLAN_STEPS  # deprecated (one release): ``PLAN_STEPS`` (part four's rows: ``ROWS``)
 DEVICES = 4
 BATCH_SIZE = 64  # rows per device per step: 48 steps are one pass over the training rows
 HELDOUT_EVERY = 16  # a multiple of every H: local SGD's held-out loss is the averaged model's
@@ -120,17 +119,22 @@ class StrategyResults:
 
 def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = PLAN_STEPS,
              on_run: Callable[[str], None] | None = None) -> StrategyResults:
-    """Train every run of ``plan`` on ``mesh``; ``on_run(label)`` is called before each."""
+    """Train every run of ``plan`` on ``mesh`` (seed 0, ``curves.run_curves``); ``on_run(label)``
+    is called before each."""
     started, runs = time.monotonic(), []
-    for options in plan:
-        if on_run is not None:
-            on_run(run_label(options))
-        kwargs = {"steps": steps, "batch_size": BATCH_SIZE, "heldout_every": HELDOUT_EVERY,
-                  **options}
-        run = train(mesh, kwargs.pop("strategy"), **kwargs)
+    plans = [CurvePlan(options["strategy"], (0,), {
+        "steps": steps, "batch_size": BATCH_SIZE, "heldout_every": HELDOUT_EVERY,
+        **{k: v for k, v in options.items() if k != "strategy"}}) for options in plan]
+
+    def label(p: CurvePlan) -> str:
+        return run_label({"strategy": p.strategy, **p.options})
+
+    for curve_plan, _, run in run_curves(mesh, plans, on_run=None if on_run is None else (
+            lambda p, seed: on_run(label(p)))):
+        options = curve_plan.options
         runs.append(StrategyRun(
             strategy=run.strategy, **{k: options[k] for k in _OPTIONS if k in options},
-            label=run_label(options), steps=kwargs["steps"], loss=tuple(run.loss),
+            label=label(curve_plan), steps=options["steps"], loss=tuple(run.loss),
             bytes_per_step=run.bytes_per_step, memory=run.memory,
             state_bytes_per_device=run.memory.total, final_loss=run.final_loss,
             averaged_loss=_curve(run.averaged_loss), heldout_loss=_curve(run.heldout_loss),
@@ -179,7 +183,7 @@ def heldout_at(run: StrategyRun, step: int) -> float:
     return curve[step]
 
 
-def loss_at(run: StrategyRun, step: int) -> float:
+def data_loss_at(run: StrategyRun, step: int) -> float:
     """The loss of ``run``'s model on all the data after ``step`` steps: the final loss of a run
     of ``step`` steps, the averaged parameters' loss for local SGD."""
     if run.averaged_loss:

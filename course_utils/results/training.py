@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from course_utils.results.cluster import ClusterSetup
+from course_utils.results.curves import loss_at_step, step_to
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load_saved
 
@@ -103,13 +104,13 @@ def median_of_runs(runs: Sequence[TrainingResults]) -> TrainingResults:
 
 def steps_to(curve: HeldoutCurve, target: float) -> int | None:
     """The first step at which ``curve``'s held-out loss is at or below ``target`` (``None``:
-    never, in the steps run).
+    never, in the steps run): ``curves.step_to`` read at the evaluations.
 
     Examples:
         >>> steps_to(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 0.5)
         20
     """
-    return next((step for step, loss in curve.heldout_loss if loss <= target), None)
+    return step_to(curve, target, read="evaluated")
 
 
 # the target of part four: data parallelism's seed-mean held-out loss at this fraction of its
@@ -119,37 +120,27 @@ TARGET_FRACTION = 0.2
 
 
 def loss_at(curve: HeldoutCurve, step: float) -> float:
-    """``curve``'s held-out loss at ``step``, linearly interpolated between its evaluations.
+    """``curve``'s held-out loss at ``step``, linearly interpolated between its evaluations
+    (``curves.loss_at_step``).
 
     Examples:
         >>> loss_at(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 15)
         0.7
     """
-    steps, losses = zip(*curve.heldout_loss)
-    if not steps[0] <= step <= steps[-1]:
-        raise ValueError(f"step {step} is outside the curve's evaluations, {steps[0]} to "
-                         f"{steps[-1]}")
-    return float(np.interp(step, steps, losses))
+    return loss_at_step(curve, step)
 
 
 def crossing_step(curve: HeldoutCurve, target: float) -> float | None:
     """The step at which ``curve``'s held-out loss first reaches ``target``, linearly
     interpolated between the last evaluation above it and the first at or below it (the first
-    evaluation's step if that one already is; ``None``: never, in the steps run).
+    evaluation's step if that one already is; ``None``: never, in the steps run):
+    ``curves.step_to``'s linear reading.
 
     Examples:
         >>> crossing_step(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 0.45)
         25.0
     """
-    before = None
-    for step, loss in curve.heldout_loss:
-        if loss <= target:
-            if before is None:
-                return float(step)
-            (s0, l0) = before
-            return s0 + (step - s0) * (l0 - target) / (l0 - loss)
-        before = (step, loss)
-    return None
+    return step_to(curve, target)
 
 
 def seed_curves(results: TrainingResults, strategy: str, batch_size: int

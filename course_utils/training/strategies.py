@@ -61,8 +61,8 @@ from course_utils.training.streaming import MIXING
 
 __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "Strategy",
            "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "placements",
-           "state_specs", "Parts", "Sync", "SavedRuns", "StrategySpec", "SPECS", "STRATEGIES",
-           "STRATEGY_STEPS", "spec"]
+           "state_specs", "Parts", "Sync", "SavedRuns", "SavedPlan", "SAVED_PLANS", "StrategySpec",
+           "SPECS", "STRATEGIES", "STRATEGY_STEPS", "spec", "saved_in"]
 
 
 class Parts(NamedTuple):
@@ -120,11 +120,40 @@ class Sync(NamedTuple):
 class SavedRuns(NamedTuple):
     """The strategy's runs in the saved plan (``results.strategies.PLAN``: ``train``'s options
     beyond ``strategy``; ``steps_factor`` times the plan's steps), its points on the closing
-    figure (``(run label, point name)``) and its memory bar (``(run label, bar name)``)."""
+    figure (``(run label, point name)``), its memory bar (``(run label, bar name)``) and its
+    role in each of part five's saved curve files (``(file, role)``; ``SAVED_PLANS``)."""
 
     runs: tuple[dict, ...] = ({},)
     points: tuple[tuple[str, str], ...] = ()
     memory_bar: tuple[str, str] | None = None
+    curves: tuple[tuple[str, str], ...] = ()
+
+
+class SavedPlan(NamedTuple):
+    """One of part five's saved curve files: every H of ``local_steps`` from each of ``seeds``,
+    ``replica_rows`` rows per replica per inner step, ``steps`` inner steps, the held-out loss
+    every ``heldout_every`` steps (data parallelism's; the others' at their syncs, where the
+    file says so), the task's rows of ``data_seed``; its strategies by role (``roles``:
+    ``baseline`` first, then the others, each in the registry's order, ``SavedRuns.curves``)."""
+
+    local_steps: tuple[int, ...]
+    seeds: tuple[int, ...]
+    replica_rows: int
+    steps: int
+    heldout_every: int
+    roles: tuple[str, ...]
+    data_seed: int = 0
+
+
+# ``diloco.json`` (``scripts/diloco_sweep.py``): the two compared, then the ablations of
+# DiLoCo's outer optimizer; ``streaming.json`` (``scripts/streaming_curves.py``): H is the
+# middle of the sweep's, a replica's rows a cluster host's batch (``course cluster --measure
+# diloco``), 3 rounds of H (data parallelism's held-out loss still falls at 20 % of the run)
+SAVED_PLANS = {
+    "diloco.json": SavedPlan((8, 32, 128), (0, 1, 2), 32, 1024, 16,
+                             ("baseline", "compared", "ablation")),
+    "streaming.json": SavedPlan((32,), (0, 1, 2), 512, 96, 8, ("baseline", "curve")),
+}
 
 
 @dataclass(frozen=True)
@@ -188,13 +217,15 @@ _REPLICAS = (hsdp.HOST, hsdp.DEVICE)  # part five's mesh (``diloco.replica_mesh`
 STREAMING_FRAGMENTS, STREAMING_OVERLAP = 4, 1
 
 
-def _every_h(name: str, label: str, family: str, outer: Optimizer) -> StrategySpec:
-    """A part-five strategy of H inner AdamW steps per replica, then ``outer``'s step."""
+def _every_h(name: str, label: str, family: str, outer: Optimizer,
+             curves: tuple[tuple[str, str], ...] = ()) -> StrategySpec:
+    """A part-five strategy of H inner AdamW steps per replica, then ``outer``'s step; its
+    roles in the saved curve files ``curves``."""
     return StrategySpec(name, label, family, Parts("own", "own", None, diloco.outer_parts(outer),
                                                    axis=hsdp.HOST),
                         diloco.replica_step, sync=Sync(diloco.outer_step(outer), hsdp.HOST),
                         optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic,
-                        mesh_axes=_REPLICAS, saved=SavedRuns(runs=()))
+                        mesh_axes=_REPLICAS, saved=SavedRuns(runs=(), curves=curves))
 
 
 def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: str,
@@ -207,7 +238,7 @@ def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: 
                                             overlap=overlap, mixing=mixing),
                 hsdp.HOST, fragments, dtype, overlap=overlap, mixing=mixing,
                 merge=merge if overlap else None)
-    entry = _every_h(name, label, family, outer)
+    entry = _every_h(name, label, family, outer, curves=(("streaming.json", "curve"),))
     return replace(
         entry, parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
             outer, fragments, overlap)),
@@ -264,14 +295,19 @@ _ENTRIES = (
     StrategySpec("dp_adamw", "data parallelism (AdamW)", _DP,
                  Parts("replicated", "replicated", None, axis=hsdp.HOST), diloco.dp_adamw,
                  sync=Sync(axis=hsdp.HOST), optimizer=adamw(), accumulates=False,
-                 traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS, saved=SavedRuns(runs=())),
-    _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average()),
-    _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov()),
+                 traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS,
+                 saved=SavedRuns(runs=(), curves=(("diloco.json", "baseline"),
+                                                  ("streaming.json", "baseline")))),
+    _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average(),
+             curves=(("diloco.json", "compared"),)),
+    _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov(),
+             curves=(("diloco.json", "compared"), ("streaming.json", "curve"))),
     # the ablations of DiLoCo's outer optimizer: without its momentum (outer SGD, lr 0.7), and
     # its momentum at plain averaging's steady step (Nesterov lr 0.1 = 1 − μ: lr / (1 − μ) = 1)
-    _every_h("diloco_sgd", "DiLoCo without momentum (outer SGD, lr 0.7)", "DiLoCo", outer_sgd()),
+    _every_h("diloco_sgd", "DiLoCo without momentum (outer SGD, lr 0.7)", "DiLoCo", outer_sgd(),
+             curves=(("diloco.json", "ablation"),)),
     _every_h("diloco_unit_step", "DiLoCo at unit steady step (outer Nesterov, lr 0.1)", "DiLoCo",
-             outer_nesterov(UNIT_STEP_LR, OUTER_MOMENTUM)),
+             outer_nesterov(UNIT_STEP_LR, OUTER_MOMENTUM), curves=(("diloco.json", "ablation"),)),
     _streamed("diloco_int8", "DiLoCo, int8", "DiLoCo", dtype="int8"),
     _streamed("diloco_4bit", "DiLoCo, 4-bit", "DiLoCo", dtype="int4"),
     _streamed("streaming_diloco", "Streaming DiLoCo", "Streaming DiLoCo",
@@ -299,3 +335,21 @@ def spec(name: str) -> StrategySpec:
     if name not in SPECS:
         raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(SPECS)}")
     return SPECS[name]
+
+
+def saved_in(file: str, *roles: str) -> tuple[str, ...]:
+    """The strategies of ``SAVED_PLANS[file]`` in ``roles`` (all its roles if none), role by
+    role, each in the registry's order.
+
+    Examples:
+        >>> saved_in("diloco.json", "ablation")
+        ('diloco_sgd', 'diloco_unit_step')
+        >>> saved_in("sweep.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: no saved curve file 'sweep.json'; choose one of diloco.json, streaming.json
+    """
+    if file not in SAVED_PLANS:
+        raise ValueError(f"no saved curve file {file!r}; choose one of {', '.join(SAVED_PLANS)}")
+    return tuple(s.name for role in roles or SAVED_PLANS[file].roles for s in _ENTRIES
+                 if (file, role) in s.saved.curves)

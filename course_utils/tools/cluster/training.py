@@ -10,9 +10,10 @@ of every row; ``communication_s`` is the rest of the step. Gradient accumulation
 
 After the steps, every device of every host multiplies rows by the model's first weight matrix
 at once: one device's FLOP rate while all compute, as in the steps. Without the links (in the
-process that runs ``course cluster``, on as many logical devices) it trains each strategy for its
-held-out curve and times each compression scheme's step where sending is only a memory copy
-(what the scheme's own encoding and decoding cost).
+process that runs ``course cluster``, on as many logical devices) it reads each strategy's
+held-out curve from the saved run (training only a curve the saved run does not hold) and times
+each compression scheme's step where sending is only a memory copy (what the scheme's own
+encoding and decoding cost).
 """
 
 from __future__ import annotations
@@ -144,46 +145,60 @@ def measure_training(plan: dict, timed) -> list[dict]:
 
 
 def heldout_curves(plan: dict, p: int) -> list[dict]:
-    """Each (strategy, batch size) of ``plan`` trained in this process on ``p`` devices for the
-    plan's steps, from each of its ``seeds``: the held-out loss every ``every`` steps (what the
-    link does not change)."""
+    """Each (strategy, batch size) of ``plan`` on ``p`` devices for the plan's steps, from each
+    of its ``seeds``: the held-out loss every ``every`` steps (what the link does not change).
+    A curve the saved run (``saved/training.json``, made on as many devices) holds is read from
+    it, not trained again; only the others are trained here (``train_curves``)."""
+    from course_utils.results.records import to_json
+    from course_utils.results.training import saved_training_results
+
+    saved = saved_training_results()
+    kept = ([to_json(c) for c in saved.curves]
+            if saved.cluster.hosts * saved.cluster.devices_per_host == p else [])
     wanted = [(name, b, plan["steps"][b], plan["every"]) for b in plan["batch_sizes"]
               for name in plan["strategies"] if step_fits(name, b, p, HELDOUT_FREE_ROWS)]
-    return train_curves(wanted, p, seeds=range(plan["seeds"]))
+    return train_curves(wanted, p, seeds=range(plan["seeds"]), kept=kept)
 
 
 def train_curves(wanted: Sequence[tuple[str, int, int, int]], p: int, *,
                  seeds: Sequence[int], kept: Sequence[dict] = ()) -> list[dict]:
     """The held-out curve of each ``(row name, batch size, steps, every)`` of ``wanted`` from
     each seed (``train``'s ``seed``: the initial parameters and the minibatch order; the task's
-    rows are seed 0's), trained in this process on ``p`` devices. A curve of ``kept`` (dicts as
-    ``training.json`` holds them) of the same row, batch size and seed that reaches as many
-    steps is used as it is; a row with the same updates as another (``SAME_CURVE``) copies it."""
+    rows are seed 0's), trained in this process on ``p`` devices (``curves.run_curves``). A
+    curve of ``kept`` (dicts as ``training.json`` holds them) of the same row, batch size and
+    seed that reaches as many steps is used as it is; a row with the same updates as another
+    (``SAME_CURVE``) copies it."""
     from course_utils.devices.setup import data_mesh, use_cpu_devices
-    from course_utils.training.train import train
+    from course_utils.results.curves import CurvePlan, run_curves
 
     use_cpu_devices(p)
-    mesh, curves = data_mesh(), []
+    mesh, curves = data_mesh(), {}
 
     def found(among, name, batch_size, seed, steps):
         return next((c for c in among if (c["strategy"], c["batch_size"], c.get("seed", 0)) == (
             name, batch_size, seed) and c["heldout_loss"][-1][0] >= steps), None)
 
+    def copied(name, batch_size, steps, seed):  # the same updates, or this very curve, kept
+        return found(curves.values(), SAME_CURVE.get(name), batch_size, seed, steps) or found(
+            kept, name, batch_size, seed, steps)
+
+    order = [(name, b, seed) for name, b, _, _ in wanted for seed in seeds]
     for name, batch_size, steps, every in wanted:
+        new = tuple(seed for seed in seeds if copied(name, batch_size, steps, seed) is None)
+        row = find_row(name)
+        plan = CurvePlan(row.trained, new, {
+            "steps": steps, "data_seed": 0, "batch_size": batch_size,
+            "accumulate": row.accumulate, "local_steps": row.local_steps,
+            "topk_fraction": TOPK_FRACTION, "heldout_every": every, "mlp": PART_FOUR})
         for seed in seeds:
-            same = found(curves, SAME_CURVE.get(name), batch_size, seed, steps) or found(
-                kept, name, batch_size, seed, steps)
-            if same is not None:  # the same updates, or this very curve, already trained
-                curves.append({**same, "strategy": name, "seed": seed})
-                continue
-            run = train(mesh, find_row(name).trained, steps=steps, seed=seed, data_seed=0,
-                        batch_size=batch_size, accumulate=find_row(name).accumulate,
-                        local_steps=find_row(name).local_steps,
-                        topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR)
-            curves.append({"strategy": name, "batch_size": batch_size,
-                           "heldout_loss": [list(point) for point in run.heldout_loss],
-                           "seed": seed})
-    return curves
+            if seed not in new:
+                curves[name, batch_size, seed] = {**copied(name, batch_size, steps, seed),
+                                                  "strategy": name, "seed": seed}
+        for _, seed, run in run_curves(mesh, [plan]):
+            curves[name, batch_size, seed] = {
+                "strategy": name, "batch_size": batch_size,
+                "heldout_loss": [list(point) for point in run.heldout_loss], "seed": seed}
+    return [curves[key] for key in order]
 
 
 def measure_own_work(plan: dict, timed) -> list[dict]:
