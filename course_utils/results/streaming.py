@@ -149,7 +149,7 @@ def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
     """
     from course_utils.training.streaming import schedule
 
-    curves, sync = curves_of(results, strategy), spec(strategy).sync
+    sync, curves = spec(strategy).sync, curves_of(results, strategy)
     if not interpolate or sync.outer is None:
         read = "linear" if interpolate else "evaluated"
         return {seed: step_to(c, target, read=read) for seed, c in curves.items()}
