@@ -186,7 +186,9 @@ def test_part_five_s_plans_are_the_registry_s():
     assert (saved.steps, saved.heldout_every, saved.local_steps) == (
         streaming.steps, streaming.heldout_every, LOCAL_STEPS)
     assert saved_diloco_results().plan == PLAN
-    for file, plan in SAVED_PLANS.items():  # every role has a member, every member a role
-        assert all(saved_in(file, role) for role in plan.roles)
-        assert {role for s in SPECS.values() for f, role in s.saved.curves if f == file} == set(
-            plan.roles)
+    assert saved_in("diloco.json") == (DP,) + COMPARED + ABLATIONS  # the baseline first
+    assert saved_in("strategies.json", "baseline") == saved_in("training.json", "baseline") == (
+        "data_parallel",)
+    with pytest.raises(ValueError, match="no saved curves 'sweep.json' in the registry; choose "
+                                         "one of diloco.json, strategies.json, streaming"):
+        saved_in("sweep.json")

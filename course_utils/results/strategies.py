@@ -23,7 +23,7 @@ from course_utils.results.curves import CurvePlan, run_curves
 from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import load_saved
 from course_utils.training.run import Memory
-from course_utils.training.strategies import SPECS
+from course_utils.training.strategies import SPECS, saved_in
 
 PLAN_STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
 DEVICES = 4
@@ -39,6 +39,9 @@ def _plan_run(name: str, options: dict) -> dict:
     return run
 
 
+# the run every other's bytes are read against, and the runs of each H (``SavedRuns.curves``)
+(BASELINE,) = saved_in("strategies.json", "baseline")
+(EVERY_H,) = saved_in("strategies.json", "every_h")
 # every strategy's saved runs, as its description gives them (``SavedRuns.runs``)
 PLAN = tuple(_plan_run(name, o) for name, s in SPECS.items() for o in s.saved.runs)
 
@@ -207,7 +210,7 @@ def tradeoff_figure_data(results: StrategyResults) -> dict:
     bytes per step (a fraction of data parallelism's), each point named, one colour per family
     (ZeRO-1/2/3 send DP's bytes and, on the same batches, reach DP's loss: one point); and the
     memory per device of every scheme."""
-    steps, base = results.steps, find_run(results, "data_parallel").bytes_per_step
+    steps, base = results.steps, find_run(results, BASELINE).bytes_per_step
     series, fractions = [], []
     for family, members in TRADEOFF_FAMILIES:
         runs = [find_run(results, label) for label, _ in members]
@@ -285,12 +288,13 @@ def heldout_figure_data(results: StrategyResults, labels: Sequence[str],
 def local_sgd_figure_data(results: StrategyResults, hs: Sequence[int]) -> dict:
     """Local SGD with each H against data parallelism, held-out loss against the bytes sent:
     one panel on shards of one distribution, one on skewed shards."""
-    dp = _heldout_series(find_run(results, "data_parallel"),
+    dp = _heldout_series(find_run(results, BASELINE),
                          "DP, shuffled shards (left: under H = 1)", by_bytes=True)
     panels = []
     for tail, title in (("", "shards of one distribution"), (" skewed", "skewed shards")):
-        series = [dp] + [_heldout_series(find_run(results, f"local_sgd H={h}{tail}"),
-                                         f"H = {h}", by_bytes=True) for h in hs]
+        series = [dp] + [_heldout_series(find_run(results, run_label(
+            {"strategy": EVERY_H, "local_steps": h, "skewed": bool(tail)})), f"H = {h}",
+            by_bytes=True) for h in hs]
         panels.append({"kind": "line", "title": title, "xscale": "log", "xunit": "bytes",
                        "x": _byte_ticks(series), "series": series,
                        "xlabel": "bytes sent per device so far",

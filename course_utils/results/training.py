@@ -143,6 +143,16 @@ def crossing_step(curve: HeldoutCurve, target: float) -> float | None:
     return step_to(curve, target)
 
 
+def baseline_row() -> str:
+    """The row the target and each scheme's own work are read against: the registry's baseline
+    of ``training.json`` (``SavedRuns.curves``; read when called, so that this module imports no
+    JAX)."""
+    from course_utils.training.strategies import saved_in
+
+    (name,) = saved_in("training.json", "baseline")
+    return name
+
+
 def seed_curves(results: TrainingResults, strategy: str, batch_size: int
                 ) -> dict[int, HeldoutCurve]:
     """``strategy``'s curves at ``batch_size``, by seed."""
@@ -161,7 +171,7 @@ def target_loss(results: TrainingResults, batch_size: int,
     shortest of the batch size's curves (the plan's steps: a curve trained longer for another
     comparison does not move the target onto its plateau)."""
     run = min(c.heldout_loss[-1][0] for c in results.curves if c.batch_size == batch_size)
-    curves = seed_curves(results, "data_parallel", batch_size).values()
+    curves = seed_curves(results, baseline_row(), batch_size).values()
     return float(np.mean([loss_at(c, fraction * run) for c in curves]))
 
 
@@ -208,10 +218,10 @@ def own_work_s(results: TrainingResults, strategy: str) -> float:
         >>> round(own_work_s(results, "topk_ef"), 3), own_work_s(results, "zero3")
         (0.05, 0.0)
     """
-    times = {r.strategy: r.step_s for r in results.own_work}
-    if strategy not in times or "data_parallel" not in times:
+    times, base = {r.strategy: r.step_s for r in results.own_work}, baseline_row()
+    if strategy not in times or base not in times:
         return 0.0
-    return max(0.0, times[strategy] - times["data_parallel"])
+    return max(0.0, times[strategy] - times[base])
 
 
 def median_compute_s(results: TrainingResults, strategy: str, batch_size: int) -> float:

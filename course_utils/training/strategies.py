@@ -121,7 +121,8 @@ class SavedRuns(NamedTuple):
     """The strategy's runs in the saved plan (``results.strategies.PLAN``: ``train``'s options
     beyond ``strategy``; ``steps_factor`` times the plan's steps), its points on the closing
     figure (``(run label, point name)``), its memory bar (``(run label, bar name)``) and its
-    role in each of part five's saved curve files (``(file, role)``; ``SAVED_PLANS``)."""
+    role in each saved file of curves (``(file, role)``: the baseline, the compared, …;
+    ``saved_in``; part five's files' numbers: ``SAVED_PLANS``)."""
 
     runs: tuple[dict, ...] = ({},)
     points: tuple[tuple[str, str], ...] = ()
@@ -133,15 +134,13 @@ class SavedPlan(NamedTuple):
     """One of part five's saved curve files: every H of ``local_steps`` from each of ``seeds``,
     ``replica_rows`` rows per replica per inner step, ``steps`` inner steps, the held-out loss
     every ``heldout_every`` steps (data parallelism's; the others' at their syncs, where the
-    file says so), the task's rows of ``data_seed``; its strategies by role (``roles``:
-    ``baseline`` first, then the others, each in the registry's order, ``SavedRuns.curves``)."""
+    file says so), the task's rows of ``data_seed``; its strategies: ``saved_in(file)``."""
 
     local_steps: tuple[int, ...]
     seeds: tuple[int, ...]
     replica_rows: int
     steps: int
     heldout_every: int
-    roles: tuple[str, ...]
     data_seed: int = 0
 
 
@@ -150,9 +149,8 @@ class SavedPlan(NamedTuple):
 # middle of the sweep's, a replica's rows a cluster host's batch (``course cluster --measure
 # diloco``), 3 rounds of H (data parallelism's held-out loss still falls at 20 % of the run)
 SAVED_PLANS = {
-    "diloco.json": SavedPlan((8, 32, 128), (0, 1, 2), 32, 1024, 16,
-                             ("baseline", "compared", "ablation")),
-    "streaming.json": SavedPlan((32,), (0, 1, 2), 512, 96, 8, ("baseline", "curve")),
+    "diloco.json": SavedPlan((8, 32, 128), (0, 1, 2), 32, 1024, 16),
+    "streaming.json": SavedPlan((32,), (0, 1, 2), 512, 96, 8),
 }
 
 
@@ -249,7 +247,9 @@ _ENTRIES = (
     StrategySpec("data_parallel", "data parallelism", _DP, _WHOLE, exact.data_parallel,
                  traffic=exact.all_reduce_traffic,
                  saved=SavedRuns(points=(("data_parallel", "DP = ZeRO-1/2/3"),),
-                                 memory_bar=("data_parallel", "DP"))),
+                                 memory_bar=("data_parallel", "DP"),
+                                 curves=(("strategies.json", "baseline"),
+                                         ("training.json", "baseline")))),
     StrategySpec("zero1", "ZeRO-1", _DP, Parts("replicated", "sliced", "own"), exact.zero1,
                  saved=SavedRuns(memory_bar=("zero1", "ZeRO-1"))),
     StrategySpec("zero2", "ZeRO-2", _DP, Parts("replicated", "sliced", "sliced"), exact.zero2,
@@ -291,7 +291,8 @@ _ENTRIES = (
                      runs=tuple({"local_steps": h, "skewed": skewed, "steps_factor": 2}
                                 for skewed in (False, True) for h in (1, 4, 8, 16)),
                      points=tuple((f"local_sgd H={h}", f"H={h}") for h in _H),
-                     memory_bar=("local_sgd H=8", "local SGD"))),
+                     memory_bar=("local_sgd H=8", "local SGD"),
+                     curves=(("strategies.json", "every_h"),))),
     StrategySpec("dp_adamw", "data parallelism (AdamW)", _DP,
                  Parts("replicated", "replicated", None, axis=hsdp.HOST), diloco.dp_adamw,
                  sync=Sync(axis=hsdp.HOST), optimizer=adamw(), accumulates=False,
@@ -338,18 +339,22 @@ def spec(name: str) -> StrategySpec:
 
 
 def saved_in(file: str, *roles: str) -> tuple[str, ...]:
-    """The strategies of ``SAVED_PLANS[file]`` in ``roles`` (all its roles if none), role by
-    role, each in the registry's order.
+    """The strategies of the saved file ``file`` in ``roles`` (all its roles if none, in the
+    order the registry first gives them: the baseline first), role by role, each in the
+    registry's order (``SavedRuns.curves``).
 
     Examples:
         >>> saved_in("diloco.json", "ablation")
         ('diloco_sgd', 'diloco_unit_step')
-        >>> saved_in("sweep.json")
+        >>> saved_in("sweep.json")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: no saved curve file 'sweep.json'; choose one of diloco.json, streaming.json
+        ValueError: no saved curves 'sweep.json' in the registry; choose one of diloco.json, ...
     """
-    if file not in SAVED_PLANS:
-        raise ValueError(f"no saved curve file {file!r}; choose one of {', '.join(SAVED_PLANS)}")
-    return tuple(s.name for role in roles or SAVED_PLANS[file].roles for s in _ENTRIES
-                 if (file, role) in s.saved.curves)
+    held = [(f, role, s.name) for s in _ENTRIES for f, role in s.saved.curves]
+    files = dict.fromkeys(f for f, _, _ in held)
+    if file not in files:
+        raise ValueError(f"no saved curves {file!r} in the registry; choose one of "
+                         f"{', '.join(sorted(files))}")
+    roles = roles or tuple(dict.fromkeys(role for f, role, _ in held if f == file))
+    return tuple(name for role in roles for f, r, name in held if (f, r) == (file, role))
