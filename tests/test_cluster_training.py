@@ -106,8 +106,8 @@ def test_the_saved_curves_are_what_the_runner_trains_in_their_first_steps(strate
     p = saved.cluster.hosts * saved.cluster.devices_per_host
     curve = seed_curves(saved, strategy, batch_size)[0]  # seed 0's first evaluation only
     (fresh,) = train_curves([(strategy, batch_size, every, every)], p, seeds=(0,))
-    assert fresh["heldout_loss"][0][0] == curve.heldout_loss[0][0] == every
-    assert fresh["heldout_loss"][0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
+    assert fresh.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
+    assert fresh.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
 
 
 def test_the_saved_run_is_a_full_plan_of_every_strategy():
@@ -150,8 +150,8 @@ def test_curves_are_copied_for_the_same_updates_and_kept_when_saved(monkeypatch)
 
     wanted = [("data_parallel", 32, 10, 10), ("hsdp", 32, 10, 10)]
     curves = training.train_curves(wanted, 4, seeds=(0,))
-    assert [(c["strategy"], c["seed"]) for c in curves] == [("data_parallel", 0), ("hsdp", 0)]
-    assert curves[1]["heldout_loss"] == curves[0]["heldout_loss"]  # HSDP's updates are DP's
+    assert [(c.strategy, c.seed) for c in curves] == [("data_parallel", 0), ("hsdp", 0)]
+    assert curves[1].heldout_loss == curves[0].heldout_loss  # HSDP's updates are DP's
 
     def no_training(*args, **kwargs):
         raise AssertionError("a kept curve was trained again")
@@ -161,7 +161,6 @@ def test_curves_are_copied_for_the_same_updates_and_kept_when_saved(monkeypatch)
 
 
 def test_the_cluster_reads_the_saved_curves_and_trains_nothing_again(monkeypatch):
-    from course_utils.results.records import to_json
     from course_utils.results.training import saved_training_results
     from course_utils.tools.cluster import training
 
@@ -174,8 +173,8 @@ def test_the_cluster_reads_the_saved_curves_and_trains_nothing_again(monkeypatch
     curves = training.heldout_curves(TRAINING_PLANS[saved.cluster.plan], p)
 
     def key(c):
-        return c["strategy"], c["batch_size"], c["seed"]
+        return c.strategy, c.batch_size, c.seed
 
-    assert sorted(curves, key=key) == sorted((to_json(c) for c in saved.curves), key=key)
+    assert sorted(curves, key=key) == sorted(saved.curves, key=key)
     with pytest.raises(AssertionError, match="trained a saved curve again"):  # other devices
         training.heldout_curves(TRAINING_PLANS["quick"], p)
