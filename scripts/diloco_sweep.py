@@ -33,7 +33,7 @@ def _memory(run) -> dict[str, int]:
 
 
 def _train_loss(run, every: int) -> tuple[tuple[int, float], ...]:
-    """The training loss at each held-out evaluation (``SweepCurve.train_loss``): the synced
+    """The training loss at each held-out evaluation (``HeldoutCurve.train_loss``): the synced
     parameters' on all the training rows for a strategy with an outer step, else the mean
     minibatch loss over the ``every`` steps that end at the evaluation."""
     if run.averaged_loss is not None:
@@ -52,17 +52,8 @@ def main(argv: list[str]) -> int:
 
     use_cpu_devices(PLAN.devices)
     from course_utils import adamw, replica_mesh
-    from course_utils.results.curves import CurvePlan, run_curves
-    from course_utils.results.diloco import (
-        DP,
-        EVERY_H,
-        PROTOCOL,
-        DilocoResults,
-        LrRun,
-        SweepCost,
-        SweepCurve,
-        pick_lr,
-    )
+    from course_utils.results.curves import CurvePlan, HeldoutCurve, run_curves
+    from course_utils.results.diloco import DP, EVERY_H, PROTOCOL, DilocoResults, SweepCost, pick_lr
     from course_utils.results.meta import RunMeta, this_machine
     from course_utils.results.records import save
     from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM
@@ -73,7 +64,8 @@ def main(argv: list[str]) -> int:
     for lr in PLAN.lr_grid:
         lr_plan = CurvePlan(DP, PLAN.seeds, {"heldout_every": PLAN.heldout_every,
                                              "optimizer": adamw(lr), **common})
-        lr_runs += [LrRun(lr, seed, run.heldout_loss, _train_loss(run, PLAN.heldout_every))
+        lr_runs += [HeldoutCurve(DP, PLAN.batch_size, run.heldout_loss, seed, lr=lr,
+                                 train_loss=_train_loss(run, PLAN.heldout_every))
                     for _, seed, run in run_curves(mesh, [lr_plan])]
     pick = pick_lr(tuple(lr_runs))
     for score in pick.scores:
@@ -98,8 +90,8 @@ def main(argv: list[str]) -> int:
                 for strategy, h in plan])
             for (strategy, h), (curve_plan, _, run) in zip(plan, runs):
                 every = curve_plan.options["heldout_every"]
-                curves.append(SweepCurve(strategy, h, skewed, seed, run.heldout_loss,
-                                         _train_loss(run, every)))
+                curves.append(HeldoutCurve(strategy, PLAN.batch_size, run.heldout_loss, seed,
+                                           h, skewed, train_loss=_train_loss(run, every)))
                 if not skewed and seed == PLAN.seeds[0]:  # the programs and state: any run's
                     costs.append(SweepCost(strategy, h, run.bytes_across_replicas,
                                            run.bytes_per_step, _memory(run)))

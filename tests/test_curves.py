@@ -192,3 +192,38 @@ def test_part_five_s_plans_are_the_registry_s():
     with pytest.raises(ValueError, match="no saved curves 'sweep.json' in the registry; choose "
                                          "one of diloco.json, strategies.json, streaming"):
         saved_in("sweep.json")
+
+
+def _old_shape(data: dict) -> dict:
+    """``diloco.json`` as the records before ``HeldoutCurve`` held it (``LrRun``: lr, seed,
+    heldout_loss, train_loss; ``SweepCurve``: strategy, local_steps, skewed, seed,
+    heldout_loss, train_loss; as at 6eaaf92)."""
+    lr_runs = [{k: r[k] for k in ("lr", "seed", "heldout_loss", "train_loss")}
+               for r in data["lr_runs"]]
+    curves = [{k: c[k] for k in ("strategy", "local_steps", "skewed", "seed", "heldout_loss",
+                                 "train_loss")} for c in data["curves"]]
+    return {**data, "lr_runs": lr_runs, "curves": curves}
+
+
+def test_the_conversion_keeps_every_number_and_an_old_file_names_it(tmp_path, monkeypatch):
+    import json
+    import runpy
+    from pathlib import Path
+
+    from course_utils.results import diloco
+    from course_utils.results.records import saved_path
+
+    main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "convert_curves.py"))["main"]
+
+    text = saved_path("diloco.json").read_text()
+    old = tmp_path / "diloco.json"
+    old.write_text(json.dumps(_old_shape(json.loads(text)), indent=1))
+    monkeypatch.setattr(diloco, "saved_path", lambda name: old)
+    with pytest.raises(ValueError, match=r"lr_runs\[0\].strategy: missing; an older file: "
+                                         r"python scripts/convert_curves.py; else regenerate"
+                       ) as error:
+        diloco.saved_diloco_results()
+    assert "\n" not in str(error.value)
+    assert main([str(old), "--out", str(tmp_path / "new.json")]) == 0
+    assert (tmp_path / "new.json").read_text() == text  # the saved file, byte for byte
+    assert main([str(tmp_path / "new.json")]) == 0 and (tmp_path / "new.json").read_text() == text

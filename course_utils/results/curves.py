@@ -2,9 +2,8 @@
 this process, every seed, through ``training.train.train``) and the one family of readers of
 "when does a curve reach a target".
 
-A curve is its ``(step, loss)`` evaluations (``heldout_loss`` of any saved record:
-``HeldoutCurve``, ``SweepCurve``, ``LrRun``, ``StrategyRun``; or the pairs themselves). The
-readers:
+A curve is its ``(step, loss)`` evaluations: ``heldout_loss`` of the one saved record of a curve
+(``HeldoutCurve``) or of a saved run (``StrategyRun``), or the pairs themselves. The readers:
 
 - ``loss_at_step``: the loss at a step, linear between evaluations.
 - ``step_to``: the step a target is first reached, read one of three ways (``read=``):
@@ -31,6 +30,34 @@ import numpy as np
 
 Points = tuple[tuple[int, float], ...]
 READS = ("linear", "evaluated", "sync")
+
+
+@dataclass(frozen=True)
+class HeldoutCurve:
+    """One run's held-out loss ``(step, loss)``, trained in one process from ``seed``'s initial
+    parameters and minibatch order: the one saved record of a curve (``training.json``,
+    ``streaming.json``, ``diloco.json``). The fields a file's runs differ in beyond these are
+    given where they do (else ``None``, left out of the file): H (``local_steps``; 1 for data
+    parallelism), ``skewed`` shards, the inner learning rate ``lr``, and ``train_loss`` at the
+    held-out's steps (for a strategy with an outer step, the synced parameters' loss on all
+    the training rows; for data parallelism the mean of its minibatch losses over the steps
+    since the last evaluation).
+
+    Attributes:
+        strategy: the strategy (or part-four row) trained.
+        batch_size: rows each device draws per (micro-)step.
+        heldout_loss: ``(step, loss)`` on the held-out rows.
+        seed: the seed of the start and the minibatches (the task's rows are the file's).
+    """
+
+    strategy: str
+    batch_size: int
+    heldout_loss: Points
+    seed: int = 0
+    local_steps: int | None = None
+    skewed: bool | None = None
+    lr: float | None = None
+    train_loss: Points | None = None
 
 
 def points_of(curve) -> Points:

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from course_utils.results.cluster import ClusterSetup
-from course_utils.results.curves import loss_at_step, step_to
+from course_utils.results.curves import HeldoutCurve, loss_at_step, step_to
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load_saved
 
@@ -31,18 +31,6 @@ class TrainingRow:
     compute_s: float
     communication_s: float
     link_bytes: float | None = None
-
-
-@dataclass(frozen=True)
-class HeldoutCurve:
-    """A strategy's held-out loss after each ``every``-th step, trained in one process from
-    ``seed``'s initial parameters and minibatch order (the task's rows are seed 0's for every
-    seed)."""
-
-    strategy: str
-    batch_size: int
-    heldout_loss: tuple[tuple[int, float], ...]
-    seed: int = 0
 
 
 @dataclass(frozen=True)
