@@ -171,12 +171,14 @@ def train_curves(wanted: Sequence[tuple[str, int, int, int]], p: int, *,
     use_cpu_devices(p)
     mesh, curves = data_mesh(), {}
 
-    def copied(name, batch_size, steps, seed):  # the same updates, or this very curve, kept
-        among = [*curves.values(), *kept]
-        return next((replace(c, strategy=name, seed=seed) for c in among
-                     if (c.strategy, c.batch_size, c.seed) in ((name, batch_size, seed), (
-                         SAME_CURVE.get(name), batch_size, seed))
-                     and c.heldout_loss[-1][0] >= steps), None)
+    def found(among, name, batch_size, seed, steps):
+        return next((c for c in among if (c.strategy, c.batch_size, c.seed) == (
+            name, batch_size, seed) and c.heldout_loss[-1][0] >= steps), None)
+
+    def copied(name, batch_size, steps, seed):  # the same updates trained, or this curve kept
+        same = found(curves.values(), SAME_CURVE.get(name), batch_size, seed, steps) or found(
+            kept, name, batch_size, seed, steps)
+        return None if same is None else replace(same, strategy=name, seed=seed)
 
     for name, batch_size, steps, every in wanted:
         for seed in seeds:
