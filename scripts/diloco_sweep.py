@@ -1,7 +1,8 @@
 """Write part five's saved sweep, ``course_utils/saved/diloco.json`` (``results.diloco``): the
 inner learning rate's protocol (every rate of the grid from every seed), then data parallelism,
 local SGD, DiLoCo and the ablations of DiLoCo's outer optimizer (AdamW inside) at each H, on
-i.i.d. and skewed shards, from each seed of the plan (``results.diloco.PLAN``).
+i.i.d. and skewed shards, from each seed of the plan (``results.diloco.PLAN``, from the
+registry's ``SAVED_PLANS["diloco.json"]``), each through ``results.curves.run_curves``.
 
     flock /tmp/d03-heavy.lock python scripts/diloco_sweep.py [--out PATH]
 
@@ -32,7 +33,7 @@ def _memory(run) -> dict[str, int]:
 
 
 def _train_loss(run, every: int) -> tuple[tuple[int, float], ...]:
-    """The training loss at each held-out evaluation (``SweepCurve.train_loss``): the synced
+    """The training loss at each held-out evaluation (``HeldoutCurve.train_loss``): the synced
     parameters' on all the training rows for a strategy with an outer step, else the mean
     minibatch loss over the ``every`` steps that end at the evaluation."""
     if run.averaged_loss is not None:
@@ -50,17 +51,9 @@ def main(argv: list[str]) -> int:
     from course_utils.results.diloco import PLAN
 
     use_cpu_devices(PLAN.devices)
-    from course_utils import replica_mesh, train
-    from course_utils.results.diloco import (
-        DP,
-        EVERY_H,
-        PROTOCOL,
-        DilocoResults,
-        LrRun,
-        SweepCost,
-        SweepCurve,
-        pick_lr,
-    )
+    from course_utils import replica_mesh
+    from course_utils.results.curves import CurvePlan, HeldoutCurve, run_curves
+    from course_utils.results.diloco import DP, EVERY_H, PROTOCOL, DilocoResults, SweepCost, pick_lr
     from course_utils.results.meta import RunMeta, this_machine
     from course_utils.results.records import save
     from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, adamw
@@ -69,11 +62,11 @@ def main(argv: list[str]) -> int:
     common = {"steps": PLAN.steps, "batch_size": PLAN.batch_size, "data_seed": PLAN.data_seed}
     lr_runs = []
     for lr in PLAN.lr_grid:
-        for seed in PLAN.seeds:
-            run = train(mesh, DP, seed=seed, heldout_every=PLAN.heldout_every,
-                        optimizer=adamw(lr), **common)
-            lr_runs.append(LrRun(lr, seed, run.heldout_loss,
-                                 _train_loss(run, PLAN.heldout_every)))
+        lr_plan = CurvePlan(DP, PLAN.seeds, {"heldout_every": PLAN.heldout_every,
+                                             "optimizer": adamw(lr), **common})
+        lr_runs += [HeldoutCurve(DP, PLAN.batch_size, run.heldout_loss, seed, lr=lr,
+                                 train_loss=_train_loss(run, PLAN.heldout_every))
+                    for _, seed, run in run_curves(mesh, [lr_plan])]
     pick = pick_lr(tuple(lr_runs))
     for score in pick.scores:
         low, high = score.range
@@ -91,12 +84,14 @@ def main(argv: list[str]) -> int:
     plan = [(DP, 1)] + [(s, h) for h in PLAN.local_steps for s in EVERY_H]
     for skewed in (False, True):
         for seed in PLAN.seeds:
-            for strategy, h in plan:
-                options = ({"heldout_every": PLAN.heldout_every} if h == 1 else
-                           {"heldout_every": h, "local_steps": h})
-                run = train(mesh, strategy, seed=seed, skewed=skewed, **options, **common)
-                curves.append(SweepCurve(strategy, h, skewed, seed, run.heldout_loss,
-                                         _train_loss(run, options["heldout_every"])))
+            runs = run_curves(mesh, [CurvePlan(strategy, (seed,), {
+                "skewed": skewed, **common, **({"heldout_every": PLAN.heldout_every} if h == 1
+                                               else {"heldout_every": h, "local_steps": h})})
+                for strategy, h in plan])
+            for (strategy, h), (curve_plan, _, run) in zip(plan, runs):
+                every = curve_plan.options["heldout_every"]
+                curves.append(HeldoutCurve(strategy, PLAN.batch_size, run.heldout_loss, seed,
+                                           h, skewed, train_loss=_train_loss(run, every)))
                 if not skewed and seed == PLAN.seeds[0]:  # the programs and state: any run's
                     costs.append(SweepCost(strategy, h, run.bytes_across_replicas,
                                            run.bytes_per_step, _memory(run)))

@@ -18,8 +18,8 @@ import sys
 import time
 from dataclasses import replace
 
-from course_utils.results.records import from_json, load, save, to_json
-from course_utils.results.training import HeldoutCurve, TrainingResults
+from course_utils.results.records import load, save
+from course_utils.results.training import TrainingResults
 from course_utils.tools.cluster.training import train_curves
 
 
@@ -58,13 +58,12 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     start = time.perf_counter()
-    kept = [to_json(c) for c in results.curves]
     trained = train_curves([(*key, *plan[key]) for key in plan],
                            results.cluster.hosts * results.cluster.devices_per_host,
-                           seeds=range(args.seeds), kept=kept)
-    new = {(c["strategy"], c["batch_size"]): [] for c in trained}
+                           seeds=range(args.seeds), kept=results.curves)
+    new = {(c.strategy, c.batch_size): [] for c in trained}
     for c in trained:
-        new[c["strategy"], c["batch_size"]].append(from_json(HeldoutCurve, c, "a curve"))
+        new[c.strategy, c.batch_size].append(c)
     curves, done = [], set()
     for c in results.curves:  # the file's order; a re-trained key's seeds in its place
         key = (c.strategy, c.batch_size)

@@ -30,16 +30,17 @@ def main(argv: list[str]) -> int:
     use_cpu_devices(4)
     from course_utils.results.records import save
     from course_utils.results.streaming import (
+        CURVE_STEPS,
         CURVE_STRATEGIES,
-        STEPS,
         bytes_of,
         steps_to_target,
         streaming_target,
         train_streaming_curves,
     )
     from course_utils.training.diloco import replica_mesh
+    from course_utils.training.strategies import spec
 
-    steps = args.steps or STEPS
+    steps = args.steps or CURVE_STEPS
     start = time.perf_counter()
     results = train_streaming_curves(
         replica_mesh(2), seeds=range(args.seeds), steps=steps,
@@ -48,7 +49,9 @@ def main(argv: list[str]) -> int:
     save(results, args.out)
     target = streaming_target(results)
     print(f"target (held-out loss): {target:.4f}")
-    whole = bytes_of(results, "diloco")
+    # DiLoCo in float32, whole: the curve strategy whose sync is neither fewer bits nor fragments
+    whole = bytes_of(results, next(s for s in CURVE_STRATEGIES[1:] if spec(s).sync.dtype ==
+                                   "float32" and spec(s).sync.fragments == 1))
     for strategy in CURVE_STRATEGIES:
         reached = list(steps_to_target(results, strategy, target).values())
         evaluated = list(steps_to_target(results, strategy, target, interpolate=False).values())

@@ -5,7 +5,6 @@ namespaces). No test asserts a time."""
 
 import pytest
 
-from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.cluster import ClusterSetup
 from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.training import (
@@ -98,28 +97,17 @@ def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():
 
 @pytest.mark.parametrize("strategy, batch_size", [("data_parallel", 128), ("topk_ef", 128),
                                                   ("accumulation", 128)])
-def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy, batch_size):
-    from course_utils.devices.setup import data_mesh
+def test_the_saved_curves_are_what_the_runner_trains_in_their_first_steps(strategy, batch_size):
     from course_utils.results.training import saved_training_results, seed_curves
-    from course_utils.tools.cluster.training import TRAINING_PLANS
-    from course_utils.training.part_four import TOPK_FRACTION, find_row
-    from course_utils.training.train import train
+    from course_utils.tools.cluster.training import TRAINING_PLANS, train_curves
 
     saved = saved_training_results()
     every = TRAINING_PLANS[saved.cluster.plan]["every"]
-    curves = seed_curves(saved, strategy, batch_size)
-    assert list(curves) == list(range(TRAINING_PLANS["full"]["seeds"]))
-    mesh = data_mesh()
-    assert mesh.size == saved.cluster.hosts * saved.cluster.devices_per_host
-    first = []
-    for seed, curve in curves.items():
-        run = train(mesh, find_row(strategy).trained, steps=every, batch_size=batch_size,
-                    accumulate=find_row(strategy).accumulate, seed=seed, data_seed=0,
-                    topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR_MLP)
-        assert run.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
-        assert run.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
-        first.append(curve.heldout_loss[0][1])
-    assert len(set(first)) == len(first)  # the seeds draw different runs
+    p = saved.cluster.hosts * saved.cluster.devices_per_host
+    curve = seed_curves(saved, strategy, batch_size)[0]  # seed 0's first evaluation only
+    (fresh,) = train_curves([(strategy, batch_size, every, every)], p, seeds=(0,))
+    assert fresh.heldout_loss[0][0] == curve.heldout_loss[0][0] == every
+    assert fresh.heldout_loss[0][1] == pytest.approx(curve.heldout_loss[0][1], rel=1e-4)
 
 
 def test_the_saved_run_is_a_full_plan_of_every_strategy():
@@ -131,10 +119,17 @@ def test_the_saved_run_is_a_full_plan_of_every_strategy():
     assert {r.strategy for r in saved.rows} == set(plan["strategies"])
     assert {r.link_rate for r in saved.rows} == {"50mbit", "200mbit", "1gbit", "10gbit"}
     assert all(r.link_bytes and r.link_bytes > 0 for r in saved.rows)
-    seeds = {}
+    seeds, firsts = {}, {}
     for c in saved.curves:
         seeds.setdefault((c.strategy, c.batch_size), set()).add(c.seed)
+        firsts.setdefault((c.strategy, c.batch_size), set()).add(c.heldout_loss[0][1])
     assert set(map(frozenset, seeds.values())) == {frozenset(range(plan["seeds"]))}
+    # each seed draws another run (another start and minibatch order)
+    assert all(len(firsts[key]) == plan["seeds"] for key in firsts)
+    for c in saved.curves:  # at least the plan's steps (some longer), evaluated every ``every``
+        steps = [s for s, _ in c.heldout_loss]
+        assert steps == list(range(plan["every"], steps[-1] + 1, plan["every"]))
+        assert steps[-1] >= plan["steps"][c.batch_size]
 
 
 def test_alpha_is_one_extra_call_s_cost_spread_over_its_message_steps():
@@ -150,20 +145,36 @@ def test_alpha_is_one_extra_call_s_cost_spread_over_its_message_steps():
         per_message_s(saved, 0)
 
 
-def test_curves_are_trained_per_seed_copied_for_the_same_updates_and_kept_when_saved(
-        monkeypatch):
+def test_curves_are_copied_for_the_same_updates_and_kept_when_saved(monkeypatch):
     from course_utils.tools.cluster import training
 
     wanted = [("data_parallel", 32, 10, 10), ("hsdp", 32, 10, 10)]
-    curves = training.train_curves(wanted, 4, seeds=(0, 1))
-    assert [(c["strategy"], c["seed"]) for c in curves] == [
-        ("data_parallel", 0), ("data_parallel", 1), ("hsdp", 0), ("hsdp", 1)]
-    assert curves[2]["heldout_loss"] == curves[0]["heldout_loss"]  # HSDP's updates are DP's
-    assert curves[0]["heldout_loss"] != curves[1]["heldout_loss"]  # another start and order
+    curves = training.train_curves(wanted, 4, seeds=(0,))
+    assert [(c.strategy, c.seed) for c in curves] == [("data_parallel", 0), ("hsdp", 0)]
+    assert curves[1].heldout_loss == curves[0].heldout_loss  # HSDP's updates are DP's
 
     def no_training(*args, **kwargs):
         raise AssertionError("a kept curve was trained again")
 
     monkeypatch.setattr("course_utils.training.train.train", no_training)
-    again = training.train_curves(wanted[:1], 4, seeds=(0, 1), kept=curves)
-    assert again == curves[:2]
+    assert training.train_curves(wanted[:1], 4, seeds=(0,), kept=curves) == curves[:1]
+
+
+def test_the_cluster_reads_the_saved_curves_and_trains_nothing_again(monkeypatch):
+    from course_utils.results.training import saved_training_results
+    from course_utils.tools.cluster import training
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cluster trained a saved curve again")
+
+    monkeypatch.setattr("course_utils.training.train.train", no_training)
+    saved = saved_training_results()
+    p = saved.cluster.hosts * saved.cluster.devices_per_host
+    curves = training.heldout_curves(TRAINING_PLANS[saved.cluster.plan], p)
+
+    def key(c):
+        return c.strategy, c.batch_size, c.seed
+
+    assert sorted(curves, key=key) == sorted(saved.curves, key=key)
+    with pytest.raises(AssertionError, match="trained a saved curve again"):  # other devices
+        training.heldout_curves(TRAINING_PLANS["quick"], p)

@@ -6,12 +6,12 @@ from dataclasses import replace
 import pytest
 
 from course_utils.figures.data import validate_figure_data
+from course_utils.results.curves import HeldoutCurve
 from course_utils.results.diloco import (
     DP,
     PLAN,
     DilocoResults,
     SweepCost,
-    SweepCurve,
 )
 from course_utils.results.diloco_figures import diloco_figure_data, seed_band
 from course_utils.results.meta import RunMeta, this_machine
@@ -24,8 +24,9 @@ PER_STEP = {DP: 1000.0, "local_sgd_adamw": 125.0, "diloco": 125.0,  # across, at
 def _curve(strategy, h, skewed, seed):
     every = 16 if h == 1 else h
     # losses that fall with the step, by 0.01 per seed, and 0.1 higher on skewed shards
-    return SweepCurve(strategy, h, skewed, seed, tuple(
-        (s, 1.0 / s + 0.01 * seed + 0.1 * skewed) for s in range(every, 65, every)), ())
+    return HeldoutCurve(strategy, 16, tuple(
+        (s, 1.0 / s + 0.01 * seed + 0.1 * skewed) for s in range(every, 65, every)), seed, h,
+        skewed, train_loss=())
 
 
 def _sweep(*, across=None):

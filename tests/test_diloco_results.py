@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from course_utils import replica_mesh, train
+from course_utils.results.curves import HeldoutCurve
 from course_utils.results.diloco import (
     DP,
     EVERY_H,
     PLAN,
     PROTOCOL,
     DilocoResults,
-    LrRun,
     lowest_by_seed,
     pick_lr,
     rows_to_target,
@@ -47,9 +47,9 @@ def test_the_sweep_is_the_plan_s_and_its_protocol_picked_the_learning_rate_in_us
                 assert [s for s, _ in curve.train_loss] == [s for s, _ in curve.heldout_loss]
 
 
-def _lr_runs(lows: dict[float, list[float]]) -> tuple[LrRun, ...]:
+def _lr_runs(lows: dict[float, list[float]]) -> tuple[HeldoutCurve, ...]:
     """Made-up protocol runs: each seed's curve falls to its ``lows`` value, then rises."""
-    return tuple(LrRun(lr, seed, ((16, 1.0), (32, low), (48, low + 0.1)), ())
+    return tuple(HeldoutCurve(DP, 16, ((16, 1.0), (32, low), (48, low + 0.1)), seed, lr=lr)
                  for lr, seeds in lows.items() for seed, low in enumerate(seeds))
 
 

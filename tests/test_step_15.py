@@ -3,7 +3,9 @@
 import pytest
 
 from course_utils.results.strategies import (
-    STEPS,
+    PLAN_STEPS as STEPS,
+)
+from course_utils.results.strategies import (
     find_run,
     heldout_at,
     heldout_figure_data,

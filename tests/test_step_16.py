@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from course_utils import data_mesh, padded_size
-from course_utils.results.strategies import STEPS, find_run, saved_strategy_results
+from course_utils.results.strategies import PLAN_STEPS as STEPS
+from course_utils.results.strategies import find_run, saved_strategy_results
 from course_utils.training.strategies import local_sgd_bytes
 from course_utils.training.train import train
 

@@ -16,11 +16,11 @@ from course_utils.results.strategies import (
     DEVICES,
     HELDOUT_EVERY,
     PLAN,
-    STEPS,
+    PLAN_STEPS,
     StrategyResults,
+    data_loss_at,
     find_run,
     heldout_at,
-    loss_at,
     run_label,
     saved_strategy_results,
     sent_bytes,
@@ -39,11 +39,11 @@ print(json.dumps(to_json(run_plan(data_mesh(), short))))
 
 
 def test_the_saved_runs_are_the_plan():
-    assert (SAVED.devices, SAVED.steps) == (DEVICES, STEPS)
+    assert (SAVED.devices, SAVED.steps) == (DEVICES, PLAN_STEPS)
     assert (SAVED.batch_size, SAVED.heldout_every) == (BATCH_SIZE, HELDOUT_EVERY)
     assert [r.label for r in SAVED.runs] == [run_label(o) for o in PLAN]
     for run, options in zip(SAVED.runs, PLAN):
-        assert len(run.loss) == options.get("steps", STEPS) == run.steps
+        assert len(run.loss) == options.get("steps", PLAN_STEPS) == run.steps
         assert [s for s, _ in run.heldout_loss] == list(
             range(HELDOUT_EVERY, run.steps + 1, HELDOUT_EVERY))
 
@@ -74,15 +74,15 @@ def test_the_closing_figure_is_valid_and_reads_each_run():
     points = {name: (x, y) for s in data["panels"][0]["series"]
               for name, x, y in zip(s["point_labels"], s["x"], s["y"])}
     dp = find_run(SAVED, "data_parallel")
-    assert points["DP = ZeRO-1/2/3"] == (1.0, heldout_at(dp, STEPS))
+    assert points["DP = ZeRO-1/2/3"] == (1.0, heldout_at(dp, PLAN_STEPS))
     for zero in ("zero1", "zero2", "zero3"):  # the one point stands for them: same bytes, loss
         run = find_run(SAVED, zero)
-        assert (run.bytes_per_step, heldout_at(run, STEPS)) == (dp.bytes_per_step,
-                                                                 heldout_at(dp, STEPS))
+        assert (run.bytes_per_step, heldout_at(run, PLAN_STEPS)) == (dp.bytes_per_step,
+                                                                 heldout_at(dp, PLAN_STEPS))
     assert points["ZeRO-3 regather"][0] == pytest.approx(1.5)
     assert points["bf16"][0] == pytest.approx(0.5)
     h8 = find_run(SAVED, "local_sgd H=8")
-    assert points["H=8"][1] == dict(h8.heldout_loss)[STEPS]
+    assert points["H=8"][1] == dict(h8.heldout_loss)[PLAN_STEPS]
     bars = data["panels"][1]
     assert len(bars["labels"]) == 10 and bars["series"][0]["y"][3] == round(
         find_run(SAVED, "zero3").memory.total / 1024, 1)
@@ -92,8 +92,8 @@ def test_reading_a_run_that_is_not_there_says_which_are():
     with pytest.raises(KeyError, match="no run 'zero4'; the runs are: data_parallel, zero1"):
         find_run(SAVED, "zero4")
     with pytest.raises(ValueError, match="ran 192 steps, not 10"):
-        loss_at(find_run(SAVED, "zero1"), 10)
+        data_loss_at(find_run(SAVED, "zero1"), 10)
     with pytest.raises(ValueError, match="no held-out loss at step 10; it has one every 16"):
         heldout_at(find_run(SAVED, "zero1"), 10)
     run = find_run(SAVED, "zero1")
-    assert sent_bytes(run)[-1] == pytest.approx(STEPS * run.bytes_per_step)
+    assert sent_bytes(run)[-1] == pytest.approx(PLAN_STEPS * run.bytes_per_step)

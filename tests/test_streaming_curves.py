@@ -3,24 +3,24 @@ holds, its first steps as the code trains them, and the target read from it."""
 
 import pytest
 
-from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.records import save, saved_path
 from course_utils.results.streaming import (
     BASELINE,
+    CURVE_STEPS,
     CURVE_STRATEGIES,
     DATA_SEED,
     HELDOUT_EVERY,
     LOCAL_STEPS,
     REPLICA_ROWS,
     SEEDS,
-    STEPS,
     StreamingCurves,
     bytes_of,
     curves_of,
     saved_streaming_curves,
     steps_to_target,
     streaming_target,
+    train_streaming_curves,
 )
 from course_utils.results.training import HeldoutCurve
 from course_utils.tools.cluster.diloco import DILOCO_PLANS
@@ -32,7 +32,7 @@ def test_the_saved_run_is_the_plan_every_strategy_from_every_seed(tmp_path):
     save(saved, tmp_path / "streaming.json")  # the file is what the writer writes
     assert (tmp_path / "streaming.json").read_text() == saved_path("streaming.json").read_text()
     assert (saved.local_steps, saved.steps, saved.heldout_every) == (
-        LOCAL_STEPS, STEPS, HELDOUT_EVERY)
+        LOCAL_STEPS, CURVE_STEPS, HELDOUT_EVERY)
     # a replica's rows are a cluster host's: time to target is these steps × that step time
     assert saved.batch_size * saved.devices_per_replica == REPLICA_ROWS
     assert all(plan["batch_size"] == REPLICA_ROWS for plan in DILOCO_PLANS.values())
@@ -42,24 +42,35 @@ def test_the_saved_run_is_the_plan_every_strategy_from_every_seed(tmp_path):
         curves = curves_of(saved, strategy)
         assert list(curves) == list(range(SEEDS))
         for curve in curves.values():
-            assert [s for s, _ in curve.heldout_loss] == list(range(HELDOUT_EVERY, STEPS + 1,
+            assert [s for s, _ in curve.heldout_loss] == list(range(HELDOUT_EVERY, CURVE_STEPS + 1,
                                                                     HELDOUT_EVERY))
+        ends = [c.heldout_loss[-1][1] for c in curves.values()]
+        assert len(set(ends)) == len(ends)  # the seeds draw different runs
     assert [b.strategy for b in saved.bytes] == list(CURVE_STRATEGIES)
 
 
+def _first_seen(strategy: str) -> int:
+    """The first evaluation that sees ``strategy``'s first change of its held-out parameters:
+    data parallelism's first, else the first after its first merge (H/F + τ steps)."""
+    sync = SPECS[strategy].sync
+    if sync.outer is None:
+        return HELDOUT_EVERY
+    first_merge = LOCAL_STEPS // sync.fragments + sync.overlap
+    return -(-first_merge // HELDOUT_EVERY) * HELDOUT_EVERY
+
+
 @pytest.mark.parametrize("strategy", CURVE_STRATEGIES)
-def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy):
+def test_the_saved_curves_are_what_the_runner_trains_in_their_first_steps(strategy):
     from course_utils.training.diloco import replica_mesh
-    from course_utils.training.train import train
 
     saved = saved_streaming_curves()
     mesh = replica_mesh(saved.replicas)
     assert mesh.size == saved.replicas * saved.devices_per_replica
     curve = curves_of(saved, strategy)[0]
-    run = train(mesh, strategy, steps=LOCAL_STEPS, seed=0, data_seed=DATA_SEED,
-                batch_size=saved.batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR_MLP,
-                local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
-    first = curve.heldout_loss[:len(run.heldout_loss)]  # one round of H: DiLoCo's first sync
+    fresh = train_streaming_curves(mesh, seeds=(0,), steps=_first_seen(strategy),
+                                   strategies=(strategy,))  # seed 0 only: the others differ
+    (run,) = fresh.curves
+    first = curve.heldout_loss[:len(run.heldout_loss)]
     assert [s for s, _ in run.heldout_loss] == [s for s, _ in first]
     # a quantized sync rounds each value to a level: where another JAX release's float sums differ
     # in the last bits, a value on a level's edge lands one level over (4 bits: 1/7 of its block's
@@ -67,9 +78,11 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_round(strategy
     quantized = SPECS[strategy].sync.dtype != "float32"
     assert [loss for _, loss in run.heldout_loss] == pytest.approx([loss for _, loss in first],
                                                                    rel=1e-3 if quantized else 1e-4)
-    sent, per_sync = bytes_of(saved, strategy), run.bytes_per_sync_across_replicas
-    assert sent.per_step == pytest.approx(run.bytes_across_replicas)
-    assert sent.per_sync == (None if per_sync is None else pytest.approx(per_sync))
+    if len(run.heldout_loss) > 1:  # past the first merge: the held-out parameters moved
+        assert run.heldout_loss[-1][1] < run.heldout_loss[0][1]
+    (sent,), saved_sent = fresh.bytes, bytes_of(saved, strategy)
+    assert saved_sent.per_step == pytest.approx(sent.per_step)
+    assert saved_sent.per_sync == (None if sent.per_sync is None else pytest.approx(sent.per_sync))
 
 
 def _results(curves) -> StreamingCurves:

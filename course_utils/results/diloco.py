@@ -14,16 +14,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_utils.results.curves import HeldoutCurve, loss_at_step, step_to
 from course_utils.results.meta import RunMeta
-from course_utils.results.records import load_saved
-from course_utils.results.training import TARGET_FRACTION, crossing_step, loss_at, steps_to
+from course_utils.results.records import load, saved_path
+from course_utils.results.training import TARGET_FRACTION
+from course_utils.training.strategies import SAVED_PLANS, saved_in
 
 COMMAND = "python scripts/diloco_sweep.py"
-DP = "dp_adamw"  # the baseline every comparison divides by
+SAVED = "diloco.json"
+(DP,) = saved_in(SAVED, "baseline")  # the baseline every comparison divides by
 # the strategies of H inner steps, then an outer step: the two compared, then the ablations
 # of DiLoCo's outer optimizer (without its momentum; its momentum at a steady step of 1)
-COMPARED = ("local_sgd_adamw", "diloco")
-ABLATIONS = ("diloco_sgd", "diloco_unit_step")
+COMPARED = saved_in(SAVED, "compared")
+ABLATIONS = saved_in(SAVED, "ablation")
 EVERY_H = COMPARED + ABLATIONS
 
 # the protocol that fixed the hyperparameters before anything was compared (also in the file)
@@ -72,37 +75,11 @@ class SweepPlan:
         return self.batch_size * self.devices
 
 
-PLAN = SweepPlan(devices=4, replicas=2, batch_size=16, steps=1024, data_seed=0,
-                 lr_grid=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2), local_steps=(8, 32, 128),
-                 seeds=(0, 1, 2), heldout_every=16)
-
-
-@dataclass(frozen=True)
-class LrRun:
-    """One run of the learning-rate protocol: data parallelism (AdamW at ``lr``) from ``seed``,
-    its held-out loss and its training loss at the same steps (as ``SweepCurve``'s)."""
-
-    lr: float
-    seed: int
-    heldout_loss: tuple[tuple[int, float], ...]
-    train_loss: tuple[tuple[int, float], ...]
-
-
-@dataclass(frozen=True)
-class SweepCurve:
-    """One run's held-out loss ``(inner step, loss)``: data parallelism's every
-    ``heldout_every`` steps, the others' at each sync (of the parameters at the sync); and its
-    training loss at the same steps: for a strategy with an outer step the loss of the synced
-    parameters on all the training rows (``TrainingRun.averaged_loss``), for data parallelism
-    the mean of its minibatch losses over the ``heldout_every`` steps that end there (its
-    parameters move within them: an estimate, of ``heldout_every`` × ``rows_per_step`` rows)."""
-
-    strategy: str
-    local_steps: int  # H (1 for data parallelism)
-    skewed: bool
-    seed: int
-    heldout_loss: tuple[tuple[int, float], ...]
-    train_loss: tuple[tuple[int, float], ...]
+_SAVED = SAVED_PLANS[SAVED]  # the registry's plan of the file; here, on 4 devices as 2 replicas
+PLAN = SweepPlan(devices=4, replicas=2, batch_size=_SAVED.replica_rows * 2 // 4,
+                 steps=_SAVED.steps, data_seed=_SAVED.data_seed,
+                 lr_grid=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2), local_steps=_SAVED.local_steps,
+                 seeds=_SAVED.seeds, heldout_every=_SAVED.heldout_every)
 
 
 @dataclass(frozen=True)
@@ -121,7 +98,10 @@ class SweepCost:
 @dataclass(frozen=True)
 class DilocoResults:
     """What ``diloco.json`` holds: how it was made, the protocol (in words), the plan, the
-    hyperparameters it fixed, and the runs."""
+    hyperparameters it fixed, and the runs: the protocol's (data parallelism, i.i.d. shards,
+    each ``lr`` of the grid from each seed) and the sweep's (each strategy, H and shards from
+    each seed), each a ``HeldoutCurve`` with its ``train_loss``: data parallelism's every
+    ``heldout_every`` steps, the others' at each sync (of the parameters at the sync)."""
 
     meta: RunMeta
     protocol: str
@@ -129,15 +109,17 @@ class DilocoResults:
     adamw_lr: float
     outer_lr: float
     outer_momentum: float
-    lr_runs: tuple[LrRun, ...]
-    curves: tuple[SweepCurve, ...]
+    lr_runs: tuple[HeldoutCurve, ...]
+    curves: tuple[HeldoutCurve, ...]
     costs: tuple[SweepCost, ...]
 
 
 def saved_diloco_results() -> DilocoResults:
     """The saved sweep, ``course_utils/saved/diloco.json``. Regenerate (about 3 minutes on this
-    machine's two shared cores): ``python scripts/diloco_sweep.py``."""
-    return load_saved(DilocoResults, "diloco.json", COMMAND)
+    machine's two shared cores): ``python scripts/diloco_sweep.py``; a file of the records before
+    ``HeldoutCurve`` (``LrRun``, ``SweepCurve``): ``python scripts/convert_curves.py``."""
+    return load(DilocoResults, saved_path(SAVED), f"an older file: python scripts/convert_curves."
+                f"py; else regenerate with {COMMAND}")
 
 
 @dataclass(frozen=True)
@@ -169,24 +151,24 @@ class LrPick:
     picked: float
 
 
-def lowest_heldout(curve: LrRun | SweepCurve) -> tuple[int, float]:
+def lowest_heldout(curve: HeldoutCurve) -> tuple[int, float]:
     """The run's lowest held-out loss and the (first) step it was reached at.
 
     Examples:
-        >>> lowest_heldout(LrRun(1e-3, 0, ((16, 0.5), (32, 0.4), (48, 0.45)), ()))
+        >>> lowest_heldout(HeldoutCurve(DP, 16, ((16, 0.5), (32, 0.4), (48, 0.45)), lr=1e-3))
         (32, 0.4)
     """
     return min(curve.heldout_loss, key=lambda point: point[1])
 
 
-def pick_lr(lr_runs: tuple[LrRun, ...]) -> LrPick:
+def pick_lr(lr_runs: tuple[HeldoutCurve, ...]) -> LrPick:
     """The protocol's inner learning rate (``PROTOCOL``): of each rate, every seed's lowest
     held-out loss over its run; the lowest seed-mean wins; a rate whose seeds' range overlaps
     the winner's ties with it, and of the tied rates the largest is picked.
 
     Examples:
         >>> def runs(lr, lows):
-        ...     return [LrRun(lr, seed, ((16, 1.0), (32, low)), ())
+        ...     return [HeldoutCurve(DP, 16, ((16, 1.0), (32, low)), seed, lr=lr)
         ...             for seed, low in enumerate(lows)]
         >>> pick = pick_lr(tuple(runs(1e-4, [0.50, 0.52]) + runs(3e-4, [0.40, 0.44])
         ...                      + runs(1e-3, [0.42, 0.45]) + runs(3e-3, [0.46, 0.47])))
@@ -212,7 +194,7 @@ def pick_lr(lr_runs: tuple[LrRun, ...]) -> LrPick:
 
 
 def sweep_curves(results: DilocoResults, strategy: str, local_steps: int, skewed: bool
-                 ) -> dict[int, SweepCurve]:
+                 ) -> dict[int, HeldoutCurve]:
     """``strategy``'s curves at H = ``local_steps`` on the shards ``skewed`` says, by seed."""
     found = {c.seed: c for c in results.curves
              if (c.strategy, c.local_steps, c.skewed) == (strategy, local_steps, skewed)}
@@ -228,30 +210,30 @@ def sweep_target(results: DilocoResults, skewed: bool, fraction: float = TARGET_
     """The target on these shards: data parallelism's seed-mean held-out loss at ``fraction``
     of the run (step 20's rule, ``results.training.target_loss``)."""
     curves = sweep_curves(results, DP, 1, skewed).values()
-    return float(np.mean([loss_at(c, fraction * results.plan.steps) for c in curves]))
+    return float(np.mean([loss_at_step(c, fraction * results.plan.steps) for c in curves]))
 
 
 def rows_to_target(results: DilocoResults, strategy: str, local_steps: int, skewed: bool,
                    target: float, *, interpolate: bool = True) -> dict[int, float | None]:
     """Each seed's rows seen (inner steps × rows per step, over all replicas) when its held-out
-    loss first reaches ``target``: interpolated between evaluations (``crossing_step``, step
-    20's rule), or with ``interpolate=False`` the first evaluation at or below it
-    (``steps_to``). A curve evaluated at its syncs is a staircase — the synced parameters do
-    not change between syncs — so the interpolated rows are a lower bound and the sync that
-    reaches the target an upper one; they differ by less than H steps. ``None``: not in the
-    steps run.
+    loss first reaches ``target``: interpolated between evaluations (step 20's rule), or with
+    ``interpolate=False`` the first evaluation at or below it (``curves.step_to``'s readings
+    ``"linear"`` and ``"evaluated"``). A curve evaluated at its syncs is a staircase — the
+    synced parameters do not change between syncs — so the interpolated rows are a lower
+    bound and the sync that reaches the target an upper one; they differ by less than H steps.
+    ``None``: not in the steps run.
 
     Examples:
         >>> from dataclasses import replace
         >>> plan = replace(PLAN, devices=2, batch_size=8)  # 16 rows per step
-        >>> curve = SweepCurve("diloco", 32, False, 0, ((32, 0.9), (64, 0.5)), ())
+        >>> curve = HeldoutCurve("diloco", 8, ((32, 0.9), (64, 0.5)), 0, 32, False)
         >>> sweep = DilocoResults(None, "", plan, 0, 0, 0, (), (curve,), ())
         >>> (rows_to_target(sweep, "diloco", 32, False, 0.7),
         ...  rows_to_target(sweep, "diloco", 32, False, 0.7, interpolate=False))
         ({0: 768.0}, {0: 1024})
     """
-    rows, find = results.plan.rows_per_step, crossing_step if interpolate else steps_to
-    return {seed: (None if (step := find(c, target)) is None else step * rows)
+    rows, read = results.plan.rows_per_step, "linear" if interpolate else "evaluated"
+    return {seed: (None if (step := step_to(c, target, read=read)) is None else step * rows)
             for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
 
 
@@ -270,7 +252,7 @@ def syncs_to_target(results: DilocoResults, strategy: str, local_steps: int, ske
     optimizer's multiplier (``optimizers.nesterov_multiplier``) is read.
 
     Examples:
-        >>> curve = SweepCurve("diloco", 32, False, 0, ((32, 0.9), (64, 0.5)), ())
+        >>> curve = HeldoutCurve("diloco", 8, ((32, 0.9), (64, 0.5)), 0, 32, False)
         >>> sweep = DilocoResults(None, "", PLAN, 0, 0, 0, (), (curve,), ())
         >>> syncs_to_target(sweep, "diloco", 32, False, 0.7), syncs_to_target(
         ...     sweep, "diloco", 32, False, 0.1)
@@ -279,7 +261,8 @@ def syncs_to_target(results: DilocoResults, strategy: str, local_steps: int, ske
     if local_steps < 2:
         raise ValueError(f"{strategy} at H={local_steps} has no outer step to count; give a "
                          "strategy of H inner steps (EVERY_H) and its H")
-    return {seed: (None if (step := steps_to(c, target)) is None else step // local_steps)
+    return {seed: (None if (step := step_to(c, target, read="evaluated")) is None
+                   else step // local_steps)
             for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
 
 

@@ -19,14 +19,13 @@ from dataclasses import dataclass
 
 from jax.sharding import Mesh
 
+from course_utils.results.curves import CurvePlan, run_curves
 from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import load_saved
 from course_utils.training.run import Memory
-from course_utils.training.strategies import SPECS
-from course_utils.training.train import train
+from course_utils.training.strategies import SPECS, saved_in
 
 PLAN_STEPS = 192  # a multiple of every H of the plan: local SGD has just averaged
-STEPS = PLAN_STEPS  # deprecated (one release): ``PLAN_STEPS`` (part four's rows: ``ROWS``)
 DEVICES = 4
 BATCH_SIZE = 64  # rows per device per step: 48 steps are one pass over the training rows
 HELDOUT_EVERY = 16  # a multiple of every H: local SGD's held-out loss is the averaged model's
@@ -40,6 +39,9 @@ def _plan_run(name: str, options: dict) -> dict:
     return run
 
 
+# the run every other's bytes are read against, and the runs of each H (``SavedRuns.curves``)
+(BASELINE,) = saved_in("strategies.json", "baseline")
+(EVERY_H,) = saved_in("strategies.json", "every_h")
 # every strategy's saved runs, as its description gives them (``SavedRuns.runs``)
 PLAN = tuple(_plan_run(name, o) for name, s in SPECS.items() for o in s.saved.runs)
 
@@ -120,17 +122,22 @@ class StrategyResults:
 
 def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = PLAN_STEPS,
              on_run: Callable[[str], None] | None = None) -> StrategyResults:
-    """Train every run of ``plan`` on ``mesh``; ``on_run(label)`` is called before each."""
+    """Train every run of ``plan`` on ``mesh`` (seed 0, ``curves.run_curves``); ``on_run(label)``
+    is called before each."""
     started, runs = time.monotonic(), []
-    for options in plan:
-        if on_run is not None:
-            on_run(run_label(options))
-        kwargs = {"steps": steps, "batch_size": BATCH_SIZE, "heldout_every": HELDOUT_EVERY,
-                  **options}
-        run = train(mesh, kwargs.pop("strategy"), **kwargs)
+    plans = [CurvePlan(options["strategy"], (0,), {
+        "steps": steps, "batch_size": BATCH_SIZE, "heldout_every": HELDOUT_EVERY,
+        **{k: v for k, v in options.items() if k != "strategy"}}) for options in plan]
+
+    def label(p: CurvePlan) -> str:
+        return run_label({"strategy": p.strategy, **p.options})
+
+    for curve_plan, _, run in run_curves(mesh, plans, on_run=None if on_run is None else (
+            lambda p, seed: on_run(label(p)))):
+        options = curve_plan.options
         runs.append(StrategyRun(
             strategy=run.strategy, **{k: options[k] for k in _OPTIONS if k in options},
-            label=run_label(options), steps=kwargs["steps"], loss=tuple(run.loss),
+            label=label(curve_plan), steps=options["steps"], loss=tuple(run.loss),
             bytes_per_step=run.bytes_per_step, memory=run.memory,
             state_bytes_per_device=run.memory.total, final_loss=run.final_loss,
             averaged_loss=_curve(run.averaged_loss), heldout_loss=_curve(run.heldout_loss),
@@ -179,7 +186,7 @@ def heldout_at(run: StrategyRun, step: int) -> float:
     return curve[step]
 
 
-def loss_at(run: StrategyRun, step: int) -> float:
+def data_loss_at(run: StrategyRun, step: int) -> float:
     """The loss of ``run``'s model on all the data after ``step`` steps: the final loss of a run
     of ``step`` steps, the averaged parameters' loss for local SGD."""
     if run.averaged_loss:
@@ -203,7 +210,7 @@ def tradeoff_figure_data(results: StrategyResults) -> dict:
     bytes per step (a fraction of data parallelism's), each point named, one colour per family
     (ZeRO-1/2/3 send DP's bytes and, on the same batches, reach DP's loss: one point); and the
     memory per device of every scheme."""
-    steps, base = results.steps, find_run(results, "data_parallel").bytes_per_step
+    steps, base = results.steps, find_run(results, BASELINE).bytes_per_step
     series, fractions = [], []
     for family, members in TRADEOFF_FAMILIES:
         runs = [find_run(results, label) for label, _ in members]
@@ -281,12 +288,13 @@ def heldout_figure_data(results: StrategyResults, labels: Sequence[str],
 def local_sgd_figure_data(results: StrategyResults, hs: Sequence[int]) -> dict:
     """Local SGD with each H against data parallelism, held-out loss against the bytes sent:
     one panel on shards of one distribution, one on skewed shards."""
-    dp = _heldout_series(find_run(results, "data_parallel"),
+    dp = _heldout_series(find_run(results, BASELINE),
                          "DP, shuffled shards (left: under H = 1)", by_bytes=True)
     panels = []
     for tail, title in (("", "shards of one distribution"), (" skewed", "skewed shards")):
-        series = [dp] + [_heldout_series(find_run(results, f"local_sgd H={h}{tail}"),
-                                         f"H = {h}", by_bytes=True) for h in hs]
+        series = [dp] + [_heldout_series(find_run(results, run_label(
+            {"strategy": EVERY_H, "local_steps": h, "skewed": bool(tail)})), f"H = {h}",
+            by_bytes=True) for h in hs]
         panels.append({"kind": "line", "title": title, "xscale": "log", "xunit": "bytes",
                        "x": _byte_ticks(series), "series": series,
                        "xlabel": "bytes sent per device so far",

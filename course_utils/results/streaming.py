@@ -9,8 +9,9 @@ times these curves' steps is a time to target, and whose 1.1 million parameters 
 first layer) are what fragments and fewer bits are for; the curves do not depend on the link
 or on timing (Streaming DiLoCo merges each fragment τ steps after its outer step, exactly).
 The held-out loss is that of the parameters at the last sync (``train``'s ``heldout_every``);
-the target is step 20's rule (``results.training``: ``TARGET_FRACTION``, ``loss_at``,
-``crossing_step``) with data parallelism (AdamW) as the baseline. JSON only through
+the target is step 20's rule (``results.training``: ``TARGET_FRACTION``; ``results.curves``'
+readers) with data parallelism (AdamW) as the baseline. The plan is the registry's
+(``training.strategies.SAVED_PLANS``, each strategy's ``SavedRuns.curves``). JSON only through
 ``results.records``.
 """
 
@@ -24,29 +25,27 @@ import numpy as np
 from jax.sharding import Mesh
 
 from course_utils.problems.classification import PART_FOUR_MLP
+from course_utils.results.curves import CurvePlan, loss_at_step, run_curves, step_to
 from course_utils.results.meta import RunMeta, this_machine
 from course_utils.results.records import load_saved
-from course_utils.results.training import (
-    TARGET_FRACTION,
-    HeldoutCurve,
-    crossing_step,
-    loss_at,
-    steps_to,
-)
+from course_utils.results.training import TARGET_FRACTION, HeldoutCurve
+from course_utils.training.strategies import SAVED_PLANS, saved_in, spec
 
-BASELINE = "dp_adamw"
-CURVE_STRATEGIES = (BASELINE, "diloco", "diloco_int8", "diloco_4bit", "streaming_diloco")
-LOCAL_STEPS = 32  # H: the middle of part five's 8, 32, 128 (the issue's DiLoCo comparison)
+SAVED = "streaming.json"
+_SAVED = SAVED_PLANS[SAVED]  # the registry's plan of the file (``SavedPlan``)
+(BASELINE,) = saved_in(SAVED, "baseline")
+CURVE_STRATEGIES = saved_in(SAVED)
+(LOCAL_STEPS,) = _SAVED.local_steps  # H: the middle of part five's 8, 32, 128
 # rows per replica and inner step: a cluster host's batch (``course cluster --measure diloco``
 # reads it), so that time to target is these curves' steps times that run's step time
-REPLICA_ROWS = 512
+REPLICA_ROWS = _SAVED.replica_rows
 # 3 rounds of H: at 512 rows a replica data parallelism's held-out loss flattens after about 30
 # steps, and step 20's target (its seed-mean at 20 % of the run) must lie on its descent, not on
 # the flat, where some seeds reach it and others never do
-STEPS = 96
-HELDOUT_EVERY = 8  # H/F: every sync of Streaming DiLoCo's fragments is seen
-SEEDS = 3
-DATA_SEED = 0
+CURVE_STEPS = _SAVED.steps
+HELDOUT_EVERY = _SAVED.heldout_every  # H/F: every sync of Streaming DiLoCo's fragments is seen
+SEEDS = len(_SAVED.seeds)
+DATA_SEED = _SAVED.data_seed
 COMMAND = "python scripts/streaming_curves.py"
 
 
@@ -79,30 +78,27 @@ class StreamingCurves:
 
 
 def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
-                           steps: int = STEPS,
+                           steps: int = CURVE_STEPS,
                            strategies: Sequence[str] = CURVE_STRATEGIES,
                            on_run: Callable[[str, int], None] | None = None) -> StreamingCurves:
-    """Every strategy's held-out curve from every seed on ``mesh`` (``replica_mesh()``);
-    ``on_run(strategy, seed)`` is called before each."""
-    from course_utils.training.train import train
-
+    """Every strategy's held-out curve from every seed on ``mesh`` (``replica_mesh()``), by
+    ``curves.run_curves``; ``on_run(strategy, seed)`` is called before each."""
     replicas, devices = mesh.shape.values()
     if REPLICA_ROWS % devices:
         raise ValueError(f"a replica of {devices} devices cannot split {REPLICA_ROWS} rows "
                          "evenly: use replica_mesh() on 1, 2, 4 or 8 devices")
     batch_size = REPLICA_ROWS // devices
+    plans = [CurvePlan(strategy, tuple(seeds), {
+        "steps": steps, "data_seed": DATA_SEED, "batch_size": batch_size,
+        "heldout_every": HELDOUT_EVERY, "mlp": PART_FOUR_MLP,
+        "local_steps": 1 if strategy == BASELINE else LOCAL_STEPS}) for strategy in strategies]
     started, curves, sent = time.monotonic(), [], {}
-    for strategy in strategies:
-        for seed in seeds:
-            if on_run is not None:
-                on_run(strategy, seed)
-            run = train(mesh, strategy, steps=steps, seed=seed, data_seed=DATA_SEED,
-                        batch_size=batch_size, heldout_every=HELDOUT_EVERY, mlp=PART_FOUR_MLP,
-                        local_steps=1 if strategy == BASELINE else LOCAL_STEPS)
-            curves.append(HeldoutCurve(strategy, batch_size, tuple(
-                (step, loss) for step, loss in run.heldout_loss), seed))
-            sent[strategy] = SyncBytes(strategy, run.bytes_across_replicas,
-                                       run.bytes_per_sync_across_replicas)
+    for plan, seed, run in run_curves(mesh, plans, on_run=None if on_run is None else (
+            lambda plan, seed: on_run(plan.strategy, seed))):
+        curves.append(HeldoutCurve(plan.strategy, batch_size, tuple(
+            (step, loss) for step, loss in run.heldout_loss), seed))
+        sent[plan.strategy] = SyncBytes(plan.strategy, run.bytes_across_replicas,
+                                        run.bytes_per_sync_across_replicas)
     meta = RunMeta(COMMAND, this_machine(), time.monotonic() - started)
     return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, batch_size, steps,
                            HELDOUT_EVERY, DATA_SEED, tuple(curves), tuple(sent.values()))
@@ -130,7 +126,7 @@ def curves_of(results: StreamingCurves, strategy: str) -> dict[int, HeldoutCurve
 def streaming_target(results: StreamingCurves, fraction: float = TARGET_FRACTION) -> float:
     """The target: the mean over seeds of data parallelism's (AdamW) held-out loss at
     ``fraction`` of the run, where its curve still falls (step 20's rule)."""
-    return float(np.mean([loss_at(c, fraction * results.steps)
+    return float(np.mean([loss_at_step(c, fraction * results.steps)
                           for c in curves_of(results, BASELINE).values()]))
 
 
@@ -140,9 +136,10 @@ def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
     parameters at the last sync, which change only when a fragment merges (DiLoCo's every H
     steps, Streaming DiLoCo's every H/F, τ after each send): its step is the merge that the
     first evaluation at or below the target sees (exact when the curve is evaluated at least
-    as often as merges come, as the saved run is; else an upper bound). Any other (data
-    parallelism) is interpolated between evaluations (``crossing_step``, step 20's rule). With
-    ``interpolate=False``, the first evaluation at or below the target for all (``steps_to``).
+    as often as merges come, as the saved run is; else an upper bound; ``curves.step_to``'s
+    ``"sync"`` reading). Any other (data parallelism) is interpolated between evaluations
+    (``"linear"``, step 20's rule). With ``interpolate=False``, the first evaluation at or
+    below the target for all (``"evaluated"``).
     ``None``: not reached in the steps run.
 
     Examples:
@@ -150,20 +147,16 @@ def steps_to_target(results: StreamingCurves, strategy: str, target: float, *,
         >>> steps_to_target(curves, "diloco", streaming_target(curves))  # its first sync
         {0: 32, 1: 32, 2: 32}
     """
-    from course_utils.training.strategies import SPECS
     from course_utils.training.streaming import schedule
 
-    curves, sync = curves_of(results, strategy), SPECS[strategy].sync
-    if interpolate and sync.outer is None:
-        return {seed: crossing_step(c, target) for seed, c in curves.items()}
-    seen = {seed: steps_to(c, target) for seed, c in curves.items()}
-    if not interpolate:
-        return seen
+    sync, curves = spec(strategy).sync, curves_of(results, strategy)
+    if not interpolate or sync.outer is None:
+        read = "linear" if interpolate else "evaluated"
+        return {seed: step_to(c, target, read=read) for seed, c in curves.items()}
     merges = [e.step for e in schedule(results.steps, local_steps=results.local_steps,
                                        fragments=sync.fragments, overlap=sync.overlap)
               if e.kind == "merge"]
-    return {seed: None if first is None else max((m for m in merges if m <= first), default=0)
-            for seed, first in seen.items()}
+    return {seed: step_to(c, target, read="sync", syncs=merges) for seed, c in curves.items()}
 
 
 def bytes_of(results: StreamingCurves, strategy: str) -> SyncBytes:

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from course_utils.results.cluster import ClusterSetup
+from course_utils.results.curves import HeldoutCurve, loss_at_step, step_to
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load_saved
 
@@ -30,18 +31,6 @@ class TrainingRow:
     compute_s: float
     communication_s: float
     link_bytes: float | None = None
-
-
-@dataclass(frozen=True)
-class HeldoutCurve:
-    """A strategy's held-out loss after each ``every``-th step, trained in one process from
-    ``seed``'s initial parameters and minibatch order (the task's rows are seed 0's for every
-    seed)."""
-
-    strategy: str
-    batch_size: int
-    heldout_loss: tuple[tuple[int, float], ...]
-    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,13 +92,13 @@ def median_of_runs(runs: Sequence[TrainingResults]) -> TrainingResults:
 
 def steps_to(curve: HeldoutCurve, target: float) -> int | None:
     """The first step at which ``curve``'s held-out loss is at or below ``target`` (``None``:
-    never, in the steps run).
+    never, in the steps run): ``curves.step_to`` read at the evaluations.
 
     Examples:
         >>> steps_to(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 0.5)
         20
     """
-    return next((step for step, loss in curve.heldout_loss if loss <= target), None)
+    return step_to(curve, target, read="evaluated")
 
 
 # the target of part four: data parallelism's seed-mean held-out loss at this fraction of its
@@ -119,37 +108,37 @@ TARGET_FRACTION = 0.2
 
 
 def loss_at(curve: HeldoutCurve, step: float) -> float:
-    """``curve``'s held-out loss at ``step``, linearly interpolated between its evaluations.
+    """``curve``'s held-out loss at ``step``, linearly interpolated between its evaluations
+    (``curves.loss_at_step``).
 
     Examples:
         >>> loss_at(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 15)
         0.7
     """
-    steps, losses = zip(*curve.heldout_loss)
-    if not steps[0] <= step <= steps[-1]:
-        raise ValueError(f"step {step} is outside the curve's evaluations, {steps[0]} to "
-                         f"{steps[-1]}")
-    return float(np.interp(step, steps, losses))
+    return loss_at_step(curve, step)
 
 
 def crossing_step(curve: HeldoutCurve, target: float) -> float | None:
     """The step at which ``curve``'s held-out loss first reaches ``target``, linearly
     interpolated between the last evaluation above it and the first at or below it (the first
-    evaluation's step if that one already is; ``None``: never, in the steps run).
+    evaluation's step if that one already is; ``None``: never, in the steps run):
+    ``curves.step_to``'s linear reading.
 
     Examples:
         >>> crossing_step(HeldoutCurve("dp", 64, ((10, 0.9), (20, 0.5), (30, 0.4))), 0.45)
         25.0
     """
-    before = None
-    for step, loss in curve.heldout_loss:
-        if loss <= target:
-            if before is None:
-                return float(step)
-            (s0, l0) = before
-            return s0 + (step - s0) * (l0 - target) / (l0 - loss)
-        before = (step, loss)
-    return None
+    return step_to(curve, target)
+
+
+def baseline_row() -> str:
+    """The row the target and each scheme's own work are read against: the registry's baseline
+    of ``training.json`` (``SavedRuns.curves``; read when called, so that this module imports no
+    JAX)."""
+    from course_utils.training.strategies import saved_in
+
+    (name,) = saved_in("training.json", "baseline")
+    return name
 
 
 def seed_curves(results: TrainingResults, strategy: str, batch_size: int
@@ -170,7 +159,7 @@ def target_loss(results: TrainingResults, batch_size: int,
     shortest of the batch size's curves (the plan's steps: a curve trained longer for another
     comparison does not move the target onto its plateau)."""
     run = min(c.heldout_loss[-1][0] for c in results.curves if c.batch_size == batch_size)
-    curves = seed_curves(results, "data_parallel", batch_size).values()
+    curves = seed_curves(results, baseline_row(), batch_size).values()
     return float(np.mean([loss_at(c, fraction * run) for c in curves]))
 
 
@@ -217,10 +206,10 @@ def own_work_s(results: TrainingResults, strategy: str) -> float:
         >>> round(own_work_s(results, "topk_ef"), 3), own_work_s(results, "zero3")
         (0.05, 0.0)
     """
-    times = {r.strategy: r.step_s for r in results.own_work}
-    if strategy not in times or "data_parallel" not in times:
+    times, base = {r.strategy: r.step_s for r in results.own_work}, baseline_row()
+    if strategy not in times or base not in times:
         return 0.0
-    return max(0.0, times[strategy] - times["data_parallel"])
+    return max(0.0, times[strategy] - times[base])
 
 
 def median_compute_s(results: TrainingResults, strategy: str, batch_size: int) -> float:

@@ -63,8 +63,9 @@ from course_utils.training.streaming import MIXING
 
 __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "Strategy",
            "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "state_specs",
-           "Parts", "Sync", "SavedRuns", "PartFour", "StrategySpec", "SPECS", "STRATEGIES",
-           "STRATEGY_STEPS", "DATA_PARALLEL", "LOCAL_SGD", "ZERO_STAGES", "spec"]
+           "Parts", "Sync", "SavedRuns", "SavedPlan", "SAVED_PLANS", "PartFour", "StrategySpec",
+           "SPECS", "STRATEGIES", "STRATEGY_STEPS", "DATA_PARALLEL", "LOCAL_SGD", "ZERO_STAGES",
+           "spec", "saved_in"]
 
 
 class Parts(NamedTuple):
@@ -124,11 +125,38 @@ class Sync(NamedTuple):
 class SavedRuns(NamedTuple):
     """The strategy's runs in the saved plan (``results.strategies.PLAN``: ``train``'s options
     beyond ``strategy``; ``steps_factor`` times the plan's steps), its points on the closing
-    figure (``(run label, point name)``) and its memory bar (``(run label, bar name)``)."""
+    figure (``(run label, point name)``), its memory bar (``(run label, bar name)``) and its
+    role in each saved file of curves (``(file, role)``: the baseline, the compared, …;
+    ``saved_in``; part five's files' numbers: ``SAVED_PLANS``)."""
 
     runs: tuple[dict, ...] = ({},)
     points: tuple[tuple[str, str], ...] = ()
     memory_bar: tuple[str, str] | None = None
+    curves: tuple[tuple[str, str], ...] = ()
+
+
+class SavedPlan(NamedTuple):
+    """One of part five's saved curve files: every H of ``local_steps`` from each of ``seeds``,
+    ``replica_rows`` rows per replica per inner step, ``steps`` inner steps, the held-out loss
+    every ``heldout_every`` steps (data parallelism's; the others' at their syncs, where the
+    file says so), the task's rows of ``data_seed``; its strategies: ``saved_in(file)``."""
+
+    local_steps: tuple[int, ...]
+    seeds: tuple[int, ...]
+    replica_rows: int
+    steps: int
+    heldout_every: int
+    data_seed: int = 0
+
+
+# ``diloco.json`` (``scripts/diloco_sweep.py``): the two compared, then the ablations of
+# DiLoCo's outer optimizer; ``streaming.json`` (``scripts/streaming_curves.py``): H is the
+# middle of the sweep's, a replica's rows a cluster host's batch (``course cluster --measure
+# diloco``), 3 rounds of H (data parallelism's held-out loss still falls at 20 % of the run)
+SAVED_PLANS = {
+    "diloco.json": SavedPlan((8, 32, 128), (0, 1, 2), 32, 1024, 16),
+    "streaming.json": SavedPlan((32,), (0, 1, 2), 512, 96, 8),
+}
 
 
 class PartFour(NamedTuple):
@@ -228,13 +256,16 @@ DATA_PARALLEL, LOCAL_SGD = "data_parallel", "local_sgd"
 
 
 def _every_h(name: str, label: str, family: str, outer: Optimizer, *,
-             short_label: str | None = None) -> StrategySpec:
-    """A part-five strategy of H inner AdamW steps per replica, then ``outer``'s step."""
+             short_label: str | None = None,
+             curves: tuple[tuple[str, str], ...] = ()) -> StrategySpec:
+    """A part-five strategy of H inner AdamW steps per replica, then ``outer``'s step; its
+    roles in the saved curve files ``curves``."""
     return StrategySpec(name, label, family, Parts("own", "own", None, diloco.outer_parts(outer),
                                                    axis=hsdp.HOST),
                         diloco.replica_step, sync=Sync(diloco.outer_step(outer), hsdp.HOST),
                         optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic(),
-                        mesh_axes=_REPLICAS, saved=SavedRuns(runs=()), short_label=short_label)
+                        mesh_axes=_REPLICAS, saved=SavedRuns(runs=(), curves=curves),
+                        short_label=short_label)
 
 
 def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: str,
@@ -246,7 +277,7 @@ def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: 
                              mixing=mixing)
     sync = Sync(step, hsdp.HOST, fragments, dtype, overlap=overlap, mixing=mixing,
                 merge=step.merging if overlap else None)
-    entry = _every_h(name, label, family, outer)
+    entry = _every_h(name, label, family, outer, curves=(("streaming.json", "curve"),))
     return replace(
         entry, parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
             outer, fragments, overlap)),
@@ -258,7 +289,9 @@ _ENTRIES = (
                  traffic=exact.all_reduce_traffic,
                  part_four=(PartFour(), PartFour("accumulation", accumulate=ACCUMULATION)),
                  saved=SavedRuns(points=(("data_parallel", "DP = ZeRO-1/2/3"),),
-                                 memory_bar=("data_parallel", "DP"))),
+                                 memory_bar=("data_parallel", "DP"),
+                                 curves=(("strategies.json", "baseline"),
+                                         ("training.json", "baseline")))),
     StrategySpec("zero1", "ZeRO-1", _DP, Parts("replicated", "sliced", "own"), exact.zero1,
                  saved=SavedRuns(memory_bar=("zero1", "ZeRO-1"))),
     StrategySpec("zero2", "ZeRO-2", _DP, Parts("replicated", "sliced", "sliced"), exact.zero2,
@@ -304,21 +337,26 @@ _ENTRIES = (
                      runs=tuple({"local_steps": h, "skewed": skewed, "steps_factor": 2}
                                 for skewed in (False, True) for h in (1, 4, 8, 16)),
                      points=tuple((f"local_sgd H={h}", f"H={h}") for h in _H),
-                     memory_bar=("local_sgd H=8", "local SGD"))),
+                     memory_bar=("local_sgd H=8", "local SGD"),
+                     curves=(("strategies.json", "every_h"),))),
     StrategySpec("dp_adamw", "data parallelism (AdamW)", _DP,
                  Parts("replicated", "replicated", None, axis=hsdp.HOST), diloco.dp_adamw,
                  sync=Sync(axis=hsdp.HOST), optimizer=adamw(), accumulates=False,
-                 traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS, saved=SavedRuns(runs=()),
+                 traffic=hsdp.two_level_traffic, mesh_axes=_REPLICAS,
+                 saved=SavedRuns(runs=(), curves=(("diloco.json", "baseline"),
+                                                  ("streaming.json", "baseline"))),
                  short_label="data parallelism"),
     _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average(),
-             short_label="local SGD"),
-    _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov()),
+             short_label="local SGD", curves=(("diloco.json", "compared"),)),
+    _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov(),
+             curves=(("diloco.json", "compared"), ("streaming.json", "curve"))),
     # the ablations of DiLoCo's outer optimizer: without its momentum (outer SGD, lr 0.7), and
     # its momentum at plain averaging's steady step (Nesterov lr 0.1 = 1 − μ: lr / (1 − μ) = 1)
     _every_h("diloco_sgd", "DiLoCo without momentum (outer SGD, lr 0.7)", "DiLoCo", outer_sgd(),
-             short_label="DiLoCo, no momentum"),
+             short_label="DiLoCo, no momentum", curves=(("diloco.json", "ablation"),)),
     _every_h("diloco_unit_step", "DiLoCo at unit steady step (outer Nesterov, lr 0.1)", "DiLoCo",
-             outer_nesterov(UNIT_STEP_LR, OUTER_MOMENTUM), short_label="DiLoCo, steady step 1"),
+             outer_nesterov(UNIT_STEP_LR, OUTER_MOMENTUM), short_label="DiLoCo, steady step 1",
+             curves=(("diloco.json", "ablation"),)),
     _streamed("diloco_int8", "DiLoCo, int8", "DiLoCo", dtype="int8"),
     _streamed("diloco_4bit", "DiLoCo, 4-bit", "DiLoCo", dtype="int4"),
     _streamed("streaming_diloco", "Streaming DiLoCo", "Streaming DiLoCo",
@@ -348,3 +386,25 @@ def spec(name: str) -> StrategySpec:
     if name not in SPECS:
         raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(SPECS)}")
     return SPECS[name]
+
+
+def saved_in(file: str, *roles: str) -> tuple[str, ...]:
+    """The strategies of the saved file ``file`` in ``roles`` (all its roles if none, in the
+    order the registry first gives them: the baseline first), role by role, each in the
+    registry's order (``SavedRuns.curves``).
+
+    Examples:
+        >>> saved_in("diloco.json", "ablation")
+        ('diloco_sgd', 'diloco_unit_step')
+        >>> saved_in("sweep.json")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: no saved curves 'sweep.json' in the registry; choose one of diloco.json, ...
+    """
+    held = [(f, role, s.name) for s in _ENTRIES for f, role in s.saved.curves]
+    files = dict.fromkeys(f for f, _, _ in held)
+    if file not in files:
+        raise ValueError(f"no saved curves {file!r} in the registry; choose one of "
+                         f"{', '.join(sorted(files))}")
+    roles = roles or tuple(dict.fromkeys(role for f, role, _ in held if f == file))
+    return tuple(name for role in roles for f, r, name in held if (f, r) == (file, role))

@@ -12,9 +12,10 @@ adding its gradient to the state, then its step with one all-reduce.
 
 After the steps, every device of every host multiplies rows by the model's first weight matrix
 at once: one device's FLOP rate while all compute, as in the steps. Without the links (in the
-process that runs ``course cluster``, on as many logical devices) it trains each strategy for its
-held-out curve and times each compression scheme's step where sending is only a memory copy
-(what the scheme's own encoding and decoding cost).
+process that runs ``course cluster``, on as many logical devices) it reads each strategy's
+held-out curve from the saved run (training only a curve the saved run does not hold) and times
+each compression scheme's step where sending is only a memory copy (what the scheme's own
+encoding and decoding cost).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.records import from_json, to_json
-from course_utils.results.training import TrainingResults, median_of_runs
+from course_utils.results.training import HeldoutCurve, TrainingResults, median_of_runs
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed, placed, timer
 from course_utils.training.batches import HELDOUT_ROWS
@@ -134,47 +135,56 @@ def measure_training(plan: dict, timed) -> list[dict]:
     return rows
 
 
-def heldout_curves(plan: dict, p: int) -> list[dict]:
-    """Each (strategy, batch size) of ``plan`` trained in this process on ``p`` devices for the
-    plan's steps, from each of its ``seeds``: the held-out loss every ``every`` steps (what the
-    link does not change)."""
+def heldout_curves(plan: dict, p: int) -> list[HeldoutCurve]:
+    """Each (strategy, batch size) of ``plan`` on ``p`` devices for the plan's steps, from each
+    of its ``seeds``: the held-out loss every ``every`` steps (what the link does not change).
+    A curve the saved run (``saved/training.json``, made on as many devices) holds is read from
+    it, not trained again; only the others are trained here (``train_curves``)."""
+    from course_utils.results.training import saved_training_results
+
+    saved = saved_training_results()
+    kept = saved.curves if saved.cluster.hosts * saved.cluster.devices_per_host == p else ()
     wanted = [(name, b, plan["steps"][b], plan["every"]) for b in plan["batch_sizes"]
               for name in plan["strategies"] if step_fits(name, b, p, HELDOUT_FREE_ROWS)]
-    return train_curves(wanted, p, seeds=range(plan["seeds"]))
+    return train_curves(wanted, p, seeds=range(plan["seeds"]), kept=kept)
 
 
 def train_curves(wanted: Sequence[tuple[str, int, int, int]], p: int, *,
-                 seeds: Sequence[int], kept: Sequence[dict] = ()) -> list[dict]:
+                 seeds: Sequence[int], kept: Sequence[HeldoutCurve] = ()) -> list[HeldoutCurve]:
     """The held-out curve of each ``(row name, batch size, steps, every)`` of ``wanted`` from
     each seed (``train``'s ``seed``: the initial parameters and the minibatch order; the task's
-    rows are seed 0's), trained in this process on ``p`` devices. A curve of ``kept`` (dicts as
-    ``training.json`` holds them) of the same row, batch size and seed that reaches as many
-    steps is used as it is; a row with the same updates as another (``SAME_CURVE``) copies it."""
+    rows are seed 0's), trained in this process on ``p`` devices (``curves.run_curves``). A
+    curve of ``kept`` of the same row, batch size and seed that reaches as many steps is used
+    as it is; a row with the same updates as another (``SAME_CURVE``) copies it."""
     from course_utils.devices.setup import data_mesh, use_cpu_devices
-    from course_utils.training.train import train
+    from course_utils.results.curves import CurvePlan, run_curves
 
     use_cpu_devices(p)
-    mesh, curves = data_mesh(), []
+    mesh, curves = data_mesh(), {}
 
     def found(among, name, batch_size, seed, steps):
-        return next((c for c in among if (c["strategy"], c["batch_size"], c.get("seed", 0)) == (
-            name, batch_size, seed) and c["heldout_loss"][-1][0] >= steps), None)
+        return next((c for c in among if (c.strategy, c.batch_size, c.seed) == (
+            name, batch_size, seed) and c.heldout_loss[-1][0] >= steps), None)
+
+    def copied(name, batch_size, steps, seed):  # the same updates trained, or this curve kept
+        same = found(curves.values(), SAME_CURVE.get(name), batch_size, seed, steps) or found(
+            kept, name, batch_size, seed, steps)
+        return None if same is None else replace(same, strategy=name, seed=seed)
 
     for name, batch_size, steps, every in wanted:
         for seed in seeds:
-            same = found(curves, SAME_CURVE.get(name), batch_size, seed, steps) or found(
-                kept, name, batch_size, seed, steps)
-            if same is not None:  # the same updates, or this very curve, already trained
-                curves.append({**same, "strategy": name, "seed": seed})
-                continue
-            run = train(mesh, find_row(name).trained, steps=steps, seed=seed, data_seed=0,
-                        batch_size=batch_size, accumulate=find_row(name).accumulate,
-                        local_steps=find_row(name).local_steps,
-                        topk_fraction=TOPK_FRACTION, heldout_every=every, mlp=PART_FOUR_MLP)
-            curves.append({"strategy": name, "batch_size": batch_size,
-                           "heldout_loss": [list(point) for point in run.heldout_loss],
-                           "seed": seed})
-    return curves
+            if (same := copied(name, batch_size, steps, seed)) is not None:
+                curves[name, batch_size, seed] = same
+        row = find_row(name)
+        plan = CurvePlan(row.trained, tuple(s for s in seeds if (name, batch_size, s) not in
+                                            curves), {
+            "steps": steps, "data_seed": 0, "batch_size": batch_size,
+            "accumulate": row.accumulate, "local_steps": row.local_steps,
+            "topk_fraction": TOPK_FRACTION, "heldout_every": every, "mlp": PART_FOUR_MLP})
+        for _, seed, run in run_curves(mesh, [plan]):
+            curves[name, batch_size, seed] = HeldoutCurve(name, batch_size, tuple(
+                (step, loss) for step, loss in run.heldout_loss), seed)
+    return [curves[name, b, seed] for name, b, _, _ in wanted for seed in seeds]
 
 
 def measure_own_work(plan: dict, timed) -> list[dict]:
@@ -232,7 +242,7 @@ def assemble_training(host_runs: Sequence[HostRun], setup: Setup) -> TrainingRes
         runs.append(from_json(TrainingResults, {
             "meta": to_json(setup.run_meta("training")), "cluster": to_json(setup.cluster()),
             "flops_per_s": statistics.median(h.result["flops_per_s"] for h in mine),
-            "curves": curves, "own_work": own_work,
+            "curves": to_json(curves), "own_work": own_work,
             "rows": [{**row, "link_rate": h.link_rate} for h in mine for row in h.result["rows"]]},
             "the training run"))
     if len(runs) == 1:

@@ -1,0 +1,183 @@
+"""Held-out curves, one way: what to train (``CurvePlan``), the one runner (``run_curves``, in
+this process, every seed, through ``training.train.train``) and the one family of readers of
+"when does a curve reach a target".
+
+A curve is its ``(step, loss)`` evaluations: ``heldout_loss`` of the one saved record of a curve
+(``HeldoutCurve``) or of a saved run (``StrategyRun``), or the pairs themselves. The readers:
+
+- ``loss_at_step``: the loss at a step, linear between evaluations.
+- ``step_to``: the step a target is first reached, read one of three ways (``read=``):
+  ``"linear"`` interpolates between the last evaluation above and the first at or below (a
+  curve evaluated every step or on a stated grid; step 20's rule); ``"evaluated"`` is the first
+  evaluation at or below (a curve that only changes at syncs, DiLoCo's synced parameters);
+  ``"sync"`` is the last sync (``syncs``) at or before that evaluation (the merge it sees).
+  ``stay=True``: first reaching *and staying* at or below (from the last evaluation above on).
+  ``None``: never reached in the steps run.
+- ``steps_to_band``: ``step_to`` of each target of a band (the band within the curve's
+  evaluated losses, else one line naming the fix); ``seconds_to``: steps times a step time.
+
+The older readers (``results.training.steps_to``, ``crossing_step``, ``loss_at``;
+``results.diloco.rows_to_target``, ``syncs_to_target``; ``results.streaming.steps_to_target``)
+are these readers with today's reading as their option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Points = tuple[tuple[int, float], ...]
+READS = ("linear", "evaluated", "sync")
+
+
+@dataclass(frozen=True)
+class HeldoutCurve:
+    """One run's held-out loss ``(step, loss)``, trained in one process from ``seed``'s initial
+    parameters and minibatch order: the one saved record of a curve (``training.json``,
+    ``streaming.json``, ``diloco.json``). The fields a file's runs differ in beyond these are
+    given where they do (else ``None``, left out of the file): H (``local_steps``; 1 for data
+    parallelism), ``skewed`` shards, the inner learning rate ``lr``, and ``train_loss`` at the
+    held-out's steps (for a strategy with an outer step, the synced parameters' loss on all
+    the training rows; for data parallelism the mean of its minibatch losses over the steps
+    since the last evaluation).
+
+    Attributes:
+        strategy: the strategy (or part-four row) trained.
+        batch_size: rows each device draws per (micro-)step.
+        heldout_loss: ``(step, loss)`` on the held-out rows.
+        seed: the seed of the start and the minibatches (the task's rows are the file's).
+    """
+
+    strategy: str
+    batch_size: int
+    heldout_loss: Points
+    seed: int = 0
+    local_steps: int | None = None
+    skewed: bool | None = None
+    lr: float | None = None
+    train_loss: Points | None = None
+
+
+def points_of(curve) -> Points:
+    """The ``(step, loss)`` evaluations of ``curve`` (a record with ``heldout_loss``, or pairs).
+
+    Examples:
+        >>> points_of([(10, 0.9), (20, 0.5)])
+        ((10, 0.9), (20, 0.5))
+        >>> points_of({"heldout_loss": [[10, 0.9]]})
+        Traceback (most recent call last):
+        ...
+        ValueError: a curve is a record with heldout_loss or (step, loss) pairs, not a dict; \
+read the saved file with its saved_… reader
+    """
+    points = getattr(curve, "heldout_loss", curve)
+    if isinstance(points, (str, dict)) or not all(
+            isinstance(p, (tuple, list)) and len(p) == 2 for p in points):
+        raise ValueError(f"a curve is a record with heldout_loss or (step, loss) pairs, not a "
+                         f"{type(curve).__name__}; read the saved file with its saved_… reader")
+    return tuple((step, loss) for step, loss in points)
+
+
+def loss_at_step(curve, step: float) -> float:
+    """``curve``'s loss at ``step``, linearly interpolated between its evaluations.
+
+    Examples:
+        >>> loss_at_step(((10, 0.9), (20, 0.5), (30, 0.4)), 15)
+        0.7
+    """
+    steps, losses = zip(*points_of(curve))
+    if not steps[0] <= step <= steps[-1]:
+        raise ValueError(f"step {step} is outside the curve's evaluations, {steps[0]} to "
+                         f"{steps[-1]}")
+    return float(np.interp(step, steps, losses))
+
+
+def step_to(curve, target: float, *, read: str = "linear", stay: bool = False,
+            syncs: Sequence[int] = ()) -> float | None:
+    """The step at which ``curve`` first reaches ``target`` (``stay``: and stays at or below it
+    to the end of the run), read as ``read`` says (the module's docstring); ``None``: never.
+
+    Examples:
+        >>> curve = ((10, 0.9), (20, 0.5), (30, 0.6), (40, 0.4))
+        >>> step_to(curve, 0.5), step_to(curve, 0.5, read="evaluated")
+        (20.0, 20)
+        >>> step_to(curve, 0.5, stay=True), step_to(curve, 0.5, read="evaluated", stay=True)
+        (35.0, 40)
+        >>> step_to(curve, 0.5, read="sync", syncs=(8, 16, 24)), step_to(curve, 0.1)
+        (16, None)
+    """
+    if read not in READS:
+        raise ValueError(f"read={read!r}: give one of {', '.join(READS)}")
+    points = points_of(curve)
+    first = 0
+    if stay:  # after the last evaluation above the target
+        above = [i for i, (_, loss) in enumerate(points) if loss > target]
+        first = above[-1] + 1 if above else 0
+    found = next((i for i in range(first, len(points)) if points[i][1] <= target), None)
+    if found is None:
+        return None
+    step, loss = points[found]
+    if read == "evaluated":
+        return step
+    if read == "sync":
+        return max((s for s in syncs if s <= step), default=0)
+    if found == 0:
+        return float(step)
+    s0, l0 = points[found - 1]
+    return s0 + (step - s0) * (l0 - target) / (l0 - loss)
+
+
+def steps_to_band(curve, targets: Sequence[float], **read) -> dict[float, float | None]:
+    """``step_to`` (with ``read``'s options) of each target of a band, which lies within the
+    curve's evaluated losses.
+
+    Examples:
+        >>> steps_to_band(((10, 1.0), (20, 0.5)), (0.75, 0.6))
+        {0.75: 15.0, 0.6: 18.0}
+        >>> steps_to_band(((10, 1.0), (20, 0.5)), (0.4, 0.3))
+        Traceback (most recent call last):
+        ...
+        ValueError: targets 0.3 to 0.4 lie outside the curve's losses, 0.5 to 1; give a band \
+within them
+    """
+    losses = [loss for _, loss in points_of(curve)]
+    low, high = min(targets), max(targets)
+    if low < min(losses) or high > max(losses):
+        raise ValueError(f"targets {low:g} to {high:g} lie outside the curve's losses, "
+                         f"{min(losses):g} to {max(losses):g}; give a band within them")
+    return {t: step_to(curve, t, **read) for t in targets}
+
+
+def seconds_to(curve, target: float, step_s: float, **read) -> float | None:
+    """Seconds to ``target``: ``step_to`` (with ``read``'s options) times ``step_s``."""
+    step = step_to(curve, target, **read)
+    return None if step is None else step * step_s
+
+
+@dataclass(frozen=True)
+class CurvePlan:
+    """One strategy trained from each of ``seeds`` with ``train``'s keyword ``options`` (steps,
+    batch size, held-out interval, H, model, …)."""
+
+    strategy: str
+    seeds: tuple[int, ...]
+    options: dict = field(default_factory=dict)
+
+
+def run_curves(mesh, plans: Sequence[CurvePlan],
+               on_run: Callable[[CurvePlan, int], None] | None = None
+               ) -> Iterator[tuple[CurvePlan, int, object]]:
+    """Each plan's strategy trained on ``mesh`` in this process from every seed:
+    ``(plan, seed, TrainingRun)`` in the plans' order; ``on_run(plan, seed)`` before each."""
+    from course_utils.training.strategies import spec
+    from course_utils.training.train import train
+
+    for plan in plans:
+        spec(plan.strategy)  # an unknown strategy: one line, before anything trains
+    for plan in plans:
+        for seed in plan.seeds:
+            if on_run is not None:
+                on_run(plan, seed)
+            yield plan, seed, train(mesh, plan.strategy, seed=seed, **plan.options)

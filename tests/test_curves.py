@@ -1,0 +1,229 @@
+"""The one curves module (``results.curves``): its readers give what the four older reader
+families gave on every saved curve, its plan and runner, and the registry's part-five plans.
+
+The older readings are kept below as small functions, copied from the code they replaced (at
+6eaaf92), rather than read from a fixture: the saved files were not converted (their records
+are unchanged), so what must hold is that the same curve read the new way gives the old number,
+for every curve of every file and for targets across each curve's whole range."""
+
+import numpy as np
+import pytest
+
+from course_utils.results.curves import (
+    CurvePlan,
+    loss_at_step,
+    points_of,
+    run_curves,
+    seconds_to,
+    step_to,
+    steps_to_band,
+)
+from course_utils.results.diloco import (
+    ABLATIONS,
+    COMPARED,
+    DP,
+    PLAN,
+    rows_to_target,
+    saved_diloco_results,
+    syncs_to_target,
+)
+from course_utils.results.strategies import saved_strategy_results
+from course_utils.results.streaming import (
+    BASELINE,
+    CURVE_STRATEGIES,
+    LOCAL_STEPS,
+    REPLICA_ROWS,
+    saved_streaming_curves,
+    steps_to_target,
+)
+from course_utils.results.training import crossing_step, loss_at, saved_training_results, steps_to
+from course_utils.training.strategies import SAVED_PLANS, SPECS, saved_in
+from course_utils.training.streaming import schedule
+
+
+def _old_steps_to(points, target):  # results.training.steps_to at 6eaaf92
+    return next((step for step, loss in points if loss <= target), None)
+
+
+def _old_crossing_step(points, target):  # results.training.crossing_step at 6eaaf92
+    before = None
+    for step, loss in points:
+        if loss <= target:
+            if before is None:
+                return float(step)
+            (s0, l0) = before
+            return s0 + (step - s0) * (l0 - target) / (l0 - loss)
+        before = (step, loss)
+    return None
+
+
+def _old_synced_step(points, target, merges):  # results.streaming.steps_to_target's staircase
+    first = _old_steps_to(points, target)
+    return None if first is None else max((m for m in merges if m <= first), default=0)
+
+
+def _targets(points):
+    """Targets across the curve: each evaluation's loss, between two, above and below all."""
+    losses = sorted({loss for _, loss in points})
+    between = [(a + b) / 2 for a, b in zip(losses, losses[1:])]
+    return losses + between + [losses[0] - 0.01, losses[-1] + 0.01]
+
+
+def _saved_curves():
+    """Every held-out curve of every saved file of curves (the records as they are)."""
+    strategies = [run.heldout_loss for run in saved_strategy_results().runs]
+    diloco = saved_diloco_results()
+    return ([c.heldout_loss for c in saved_training_results().curves] + strategies
+            + [c.heldout_loss for c in diloco.curves] + [r.heldout_loss for r in diloco.lr_runs]
+            + [c.heldout_loss for c in saved_streaming_curves().curves])
+
+
+def test_the_new_readers_give_the_old_readings_on_every_saved_curve():
+    curves = _saved_curves()
+    assert len(curves) == 235  # training 108, strategies 19, diloco 78 + 15, streaming 15
+    read = 0
+    for points in curves:
+        steps = [s for s, _ in points]
+        for target in _targets(points):
+            assert step_to(points, target, read="evaluated") == _old_steps_to(points, target)
+            assert step_to(points, target) == _old_crossing_step(points, target)
+            merges = steps[::2]
+            assert step_to(points, target, read="sync", syncs=merges) == _old_synced_step(
+                points, target, merges)
+            read += 1
+        middle = (steps[0] + steps[-1]) / 2
+        assert loss_at_step(points, middle) == float(np.interp(middle, *zip(*points)))
+    assert read > 5_000
+
+
+def test_the_pages_readers_are_the_new_readers_with_today_s_option():
+    training = saved_training_results()
+    for curve in training.curves[:12]:
+        for target in _targets(curve.heldout_loss):
+            assert steps_to(curve, target) == step_to(curve, target, read="evaluated")
+            assert crossing_step(curve, target) == step_to(curve, target)
+        assert loss_at(curve, 15) == loss_at_step(curve, 15)
+    diloco = saved_diloco_results()
+    for c in diloco.curves[:40]:
+        target = c.heldout_loss[len(c.heldout_loss) // 2][1]
+        rows = rows_to_target(diloco, c.strategy, c.local_steps, c.skewed, target)[c.seed]
+        assert rows == _old_crossing_step(c.heldout_loss, target) * PLAN.rows_per_step
+        if c.local_steps > 1:
+            syncs = syncs_to_target(diloco, c.strategy, c.local_steps, c.skewed, target)[c.seed]
+            assert syncs == _old_steps_to(c.heldout_loss, target) // c.local_steps
+    streaming = saved_streaming_curves()
+    for c in streaming.curves:
+        sync = SPECS[c.strategy].sync
+        merges = [e.step for e in schedule(streaming.steps, local_steps=streaming.local_steps,
+                                           fragments=sync.fragments, overlap=sync.overlap)
+                  if e.kind == "merge"]
+        for target in _targets(c.heldout_loss):
+            old = (_old_crossing_step(c.heldout_loss, target) if sync.outer is None
+                   else _old_synced_step(c.heldout_loss, target, merges))
+            assert steps_to_target(streaming, c.strategy, target)[c.seed] == old
+            assert steps_to_target(streaming, c.strategy, target, interpolate=False)[
+                c.seed] == _old_steps_to(c.heldout_loss, target)
+
+
+def test_first_reaching_and_staying_a_band_and_seconds():
+    curve = ((10, 1.0), (20, 0.5), (30, 0.7), (40, 0.4), (50, 0.45))
+    assert step_to(curve, 0.6) == pytest.approx(18.0)  # first reached, between 10 and 20
+    assert step_to(curve, 0.6, stay=True) == pytest.approx(100 / 3)  # stays from 30 + 10/3 on
+    assert step_to(curve, 0.6, read="evaluated", stay=True) == 40
+    assert step_to(curve, 0.42, stay=True) is None  # 50 is above it again: never stays
+    assert step_to(curve, 0.3) is None  # never reached: said so, not a number
+    assert steps_to_band(curve, (0.9, 0.6), read="evaluated") == {0.9: 20, 0.6: 20}
+    assert seconds_to(curve, 0.6, 0.5) == pytest.approx(9.0)
+    assert seconds_to(curve, 0.3, 0.5) is None
+    with pytest.raises(ValueError, match="targets 0.2 to 0.6 lie outside the curve's losses, "
+                                         "0.4 to 1; give a band within them"):
+        steps_to_band(curve, (0.2, 0.6))
+    with pytest.raises(ValueError, match="read='nearest': give one of linear, evaluated, sync"):
+        step_to(curve, 0.6, read="nearest")
+    with pytest.raises(ValueError, match="step 5 is outside the curve's evaluations, 10 to 50"):
+        loss_at_step(curve, 5)
+
+
+def test_an_old_record_shape_and_an_unknown_strategy_get_one_line():
+    with pytest.raises(ValueError, match="not a dict; read the saved file with its saved_"):
+        step_to({"strategy": "diloco", "heldout_loss": [[8, 0.5]]}, 0.6)  # JSON, not a record
+    with pytest.raises(ValueError, match="not a list"):
+        points_of([0.9, 0.5])  # losses without their steps
+    with pytest.raises(ValueError, match="unknown strategy 'ddp'; choose one of"):
+        next(run_curves(None, [CurvePlan("ddp", (0,))]))
+    with pytest.raises(ValueError, match="unknown strategy 'ddp'"):
+        steps_to_target(saved_streaming_curves(), "ddp", 0.5)
+
+
+def test_the_runner_trains_every_seed_of_every_plan_in_order(monkeypatch):
+    calls = []
+
+    def train(mesh, strategy, **options):
+        calls.append((strategy, options["seed"], options["steps"]))
+        return len(calls)
+
+    monkeypatch.setattr("course_utils.training.train.train", train)
+    plans = [CurvePlan(BASELINE, (0, 1), {"steps": 4}), CurvePlan(DP, (2,), {"steps": 8})]
+    seen = []
+    runs = list(run_curves("mesh", plans, on_run=lambda plan, seed: seen.append(seed)))
+    assert calls == [(BASELINE, 0, 4), (BASELINE, 1, 4), (DP, 2, 8)] and seen == [0, 1, 2]
+    assert [(plan.strategy, seed, run) for plan, seed, run in runs] == [
+        (BASELINE, 0, 1), (BASELINE, 1, 2), (DP, 2, 3)]
+
+
+def test_part_five_s_plans_are_the_registry_s():
+    # what results/diloco.py and results/streaming.py listed by name at 6eaaf92
+    assert (DP, COMPARED, ABLATIONS) == ("dp_adamw", ("local_sgd_adamw", "diloco"),
+                                         ("diloco_sgd", "diloco_unit_step"))
+    assert CURVE_STRATEGIES == ("dp_adamw", "diloco", "diloco_int8", "diloco_4bit",
+                                "streaming_diloco") and BASELINE == "dp_adamw"
+    assert (LOCAL_STEPS, REPLICA_ROWS) == (32, 512)
+    sweep, streaming = SAVED_PLANS["diloco.json"], SAVED_PLANS["streaming.json"]
+    assert (PLAN.local_steps, PLAN.seeds, PLAN.steps, PLAN.heldout_every) == (
+        sweep.local_steps, sweep.seeds, sweep.steps, sweep.heldout_every)
+    assert PLAN.batch_size * PLAN.devices // PLAN.replicas == sweep.replica_rows
+    saved = saved_streaming_curves()
+    assert (saved.steps, saved.heldout_every, saved.local_steps) == (
+        streaming.steps, streaming.heldout_every, LOCAL_STEPS)
+    assert saved_diloco_results().plan == PLAN
+    assert saved_in("diloco.json") == (DP,) + COMPARED + ABLATIONS  # the baseline first
+    assert saved_in("strategies.json", "baseline") == saved_in("training.json", "baseline") == (
+        "data_parallel",)
+    with pytest.raises(ValueError, match="no saved curves 'sweep.json' in the registry; choose "
+                                         "one of diloco.json, strategies.json, streaming"):
+        saved_in("sweep.json")
+
+
+def _old_shape(data: dict) -> dict:
+    """``diloco.json`` as the records before ``HeldoutCurve`` held it (``LrRun``: lr, seed,
+    heldout_loss, train_loss; ``SweepCurve``: strategy, local_steps, skewed, seed,
+    heldout_loss, train_loss; as at 6eaaf92)."""
+    lr_runs = [{k: r[k] for k in ("lr", "seed", "heldout_loss", "train_loss")}
+               for r in data["lr_runs"]]
+    curves = [{k: c[k] for k in ("strategy", "local_steps", "skewed", "seed", "heldout_loss",
+                                 "train_loss")} for c in data["curves"]]
+    return {**data, "lr_runs": lr_runs, "curves": curves}
+
+
+def test_the_conversion_keeps_every_number_and_an_old_file_names_it(tmp_path, monkeypatch):
+    import json
+    import runpy
+    from pathlib import Path
+
+    from course_utils.results import diloco
+    from course_utils.results.records import saved_path
+
+    main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "convert_curves.py"))["main"]
+
+    text = saved_path("diloco.json").read_text()
+    old = tmp_path / "diloco.json"
+    old.write_text(json.dumps(_old_shape(json.loads(text)), indent=1))
+    monkeypatch.setattr(diloco, "saved_path", lambda name: old)
+    with pytest.raises(ValueError, match=r"lr_runs\[0\].strategy: missing; an older file: "
+                                         r"python scripts/convert_curves.py; else regenerate"
+                       ) as error:
+        diloco.saved_diloco_results()
+    assert "\n" not in str(error.value)
+    assert main([str(old), "--out", str(tmp_path / "new.json")]) == 0
+    assert (tmp_path / "new.json").read_text() == text  # the saved file, byte for byte
+    assert main([str(tmp_path / "new.json")]) == 0 and (tmp_path / "new.json").read_text() == text
