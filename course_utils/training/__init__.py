@@ -7,8 +7,9 @@ one run (``train``), the records it returns (``run``) and part four's rows (``pa
 Modules: ``batches``: the rows each step sees; ``compressed``: the compression schemes; ``diloco``:
 DiLoCo and its baselines; ``exact``: data parallelism and the ZeRO stages; ``hsdp``: HSDP;
 ``layers``: ZeRO-3's layout; ``local``: local SGD; ``optimizers``: the inner optimizer;
-``part_four``: part four's rows; ``quantize``: quantized outer gradients; ``run``: the records a run
-returns; ``state``: what every strategy shares; ``strategies``: the registry; ``streaming``:
-Streaming DiLoCo's schedule; ``streaming_diloco``: Streaming DiLoCo; ``traffic``: a strategy's
-modelled traffic; ``train``: one run.
+``part_four``: part four's rows; ``programs``: a strategy's compiled programs on a mesh;
+``quantize``: quantized outer gradients; ``run``: the records a run returns; ``state``: what every
+strategy shares; ``strategies``: the registry; ``streaming``: Streaming DiLoCo's schedule;
+``streaming_diloco``: Streaming DiLoCo; ``traffic``: a strategy's modelled traffic; ``train``: one
+run.
 """
