@@ -108,7 +108,7 @@ def measure_collectives(plan: dict, timed: Timed) -> dict:
         rings = {}
         for name, body in (("f32", ring_all_reduce), ("u16", bf16_all_reduce)):
             fn = jax.jit(jax.shard_map(lambda b, body=body: body(b[0], "d", p)[None], mesh=flat,
-                                       in_specs=rows, out_specs=rows, check_vma=False))
+                                       in_specs=rows, out_specs=rows))
             rings[name] = median_s(fn, x)
         result["ring16"].append({"bytes": nbytes, **rings})
     count, small = plan["buckets"]
