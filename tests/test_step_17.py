@@ -183,3 +183,35 @@ def test_the_exercise_run_reduce_scatter_is_slower_than_its_model_and_sends_fewe
     assert 0.95 < row.all_gather / model_s < 1.15
     assert 1.7 < row.reduce_scatter / model_s < 2.5
     assert counted_against_model(run, TOP)["reduce_scatter"]["counted"] < 7 / 8 * TOP
+
+
+def test_the_training_timings_time_the_programs_train_runs():
+    """``--measure collectives``' training figures time ``build_programs``' programs: data
+    parallelism's step, local SGD's step and its outer step (H = 8), on step 16's whole task."""
+    import jax
+
+    from course_utils.devices.setup import data_mesh
+    from course_utils.observe.ir import hlo_collectives
+    from course_utils.problems.classification import classification_task
+    from course_utils.tools.cluster.collectives import _training_steps
+
+    calls = []
+
+    def median_s(fn, *args):
+        calls.append((fn, args))
+        return 0.5
+
+    mesh = data_mesh()
+    times = _training_steps(mesh, median_s)
+    assert times == {"dp_step": 0.5, "local_step": 0.5, "averaging": 0.5, "local_steps": 8,
+                     "local_sgd_step": 0.5 + 0.5 / 8}
+    (dp, (whole, x, _)), (local, (own, *_)), (average, (synced,)) = calls
+    assert synced is own and x.shape[0] == len(classification_task()[1])
+    n = padded_size(mesh.size)
+    assert whole.params.shape == (n,) and own.params.shape == (mesh.size * n,)
+    ops = {name: [(c.op, c.bytes) for c in hlo_collectives(fn.as_text())]
+           for name, fn in (("dp", dp), ("local", local), ("average", average))}
+    assert isinstance(dp, jax.stages.Compiled)
+    if mesh.size > 1:
+        assert ops == {"dp": [("all-reduce", 4 * n)], "local": [],
+                       "average": [("all-reduce", 4 * n)]}

@@ -71,8 +71,8 @@ def int8_all_reduce(g, axis: str, p: int):
     scales = jax.lax.all_to_all(scales, axis, 0, 0, tiled=True)
     mine = jnp.sum(dequantize_int8(codes, scales), axis=0)  # f32[n/p], the summed slice
     codes, scales = quantize_int8(mine)
-    codes = jax.lax.all_gather(codes, axis, tiled=True)  # s8[n/64, 64]
-    scales = jax.lax.all_gather(scales, axis, tiled=True)
+    codes = jax.lax.all_gather(codes, axis, tiled=True, to="invarying")  # s8[n/64, 64]
+    scales = jax.lax.all_gather(scales, axis, tiled=True, to="invarying")
     return dequantize_int8(codes, scales)  # f32[n]
 
 
@@ -88,8 +88,9 @@ def sparse_all_gather(kept, indices, n: int, axis: str):
     """Every device's ``(kept, indices)`` gathered and added into one dense f32[n] sum. Indices
     travel as u16 when n ≤ 65536 (6 bytes per entry instead of 8)."""
     index_type = jnp.uint16 if n <= 2**16 else jnp.int32
-    all_kept = jax.lax.all_gather(kept, axis, tiled=True)  # f32[p·k]
-    all_indices = jax.lax.all_gather(indices.astype(index_type), axis, tiled=True)
+    all_kept = jax.lax.all_gather(kept, axis, tiled=True, to="invarying")  # f32[p·k]
+    all_indices = jax.lax.all_gather(indices.astype(index_type), axis, tiled=True,
+                                     to="invarying")
     return jnp.zeros(n, jnp.float32).at[all_indices.astype(jnp.int32)].add(all_kept)
 
 

@@ -107,9 +107,9 @@ def ring_all_reduce(g, axis: str, p: int, *, encode: Callable | None = None,
     """
     if encode is None or decode is None:
         mine = ring_scatter_sum(g.reshape(p, -1), axis)  # f32[n/p], summed
-        return jax.lax.all_gather(mine, axis, tiled=True)  # f32[n]
+        return jax.lax.all_gather(mine, axis, tiled=True, to="invarying")  # f32[n]
     mine = ring_scatter_sum(g.reshape(p, -1), axis, step=encoded_step(encode, decode))
-    return decode(jax.lax.all_gather(encode(mine), axis, tiled=True))  # f32[n]
+    return decode(jax.lax.all_gather(encode(mine), axis, tiled=True, to="invarying"))
 
 
 def ring_reduce_scatter(

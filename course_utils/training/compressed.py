@@ -41,7 +41,6 @@ from course_utils.training.state import (
     apply_update,
     local_gradient,
     place,
-    vma_unchecked,
 )
 
 # the rank of PowerSGD's approximation of each weight matrix
@@ -56,11 +55,9 @@ def compressed(reduce: Callable[[jax.Array, str, int], jax.Array]) -> Callable[.
         g = reduce(g_local, ctx.axis, ctx.p)
         return apply_update(state, g, ctx), StepInfo(loss, g, g_local)
 
-    # unchecked: the schemes' ppermute and all_gather give the sum typed varying; w is replicated
-    return vma_unchecked(step)
+    return step
 
 
-@vma_unchecked  # sparse_all_gather's all_gather gives the sum typed varying; w is replicated
 def topk(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g_local = local_gradient(state, x, y, ctx)
     _, kept, indices = compression.topk_select(g_local, ctx.k)
@@ -68,7 +65,6 @@ def topk(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     return apply_update(state, g, ctx), StepInfo(loss, g, g_local)
 
 
-@vma_unchecked  # as topk's
 def topk_ef(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context) -> Step:
     loss, g_local = local_gradient(state, x, y, ctx)
     acc = g_local + state.residual  # the gradient plus what was not sent before

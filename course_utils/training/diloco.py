@@ -172,7 +172,8 @@ class Merge:
         """``state`` with ``fragment``'s result ``arrived`` (this device's slice) merged:
         gathered inside the replica, mixed into the replica's w, and made the fragment's w at
         its sync."""
-        whole = jax.lax.all_gather(arrived, DEVICE, tiled=True)  # f32[n/F], inside the replica
+        # f32[n/F], inside the replica: the same on each of its devices
+        whole = jax.lax.all_gather(arrived, DEVICE, tiled=True, to="invarying")
         synced = put_fragment(state.outer.synced, fragment, self.fragments, arrived)
         return state._replace(params=self.fragment(state.params, fragment, whole),
                               outer=state.outer._replace(synced=synced))

@@ -3,8 +3,9 @@
 accumulation, its outer step and the merge of an overlapped sync (``Sync.merge``), with the
 collectives of each read off the compiled programs (``observe.ir``): the ring payload one
 device sends per step, and on a mesh of hosts the bytes that cross them. Each is compiled with
-JAX's check of what varies on (``check_vma``), but a step marked ``state.vma_unchecked`` and
-part five's outer steps and merges (a comment at each says why).
+JAX's check of what varies on (``check_vma``): a shared value whose gradient is a device's own
+enters as ``state.own_copy`` (``pcast(..., to="varying")``), a sum gathered from slices is
+declared the same on every device (``all_gather(..., to="invarying")``).
 
 The state is placed by ``initial_state``; the rows split over the mesh as ``axes`` says.
 """
@@ -114,9 +115,9 @@ def build_programs(spec: StrategySpec, mesh: Mesh, ctx: Context, state: TrainSta
     rows_axis = axes(spec, mesh)[1]
     specs, rows = state_specs(state), (P(rows_axis, None), P(rows_axis))
 
-    def compiled(body, check_vma):
+    def compiled(body):
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(specs, *rows),
-                                     out_specs=(specs, rows[1]), check_vma=check_vma)
+                                     out_specs=(specs, rows[1]), check_vma=True)
                        ).lower(state, *batch).compile()
 
     def body(state, x, y):
@@ -127,21 +128,19 @@ def build_programs(spec: StrategySpec, mesh: Mesh, ctx: Context, state: TrainSta
         new_state, loss = accumulate_gradient(state, x, y, ctx)
         return new_state, loss[None]
 
-    step = compiled(body, getattr(spec.step, "check_vma", True))  # vma_unchecked: off
+    step = compiled(body)
     collectives = hlo_collectives(step.as_text())
     payload, across = ring_payload(collectives, mesh.size), _across(collectives, mesh)
     micro = None
     if accumulate > 1:
-        micro = compiled(micro_body, True)
+        micro = compiled(micro_body)
         payload += ring_payload(hlo_collectives(micro.as_text()), mesh.size) * (accumulate - 1)
     sync, outer, merge, outer_payload, per_sync = spec.sync, None, None, 0.0, None
     every = local_steps // sync.fragments  # an outer step every H/F inner steps
     if sync.outer is not None:  # the outer step (one fragment's, if F > 1)
-        # unchecked across replicas: part five's outer steps and merges all_gather w into the
-        # replica typed varying over "device", where its copy (P("host")) is the same there
         outer, merge = (None if f is None else jax.jit(jax.shard_map(
             partial(f, ctx=ctx), mesh=mesh, in_specs=(specs,), out_specs=specs,
-            check_vma=sync.axis is None)).lower(state).compile() for f in (sync.outer, sync.merge))
+            check_vma=True)).lower(state).compile() for f in (sync.outer, sync.merge))
         outer_collectives = hlo_collectives(outer.as_text())
         outer_payload = ring_payload(outer_collectives, mesh.size)
         if across is not None:  # the outer program's share of an inner step

@@ -132,7 +132,8 @@ def quantized_all_reduce(x, axis: str, ranks: int, *, dtype: str, block: int = B
     q = Quantized(*(jax.lax.all_to_all(a, axis, 0, 0, tiled=True) for a in q))
     mine = jnp.sum(dequantize(q, dtype), axis=0)  # f32[chunk]: my chunk, summed
     q = quantize(mine, dtype, block=block)
-    q = Quantized(*(jax.lax.all_gather(a, axis, tiled=True) for a in q))  # every chunk
+    # every chunk, the same on every rank
+    q = Quantized(*(jax.lax.all_gather(a, axis, tiled=True, to="invarying") for a in q))
     return dequantize(q, dtype)[:m]
 
 

@@ -3,7 +3,8 @@
 placed (``state_specs``, ``place``, ``placed_init``) and the pieces every step is built from
 (this device's gradient, the optimizer's update, a micro-step of accumulation). Steps are
 compiled with JAX's check of what varies on (``check_vma``): a shared value whose gradient is
-this device's own enters as ``own_copy``; a step the check cannot follow is ``vma_unchecked``.
+this device's own enters as ``own_copy``; a sum gathered from the devices' slices is
+declared the same on every device (``all_gather(..., to="invarying")``).
 
 Placements are the arrays' own: each field of the state is placed with a ``PartitionSpec`` over
 the mesh's named axis — ``P()`` replicated, ``P(axis)`` sliced (device i holds slice i), or
@@ -170,13 +171,6 @@ def own_copy(w: jax.Array, axes: str | tuple[str, ...]) -> jax.Array:
     JAX's check of what varies, ``check_vma``): its gradient is then this device's alone, where
     that of a value the devices share would be summed over them. It compiles to nothing."""
     return jax.lax.pcast(w, axes, to="varying")
-
-
-def vma_unchecked(step: Callable) -> Callable:
-    """``step`` marked for ``programs.build_programs`` to compile with JAX's check of what
-    varies off (``check_vma=False``); where it is marked, a comment says why."""
-    step.check_vma = False
-    return step
 
 
 def local_gradient(state: TrainState, x: jax.Array, y: jax.Array, ctx: Context

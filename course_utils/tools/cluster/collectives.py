@@ -40,41 +40,29 @@ def _blocks(mesh, spec, shape, seed=0):
                   spec)
 def _training_steps(mesh, median_s, local_steps: int = 8) -> dict:
     """Seconds of one data-parallel step (gradient + all-reduce), one local SGD step (gradient
-    only) and one averaging (``pmean`` of the parameters): the step bodies of ``train``, on step
-    16's task."""
-    import jax
+    only) and one averaging (its outer step, a ``pmean`` of the parameters): the programs
+    ``train`` runs (``programs.build_programs``), on step 16's task."""
     from jax.sharding import PartitionSpec as P
 
     from course_utils.problems.classification import classification_task, init_params, padded_size
-    from course_utils.training.strategies import (
-        DATA_PARALLEL,
-        LOCAL_SGD,
-        Context,
-        spec,
-        state_specs,
-    )
+    from course_utils.training.programs import build_programs, initial_state
+    from course_utils.training.strategies import DATA_PARALLEL, LOCAL_SGD, Context, spec
 
     axis, p = mesh.axis_names[0], mesh.size
     n, (x, y) = padded_size(p), classification_task()
-    ctx = Context(axis, p, n, len(y), k=1)
     data = (placed(mesh, x, P(axis, None)), placed(mesh, y, P(axis)))
 
-    def step(name):
-        strategy = spec(name)
-        state = strategy.init(init_params(n), mesh, ctx)
-        specs = state_specs(state)
-        return jax.jit(jax.shard_map(lambda s, xs, ys: strategy.step(s, xs, ys, ctx)[0],
-                                     mesh=mesh, in_specs=(specs, P(axis, None), P(axis)),
-                                     out_specs=specs, check_vma=False)), state
+    def programs(name):
+        entry = spec(name)
+        ctx = Context(axis, p, n, len(y), k=1, optimizer=entry.optimizer)
+        state = initial_state(entry, mesh, ctx, init_params(n))
+        return build_programs(entry, mesh, ctx, state, data, local_steps=local_steps), state
 
-    dp_step, whole = step(DATA_PARALLEL)
-    local_step, own = step(LOCAL_SGD)
-    average = jax.jit(jax.shard_map(lambda a: jax.lax.pmean(a, axis), mesh=mesh,
-                                    in_specs=P(axis), out_specs=P(axis), check_vma=False))
+    (dp, whole), (local, own) = programs(DATA_PARALLEL), programs(LOCAL_SGD)
     times = {
-        "dp_step": median_s(dp_step, whole, *data),
-        "local_step": median_s(local_step, own, *data),
-        "averaging": median_s(average, own.params),
+        "dp_step": median_s(dp.step, whole, *data),
+        "local_step": median_s(local.step, own, *data),
+        "averaging": median_s(local.outer, own),
     }
     return {**times, "local_steps": local_steps,
             "local_sgd_step": times["local_step"] + times["averaging"] / local_steps}
@@ -120,7 +108,7 @@ def measure_collectives(plan: dict, timed: Timed) -> dict:
         rings = {}
         for name, body in (("f32", ring_all_reduce), ("u16", bf16_all_reduce)):
             fn = jax.jit(jax.shard_map(lambda b, body=body: body(b[0], "d", p)[None], mesh=flat,
-                                       in_specs=rows, out_specs=rows, check_vma=False))
+                                       in_specs=rows, out_specs=rows))
             rings[name] = median_s(fn, x)
         result["ring16"].append({"bytes": nbytes, **rings})
     count, small = plan["buckets"]
