@@ -1,6 +1,6 @@
-"""Part three's training: every strategy one description in one registry (``strategies``), built
-from its family's steps (``exact``, ``compressed``, ``local``, ``hsdp``, ``diloco``: part five's
-mesh of replicas), the state they share (``state``) and the optimizer they apply
+"""Training, parts three to five: every strategy one description in one registry (``strategies``),
+built from its family's steps (``exact``, ``compressed``, ``local``, ``hsdp``, ``diloco``: part
+five's mesh of replicas), the state they share (``state``) and the optimizer they apply
 (``optimizers``); the rows each step sees (``batches``), its compiled programs (``programs``),
 one run (``train``), the records it returns (``run``) and part four's rows (``part_four``).
 
