@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     from course_utils import replica_mesh
     from course_utils.results.curves import CurvePlan, HeldoutCurve, run_curves
     from course_utils.results.diloco import DP, EVERY_H, PROTOCOL, DilocoResults, SweepCost, pick_lr
-    from course_utils.results.meta import RunMeta, this_machine
+    from course_utils.results.meta import this_run
     from course_utils.results.records import save
     from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, adamw
 
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
                                            run.bytes_per_step, _memory(run)))
                 print(f"{strategy} H={h} skewed={skewed} seed={seed}: "
                       f"{run.heldout_loss[-1][1]:.4f}", flush=True)
-    meta = RunMeta("python scripts/diloco_sweep.py", this_machine(), time.time() - start)
+    meta = this_run("python scripts/diloco_sweep.py", time.time() - start)
     save(DilocoResults(meta, PROTOCOL, PLAN, ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, tuple(lr_runs),
                        tuple(curves), tuple(costs)), args.out)
     print(f"wrote {args.out} in {time.time() - start:.0f} s")

@@ -58,3 +58,15 @@ def test_this_run_records_the_version_the_commit_and_the_whole_command():
     back = from_json(RunMeta, json.loads(json.dumps(to_json(meta))))
     assert back == meta
 
+
+
+def test_every_writer_of_a_saved_run_builds_its_meta_with_this_run():
+    # a RunMeta built by hand would leave out the version, commit and command line
+    built = [f"{path.relative_to(ROOT)}:{i}"
+             for folder in ("course_utils", "scripts", "benchmarks")
+             for path in sorted((ROOT / folder).rglob("*.py")) if path.name != "meta.py"
+             for i, line in enumerate(path.read_text().splitlines(), 1) if "RunMeta(" in line]
+    assert built == [], f"use results.meta.this_run in {', '.join(built)}"
+    writers = ("course_utils/results/streaming.py", "course_utils/results/strategies.py",
+               "scripts/diloco_sweep.py", "course_utils/tools/bench/combine.py")
+    assert all("this_run(" in (ROOT / p).read_text() for p in writers)

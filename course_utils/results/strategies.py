@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from jax.sharding import Mesh
 
 from course_utils.results.curves import CurvePlan, run_curves
-from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.meta import RunMeta, this_run
 from course_utils.results.records import load_saved
 from course_utils.training.run import Memory
 from course_utils.training.strategies import SPECS, saved_in
@@ -142,7 +142,7 @@ def run_plan(mesh: Mesh, plan: Sequence[dict] = PLAN, steps: int = PLAN_STEPS,
             state_bytes_per_device=run.memory.total, final_loss=run.final_loss,
             averaged_loss=_curve(run.averaged_loss), heldout_loss=_curve(run.heldout_loss),
             cumulative_error=(run.cumulative_error or [None])[-1]))
-    meta = RunMeta("course bench --strategies", this_machine(), time.monotonic() - started)
+    meta = this_run("course bench --strategies", time.monotonic() - started)
     return StrategyResults(meta, mesh.size, steps, BATCH_SIZE, HELDOUT_EVERY, tuple(runs))
 
 

@@ -26,7 +26,7 @@ from jax.sharding import Mesh
 
 from course_utils.problems.classification import PART_FOUR_MLP
 from course_utils.results.curves import CurvePlan, loss_at_step, run_curves, step_to
-from course_utils.results.meta import RunMeta, this_machine
+from course_utils.results.meta import RunMeta, this_run
 from course_utils.results.records import load_saved
 from course_utils.results.training import TARGET_FRACTION, HeldoutCurve
 from course_utils.training.strategies import SAVED_PLANS, saved_in, spec
@@ -99,7 +99,7 @@ def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
             (step, loss) for step, loss in run.heldout_loss), seed))
         sent[plan.strategy] = SyncBytes(plan.strategy, run.bytes_across_replicas,
                                         run.bytes_per_sync_across_replicas)
-    meta = RunMeta(COMMAND, this_machine(), time.monotonic() - started)
+    meta = this_run(COMMAND, time.monotonic() - started)
     return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, batch_size, steps,
                            HELDOUT_EVERY, DATA_SEED, tuple(curves), tuple(sent.values()))
 
