@@ -165,6 +165,8 @@ class Merge:
     def fragment(self, w: jax.Array, fragment, arrived: jax.Array) -> jax.Array:
         """``w`` (a replica's whole vector) with ``fragment`` mixed with ``arrived``, f32[n/F]:
         the one merge body (``train``'s and ``course cluster --measure diloco``'s)."""
+        if self.mixing == 0.0:  # replaced: DiLoCo's merge, with no multiply by 0 kept by XLA
+            return put_fragment(w, fragment, self.fragments, arrived)
         local = take_fragment(w, fragment, self.fragments)
         return put_fragment(w, fragment, self.fragments, mix(local, arrived, self.mixing))
 
