@@ -2,9 +2,10 @@
 families gave on every saved curve, its plan and runner, and the registry's part-five plans.
 
 The older readings are kept below as small functions, copied from the code they replaced (at
-6eaaf92), rather than read from a fixture: the saved files were not converted (their records
-are unchanged), so what must hold is that the same curve read the new way gives the old number,
-for every curve of every file and for targets across each curve's whole range."""
+6eaaf92), rather than read from a fixture: the saved curves' numbers are unchanged (only
+``diloco.json``'s record shape was converted, tested below), so what must hold is that the same
+curve read the new way gives the old number, for every curve of every file and for targets across
+each curve's whole range."""
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ from course_utils.results.streaming import (
     saved_streaming_curves,
     steps_to_target,
 )
-from course_utils.results.training import crossing_step, loss_at, saved_training_results, steps_to
+from course_utils.results.training import crossing_step, saved_training_results, steps_to
 from course_utils.training.strategies import SAVED_PLANS, SPECS, saved_in
 from course_utils.training.streaming import schedule
 
@@ -100,9 +101,8 @@ def test_the_pages_readers_are_the_new_readers_with_today_s_option():
     training = saved_training_results()
     for curve in training.curves[:12]:
         for target in _targets(curve.heldout_loss):
-            assert steps_to(curve, target) == step_to(curve, target, read="evaluated")
-            assert crossing_step(curve, target) == step_to(curve, target)
-        assert loss_at(curve, 15) == loss_at_step(curve, 15)
+            assert steps_to(curve, target) == _old_steps_to(curve.heldout_loss, target)
+            assert crossing_step(curve, target) == _old_crossing_step(curve.heldout_loss, target)
     diloco = saved_diloco_results()
     for c in diloco.curves[:40]:
         target = c.heldout_loss[len(c.heldout_loss) // 2][1]
@@ -227,3 +227,8 @@ def test_the_conversion_keeps_every_number_and_an_old_file_names_it(tmp_path, mo
     assert main([str(old), "--out", str(tmp_path / "new.json")]) == 0
     assert (tmp_path / "new.json").read_text() == text  # the saved file, byte for byte
     assert main([str(tmp_path / "new.json")]) == 0 and (tmp_path / "new.json").read_text() == text
+
+
+def test_a_sync_reading_without_syncs_gets_one_line():
+    with pytest.raises(ValueError, match=r"give their steps \(syncs=\)"):
+        step_to(((10, 0.9), (20, 0.5)), 0.5, read="sync")

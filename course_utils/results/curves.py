@@ -110,6 +110,8 @@ def step_to(curve, target: float, *, read: str = "linear", stay: bool = False,
     """
     if read not in READS:
         raise ValueError(f"read={read!r}: give one of {', '.join(READS)}")
+    if read == "sync" and not syncs:
+        raise ValueError("read='sync' reads the curve at its syncs: give their steps (syncs=)")
     points = points_of(curve)
     first = 0
     if stay:  # after the last evaluation above the target
