@@ -134,6 +134,6 @@ def diloco_lines(results: DilocoClusterResults) -> list[str]:
             f"), {(row.link_bytes or 0) / 2**10:8.1f} KiB sent" for row in results.rounds]
 
 
-DILOCO = Measurement(
+MEASUREMENT = Measurement(
     name="diloco", plans=DILOCO_PLANS, measure=measure_diloco, assemble=assemble_diloco,
     output="diloco_cluster.json", lines=diloco_lines, check=check_diloco, bucket_ms=BUCKET_MS)

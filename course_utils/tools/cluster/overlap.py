@@ -131,6 +131,6 @@ def overlap_lines(results: OverlapResults) -> list[str]:
             for row in results.backward]
 
 
-OVERLAP = Measurement(
+MEASUREMENT = Measurement(
     name="overlap", plans=OVERLAP_PLANS, measure=measure_overlap, assemble=assemble_overlap,
     output="overlap.json", lines=overlap_lines, check=needs_two_devices)

@@ -260,7 +260,7 @@ def training_lines(results: TrainingResults) -> list[str]:
             for row in results.rows]
 
 
-TRAINING = Measurement(
+MEASUREMENT = Measurement(
     name="training", plans=TRAINING_PLANS, measure=measure_steps, assemble=assemble_training,
     output="training.json", lines=training_lines)
 
