@@ -189,7 +189,7 @@ def _registry_outer_step(lay, method, replicas: np.ndarray):
                                                  NamedSharding(mesh, P("host"))))
     specs = state_specs(state)
     program = jax.jit(jax.shard_map(lambda s: entry.sync.outer(s, lay.ctx), mesh=mesh,
-                                    in_specs=(specs,), out_specs=specs, check_vma=False))
+                                    in_specs=(specs,), out_specs=specs, check_vma=True))
     return program(state)
 
 
@@ -216,7 +216,7 @@ def test_the_cluster_s_sync_is_the_registry_s_outer_step_bit_for_bit(index):
         registry = jax.jit(jax.shard_map(
             lambda s: method.sync.merge(s, lay.ctx), mesh=lay.compute,
             in_specs=(state_specs(registry),), out_specs=state_specs(registry),
-            check_vma=False))(registry)
+            check_vma=True))(registry)
     np.testing.assert_array_equal(merged, np.asarray(registry.params))
 
 

@@ -38,6 +38,7 @@ def test_each_registered_measurement_is_one_description_with_every_plan(name):
     assert set(chosen.plans) == set(PLAN_NAMES)
     assert all(plan["repeats"] >= 1 for plan in chosen.plans.values())
     assert chosen.output.endswith(".json")
+    assert MEASUREMENTS[name].where.endswith(":MEASUREMENT")  # one role name in each module
     assert name in _parse(["--process-id", "0", "--processes", "2", "--devices", "1",
                            "--coordinator", "x:1", "--measure", name]).measure
 

@@ -26,11 +26,12 @@ from course_utils.results.meta import RunMeta
 from course_utils.results.overlap import Spread, spread
 from course_utils.results.records import load, load_saved
 from course_utils.training.diloco import sync_traffic
-from course_utils.training.strategies import Sync, spec
+from course_utils.training.strategies import DATA_PARALLEL, DILOCO, Sync, saved_in, spec
 
-NOTHING_SENT, DATA_PARALLEL = "nothing_sent", "data_parallel"
-# the registry's strategies of the inner steps (DiLoCo's) and of the DATA_PARALLEL rounds
-INNER, BASELINE = "diloco", "dp_adamw"
+NOTHING_SENT = "nothing_sent"
+# the registry's strategies of the inner steps (DiLoCo's) and of the DATA_PARALLEL rounds (the
+# streaming curves' baseline)
+INNER, (BASELINE,) = DILOCO, saved_in("streaming.json", "baseline")
 SAVED = "diloco_cluster.json"
 COMMAND = ("course cluster --measure diloco --plan full --link-rate 10mbit,50mbit,200mbit,1gbit "
            "--runs 3")

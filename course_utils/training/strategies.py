@@ -66,7 +66,7 @@ __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "S
            "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "state_specs",
            "Parts", "Sync", "SavedRuns", "SavedPlan", "SAVED_PLANS", "PartFour", "StrategySpec",
            "SPECS", "STRATEGIES", "STRATEGY_STEPS", "DATA_PARALLEL", "LOCAL_SGD", "ZERO_STAGES",
-           "spec", "saved_in"]
+           "HSDP", "DILOCO", "spec", "saved_in"]
 
 
 # ``diloco.json`` (``scripts/diloco_sweep.py``): the two compared, then the ablations of
@@ -88,9 +88,9 @@ _REPLICAS = (hsdp.HOST, hsdp.DEVICE)  # part five's mesh (``diloco.replica_mesh`
 STREAMING_FRAGMENTS, STREAMING_OVERLAP = 4, 1
 ACCUMULATION = 4  # micro-steps per optimizer step of part four's row "accumulation"
 LOCAL_STEPS = 8  # H of part four's "local_sgd": its parameters are averaged once every H steps
-# the baseline of parts three and four, which every scheme is compared with, and the strategy of
-# step 16 that syncs only every H steps
-DATA_PARALLEL, LOCAL_SGD = "data_parallel", "local_sgd"
+# the baseline of parts three and four, which every scheme is compared with, the strategy of
+# step 16 that syncs only every H steps, part four's two-level mesh, and part five's DiLoCo
+DATA_PARALLEL, LOCAL_SGD, HSDP, DILOCO = "data_parallel", "local_sgd", "hsdp", "diloco"
 
 
 def _every_h(name: str, label: str, family: str, outer: Optimizer, *,
@@ -143,7 +143,7 @@ _ENTRIES = (
                  # them after the forward pass; the step model's zero3 counts those bytes
                  part_four=(PartFour("zero3", modelled="zero3"),),
                  saved=SavedRuns(points=(("zero3_regather", "ZeRO-3 regather"),))),
-    StrategySpec("hsdp", "hsdp", _DP, Parts("sliced", "sliced", None, axis=hsdp.DEVICE), hsdp.hsdp,
+    StrategySpec(HSDP, "hsdp", _DP, Parts("sliced", "sliced", None, axis=hsdp.DEVICE), hsdp.hsdp,
                  sync=Sync(axis=hsdp.HOST), accumulates=False, traffic=hsdp.two_level_traffic,
                  mesh_axes=(hsdp.HOST, hsdp.DEVICE), part_four=(PartFour(curve=DATA_PARALLEL),),
                  saved=SavedRuns(runs=())),
@@ -186,7 +186,7 @@ _ENTRIES = (
                  short_label="data parallelism"),
     _every_h("local_sgd_adamw", "local SGD (AdamW)", "local SGD", outer_average(),
              short_label="local SGD", curves=(("diloco.json", "compared"),)),
-    _every_h("diloco", "DiLoCo", "DiLoCo", outer_nesterov(),
+    _every_h(DILOCO, "DiLoCo", "DiLoCo", outer_nesterov(),
              curves=(("diloco.json", "compared"), ("streaming.json", "curve"))),
     # the ablations of DiLoCo's outer optimizer: without its momentum (outer SGD, lr 0.7), and
     # its momentum at plain averaging's steady step (Nesterov lr 0.1 = 1 − μ: lr / (1 − μ) = 1)

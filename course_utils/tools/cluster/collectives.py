@@ -144,7 +144,7 @@ def collectives_lines(results: ClusterResults) -> list[str]:
     return [line for run in results.runs for line in summary_lines(run)]
 
 
-COLLECTIVES = Measurement(
+MEASUREMENT = Measurement(
     name="collectives", plans=COLLECTIVES_PLANS, measure=measure_collectives,
     assemble=assemble_collectives, output="cluster.json", lines=collectives_lines,
     figure=figure_data)

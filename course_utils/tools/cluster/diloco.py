@@ -17,7 +17,6 @@ from typing import Sequence
 
 from course_utils.results.diloco_cluster import (
     DATA_PARALLEL,
-    INNER,
     NOTHING_SENT,
     DilocoClusterResults,
     MethodRow,
@@ -26,16 +25,17 @@ from course_utils.results.records import from_json, to_json
 from course_utils.results.streaming import REPLICA_ROWS
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed
+from course_utils.training.strategies import saved_in
 
 # tbf's bucket, ms of a link's bytes: a 4-bit fragment would fit the default 256 KiB bucket and
 # leave an idle link at the machine's speed, not the link's (``links.bucket_bytes``)
 BUCKET_MS = 2.0
 # batch_size: rows per host and inner step (the saved curves' rows per replica); local_steps:
-# the H of every round; methods: the registry's strategies whose syncs are timed (each one's
-# format, F, τ and α are its ``Sync``'s: ``MethodRow``); dp_steps: data-parallel steps per
-# timed call
+# the H of every round; methods: the strategies of the saved streaming curves, whose syncs are
+# timed (each one's format, F, τ and α its ``Sync``'s: ``MethodRow``); dp_steps: data-parallel
+# steps per timed call
 _STREAMING = {"batch_size": REPLICA_ROWS,
-              "methods": (INNER, "diloco_int8", "diloco_4bit", "streaming_diloco"),
+              "methods": saved_in("streaming.json", "curve"),
               "dp_steps": 2, "repeats": 2}
 DILOCO_PLANS = {"quick": {**_STREAMING, "local_steps": (16,)},
                 "full": {**_STREAMING, "local_steps": (16, 32)}}
@@ -134,6 +134,6 @@ def diloco_lines(results: DilocoClusterResults) -> list[str]:
             f"), {(row.link_bytes or 0) / 2**10:8.1f} KiB sent" for row in results.rounds]
 
 
-DILOCO = Measurement(
+MEASUREMENT = Measurement(
     name="diloco", plans=DILOCO_PLANS, measure=measure_diloco, assemble=assemble_diloco,
     output="diloco_cluster.json", lines=diloco_lines, check=check_diloco, bucket_ms=BUCKET_MS)

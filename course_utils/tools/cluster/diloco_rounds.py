@@ -32,7 +32,8 @@ from course_utils.problems.classification import PART_FOUR_MLP, classification_t
 from course_utils.results.diloco_cluster import BASELINE, INNER, MethodRow
 from course_utils.tools.cluster.timing import placed
 from course_utils.training.hsdp import DEVICE, HOST
-from course_utils.training.state import Context, state_specs
+from course_utils.training.programs import build_programs
+from course_utils.training.state import Context
 from course_utils.training.strategies import spec
 from course_utils.training.streaming import merged_after, sent_after, take_fragment
 
@@ -72,7 +73,7 @@ def layout(mesh: Mesh, batch_size: int, n: int) -> Layout:
 
 def _on(mesh: Mesh, fn: Callable, in_specs, out_specs):
     return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                 check_vma=False))
+                                 check_vma=True))
 
 
 class Rounds(NamedTuple):
@@ -91,19 +92,19 @@ class Rounds(NamedTuple):
 
 def rounds(lay: Layout, method: MethodRow) -> Rounds:
     """The programs of ``method`` on ``lay``: the registry's DiLoCo inner step (AdamW) and data
-    parallelism with AdamW (``dp_adamw``), and the registry's outer step of ``method``
+    parallelism with AdamW (``dp_adamw``), the steps ``train`` runs (``build_programs``, on the
+    compute devices as the registry's replica mesh), and the registry's outer step of ``method``
     (``Sync.outer``, a ``diloco.OuterStep``: its ``exchange``, the body ``train`` runs, here
     on each fragment on the stream device) and merge (its ``merging``, on the compute device)."""
     ctx, fragments, hosts = lay.ctx, method.fragments, lay.stream.size
-    own, rows = P(HOST), (P(HOST, None), P(HOST))
+    own = P(HOST)
     w0 = init_params(ctx.n, 0, PART_FOUR_MLP)
     inner, dp, outer_step = spec(INNER), spec(BASELINE), method.sync.outer
     state, dp_state = lay.state, lay.dp_state
 
-    def step_of(entry, like):
-        specs = state_specs(like)
-        return _on(lay.compute, lambda s, x, y: entry.step(s, x, y, ctx)[0],
-                   (specs, *rows), specs)
+    def step_of(entry, like):  # train's step (``build_programs``), its state alone kept
+        step = build_programs(entry, lay.compute, ctx, like, (lay.x, lay.y)).step
+        return lambda s, x, y: step(s, x, y)[0]
 
     def sync(mine, shared, opt):  # one host's fragment: f32[n/F] each, and its outer state
         return outer_step.exchange(shared, mine, opt, HOST, hosts)  # (shared, opt)

@@ -41,24 +41,24 @@ class About(NamedTuple):
 # ``cli.COMMANDS`` does), and the help is written from these entries.
 MEASUREMENTS = {
     "collectives": About(
-        "course_utils.tools.cluster.collectives:COLLECTIVES",
+        "course_utils.tools.cluster.collectives:MEASUREMENT",
         "step 17's collectives, two-level all-reduce, 16- against 32-bit rings, bucketing and "
         "two training steps against the link models (the default)",
         "3 sizes up to 4 MiB", "5 sizes up to 16 MiB", ("cluster.json", "cluster.png")),
     "training": About(
-        "course_utils.tools.cluster.training:TRAINING",
+        "course_utils.tools.cluster.training:MEASUREMENT",
         "part four's training steps and held-out curves",
         "data parallelism, accumulation and HSDP at batch 64, curves of 1 seed",
         "every part-four strategy at batch 32, 128, 512 and 1024, curves of 3 seeds",
         ("training.json",)),
     "overlap": About(
-        "course_utils.tools.cluster.overlap:OVERLAP",
+        "course_utils.tools.cluster.overlap:MEASUREMENT",
         "step 19's backward pass with its buckets' all-reduce, and its collective matmul "
         "(needs --devices-per-host 2)",
         "a 4-layer tower of width 256", "step 19's 16-layer tower of width 512",
         ("overlap.json",), keeps_runs=True),
     "diloco": About(
-        "course_utils.tools.cluster.diloco:DILOCO",
+        "course_utils.tools.cluster.diloco:MEASUREMENT",
         "part five's DiLoCo and Streaming DiLoCo rounds against data parallelism (needs "
         "--devices-per-host 2)",
         "H = 16", "H = 16 and 32", ("diloco_cluster.json",), keeps_runs=True),

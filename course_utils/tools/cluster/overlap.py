@@ -80,8 +80,8 @@ def measure_matmul(plan: dict, timed) -> dict:
     rng = np.random.default_rng(1)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    a_c, b_c = placed(compute, a, cm.ROWS), placed(compute, b, cm.COLUMNS)
-    a_s = placed(stream, a, cm.ROWS)
+    a_c, b_c = placed(compute, a, cm.MATMUL_ROWS), placed(compute, b, cm.MATMUL_COLUMNS)
+    a_s = placed(stream, a, cm.MATMUL_ROWS)
     hand = cm.by_hand_programs(compute, stream)
     hosts = compute.size
     out = hand.zeros(a_c, b_c)
@@ -131,6 +131,6 @@ def overlap_lines(results: OverlapResults) -> list[str]:
             for row in results.backward]
 
 
-OVERLAP = Measurement(
+MEASUREMENT = Measurement(
     name="overlap", plans=OVERLAP_PLANS, measure=measure_overlap, assemble=assemble_overlap,
     output="overlap.json", lines=overlap_lines, check=needs_two_devices)

@@ -33,13 +33,15 @@ from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed, placed, timer
 from course_utils.training.batches import HELDOUT_ROWS
 from course_utils.training.part_four import PART_FOUR_ROWS, SAME_CURVE, TOPK_FRACTION, find_row
+from course_utils.training.strategies import DATA_PARALLEL, HSDP, LOCAL_SGD
 
 HELDOUT_FREE_ROWS = PART_FOUR_MLP.rows - HELDOUT_ROWS  # what a curve trains on; timings use as many
 
 # curves: steps (by batch size) trained in one process for the held-out loss, recorded every
 # ``every`` steps, from each of ``seeds`` seeds; the large batches take fewer steps
 TRAINING_PLANS = {
-    "quick": {"batch_sizes": (64,), "strategies": ("data_parallel", "accumulation", "hsdp"),
+    "quick": {"batch_sizes": (64,), "strategies": tuple(
+        r.name for r in PART_FOUR_ROWS if r.strategy in (DATA_PARALLEL, HSDP)),
               "repeats": 3, "steps": {64: 20}, "every": 10, "seeds": 1},
     "full": {"batch_sizes": (32, 128, 512, 1024),
              "strategies": tuple(r.name for r in PART_FOUR_ROWS), "repeats": 5,
@@ -115,7 +117,7 @@ def measure_training(plan: dict, timed) -> list[dict]:
     mesh = Mesh(np.asarray(jax.devices()), ("d",))
     rows = []
     for batch_size in plan["batch_sizes"]:
-        local_sgd, state, batch = row_programs(mesh, "local_sgd", batch_size)
+        local_sgd, state, batch = row_programs(mesh, LOCAL_SGD, batch_size)
         compute_s, _ = timed(local_sgd.step, state, *batch)  # nothing sent
         averaging_s, averaging_bytes = timed(local_sgd.outer, state)
         for name in plan["strategies"]:
@@ -199,7 +201,7 @@ def measure_own_work(plan: dict, timed) -> list[dict]:
 
     mesh = Mesh(np.asarray(jax.devices()), ("d",))
     batch_size = min(plan["batch_sizes"])
-    names = [s for s in ("data_parallel", *COMPRESSED) if s in plan["strategies"]]
+    names = [s for s in (DATA_PARALLEL, *COMPRESSED) if s in plan["strategies"]]
     return [{"strategy": name, "batch_size": batch_size,
              "step_s": timed(*row_step(mesh, name, batch_size))[0]} for name in names]
 
@@ -258,7 +260,7 @@ def training_lines(results: TrainingResults) -> list[str]:
             for row in results.rows]
 
 
-TRAINING = Measurement(
+MEASUREMENT = Measurement(
     name="training", plans=TRAINING_PLANS, measure=measure_steps, assemble=assemble_training,
     output="training.json", lines=training_lines)
 
