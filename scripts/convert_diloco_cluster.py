@@ -1,7 +1,9 @@
 """Convert a ``diloco_cluster.json`` written before the methods became registry names (0.6.0):
-each method kept its dtype, fragments and overlap; now it keeps only its ``name``, and the
-reader reads the rest from the registry (``results.diloco_cluster.MethodRow``). Every other
-field is left as it is. A method whose saved fields differ from the registry's is refused.
+each method kept its dtype, fragments and overlap beside its name; now it keeps its ``name``
+and, as a record of what was measured, those settings under ``measured``; the reader reads them
+from the registry and refuses a run measured otherwise (``results.diloco_cluster.MethodRow``).
+Every other field is left as it is. A method whose saved fields differ from the registry's is
+refused.
 
     python scripts/convert_diloco_cluster.py                         # the saved file, in place
     python scripts/convert_diloco_cluster.py build/diloco/diloco_cluster.json
@@ -17,7 +19,8 @@ OLD_FIELDS = ("dtype", "fragments", "overlap")
 
 
 def converted(old: dict) -> dict:
-    """``old`` (a ``diloco_cluster.json``'s content) with each method cut to its name.
+    """``old`` (a ``diloco_cluster.json``'s content) with each method's settings under
+    ``measured``.
 
     Raises:
         ValueError: a method's saved fields are not its registry entry's ``Sync`` (one line).
@@ -32,7 +35,7 @@ def converted(old: dict) -> dict:
         if saved != registered:
             raise ValueError(f"{m['name']}: saved {saved}, the registry's {registered}; "
                              "measure it again (course cluster --measure diloco)")
-        methods.append({"name": m["name"]})
+        methods.append({"name": m["name"], "measured": saved})
     return {**old, "methods": methods}
 
 

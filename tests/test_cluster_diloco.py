@@ -304,7 +304,7 @@ OLD_METHODS = [("diloco", "float32", 1, 0), ("diloco_int8", "int8", 1, 0),
 def test_the_conversion_to_registry_names_keeps_every_reading_of_the_saved_run(tmp_path):
     import runpy
 
-    from course_utils.results.diloco_cluster import saved_diloco_cluster
+    from course_utils.results.diloco_cluster import Measured, MethodRow, saved_diloco_cluster
     from course_utils.results.records import saved_path
 
     converted = runpy.run_path(str(Path(__file__).parents[1] / "scripts"
@@ -312,9 +312,10 @@ def test_the_conversion_to_registry_names_keeps_every_reading_of_the_saved_run(t
     new = json.loads(saved_path("diloco_cluster.json").read_text())
     old = {**new, "methods": [dict(zip(("name", "dtype", "fragments", "overlap"), m))
                               for m in OLD_METHODS]}
-    assert converted(old) == new  # only the methods' restated fields go
+    assert converted(old) == new  # the settings move under "measured", nothing else changes
     saved = saved_diloco_cluster()  # and the registry reads them back as they were
     assert [(m.name, m.dtype, m.fragments, m.overlap) for m in saved.methods] == OLD_METHODS
+    assert all(m.measured == Measured.of(m.sync) for m in saved.methods)
     path = tmp_path / "diloco_cluster.json"
     path.write_text(json.dumps(old))
     with pytest.raises(ValueError, match=r"methods\[0\]\.dtype: not a field of MethodRow.*"
@@ -324,6 +325,14 @@ def test_the_conversion_to_registry_names_keeps_every_reading_of_the_saved_run(t
     with pytest.raises(ValueError, match="streaming_diloco: saved .*'fragments': 2.* the "
                                          "registry's .*'fragments': 4"):
         converted(wrong)
+    # a run measured with settings the registry no longer has is refused, not modelled anew
+    moved = {**new, "methods": [{**new["methods"][3],
+                                 "measured": {**new["methods"][3]["measured"], "overlap": 2}}]}
+    path.write_text(json.dumps(moved))
+    with pytest.raises(ValueError, match="streaming_diloco was measured as .*overlap=2.*measure "
+                                         "it again"):
+        load_diloco_cluster(path)
+    assert MethodRow("diloco").measured is None  # a model's row, not a measurement
 
 
 @pytest.mark.parametrize("h", [16, 32])

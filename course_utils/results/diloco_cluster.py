@@ -38,21 +38,48 @@ COMMAND = ("course cluster --measure diloco --plan full --link-rate 10mbit,50mbi
 
 
 @dataclass(frozen=True)
+class Measured:
+    """What a method's sync was when it was measured: the format (``dtype``), F
+    (``fragments``) and τ (``overlap``); α is the run's ``DilocoSizes.mixing``."""
+
+    dtype: str
+    fragments: int
+    overlap: int
+
+    @classmethod
+    def of(cls, sync: Sync) -> Measured:
+        """The settings of the registry's ``sync``."""
+        return cls(sync.dtype, sync.fragments, sync.overlap)
+
+
+@dataclass(frozen=True)
 class MethodRow:
     """One method of syncing every H inner steps: the registry's strategy ``name``, whose
     ``Sync`` (``sync``, the one lookup) says the rest: what each outer-gradient value crosses
     the link as (``dtype``: float32, int8, or int4 two codes a byte, with an f32 scale per
     block: ``training.quantize``), the F fragments synced one at a time (``fragments``), the τ
     inner steps each sync overlaps (``overlap``; 0: the compute waits) and the local share α
-    when a fragment merges (``mixing``).
+    when a fragment merges (``mixing``). A saved run keeps what it measured (``measured``);
+    a registry that says otherwise now is refused in one line, not modelled anew.
 
     Examples:
         >>> m = MethodRow("streaming_diloco")
         >>> m.dtype, m.fragments, m.overlap, m.mixing
         ('int4', 4, 1, 0.5)
+        >>> MethodRow("streaming_diloco", Measured("int4", 2, 1))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: streaming_diloco was measured as ...fragments=2..., the registry now says ...
     """
 
     name: str
+    measured: Measured | None = None
+
+    def __post_init__(self):
+        if self.measured is not None and self.measured != Measured.of(self.sync):
+            raise ValueError(f"{self.name} was measured as {self.measured}, the registry now "
+                             f"says {Measured.of(self.sync)}: measure it again (course cluster "
+                             "--measure diloco)")
 
     @property
     def sync(self) -> Sync:
@@ -78,7 +105,6 @@ class MethodRow:
     def mixing(self) -> float:
         """``Sync.mixing``: α."""
         return self.sync.mixing
-
 
 
 @dataclass(frozen=True)

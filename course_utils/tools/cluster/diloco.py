@@ -19,13 +19,14 @@ from course_utils.results.diloco_cluster import (
     DATA_PARALLEL,
     NOTHING_SENT,
     DilocoClusterResults,
+    Measured,
     MethodRow,
 )
 from course_utils.results.records import from_json, to_json
 from course_utils.results.streaming import REPLICA_ROWS
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed
-from course_utils.training.strategies import saved_in
+from course_utils.training.strategies import saved_in, spec
 
 # tbf's bucket, ms of a link's bytes: a 4-bit fragment would fit the default 256 KiB bucket and
 # leave an idle link at the machine's speed, not the link's (``links.bucket_bytes``)
@@ -44,7 +45,7 @@ DILOCO_PLANS = {"quick": {**_STREAMING, "local_steps": (16,)},
 def methods(plan: dict) -> list[MethodRow]:
     """The methods of ``plan``, each a registry name read through its ``Sync``: DiLoCo in
     float32, int8 and int4, Streaming DiLoCo in int4."""
-    return [MethodRow(name) for name in plan["methods"]]
+    return [MethodRow(name, Measured.of(spec(name).sync)) for name in plan["methods"]]
 
 
 def parameters(plan: dict, hosts: int) -> int:
