@@ -38,7 +38,7 @@ from course_utils.tools.cluster import diloco_rounds as dr
 from course_utils.tools.cluster.diloco import DILOCO_PLANS, methods, parameters
 from course_utils.tools.cluster.measurements import HostRun, Setup, measurement
 from course_utils.tools.cluster.netns import check_can_run, leftovers
-from course_utils.training.diloco import OuterStep, sync_traffic
+from course_utils.training.diloco import OuterStep
 from course_utils.training.state import state_specs
 from course_utils.training.strategies import SPECS, spec
 
@@ -345,7 +345,7 @@ def test_step_22_the_cluster_and_the_registry_read_one_model_of_a_sync(h):
     n, flat = results.sizes.n, Topology(hosts, 1)
     for m in results.methods:
         per_step = strategy_traffic(m.name, n, flat, local_steps=h)
-        one = sync_traffic(n, flat, fragments=m.fragments, dtype=m.dtype)
+        one = m.sync.outer.traffic(n, flat)
         assert per_step.link_bytes == pytest.approx(sync_link_bytes(m, n, hosts) * m.fragments / h)
         assert per_step.messages == pytest.approx(one.messages * m.fragments / h)
         if m.overlap == 0 and h == 16:  # nothing hidden: α · messages of every sync, per step

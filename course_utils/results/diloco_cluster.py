@@ -25,7 +25,6 @@ from course_utils.results.cluster import ClusterSetup
 from course_utils.results.meta import RunMeta
 from course_utils.results.overlap import Spread, spread
 from course_utils.results.records import load, load_saved
-from course_utils.training.diloco import sync_traffic
 from course_utils.training.strategies import DATA_PARALLEL, DILOCO, Sync, saved_in, spec
 
 NOTHING_SENT = "nothing_sent"
@@ -229,7 +228,7 @@ def sync_link_bytes(m: MethodRow, n: int, hosts: int) -> float:
 def _sync_traffic(m: MethodRow, n: int, hosts: int) -> Traffic:
     """One sync of ``m`` among ``hosts`` of one device: the registry's model of the strategy's
     one sync (``diloco.sync_traffic``, which its per-step ``StrategySpec.traffic`` reads)."""
-    return sync_traffic(n, Topology(hosts, 1), fragments=m.fragments, dtype=m.dtype)
+    return m.sync.outer.traffic(n, Topology(hosts, 1))
 
 
 def round_time(compute_s: float, sync_s: float, *, local_steps: int, fragments: int,

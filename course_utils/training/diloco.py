@@ -214,6 +214,12 @@ class OuterStep:
         delta = quantized_all_reduce(anchor - local, axis, ranks, dtype=self.dtype) / ranks
         return self.optimizer.update(delta, state, anchor)
 
+    def traffic(self, n: int, topology: Topology) -> Traffic:
+        """One sync's bytes over a host's link and its messages (``sync_traffic`` of this
+        step's F and format): what the registry's per-step traffic, step 22's and the
+        cluster's models read, so that none restates the step's settings."""
+        return sync_traffic(n, topology, fragments=self.fragments, dtype=self.dtype)
+
     def __call__(self, state: TrainState, ctx: Context) -> TrainState:
         """One device's view: its slice of the next fragment (the only one if F = 1)."""
         synced, outer_state, count, _ = state.outer  # synced: this device's slice, f32[n/D]
@@ -260,15 +266,15 @@ def sync_traffic(n: int, topology: Topology, *, fragments: int = 1,
                    message_steps("all_reduce", "two_level", topology))
 
 
-def every_h_traffic(fragments: int = 1, dtype: str = "float32"
-                    ) -> Callable[[int, Topology, TrafficSettings], Traffic]:
-    """``StrategySpec.traffic`` of a strategy syncing F fragments every H steps in ``dtype``:
-    ``sync_traffic`` F times every ``local_steps`` steps (per inner step an F/H share); across
-    hosts only, as the inner steps send nothing over a host's link."""
+def every_h_traffic(step: OuterStep) -> Callable[[int, Topology, TrafficSettings], Traffic]:
+    """``StrategySpec.traffic`` of a strategy whose outer step ``step`` syncs F fragments every
+    H steps: its one sync (``OuterStep.traffic``) F times every ``local_steps`` steps (per
+    inner step an F/H share); across hosts only, as the inner steps send nothing over a
+    host's link."""
 
     def traffic(n: int, topology: Topology, settings: TrafficSettings) -> Traffic:
-        one = sync_traffic(n, topology, fragments=fragments, dtype=dtype)
-        share = fragments / settings.local_steps
+        one = step.traffic(n, topology)
+        share = step.fragments / settings.local_steps
         return Traffic(one.link_bytes * share, one.messages * share)
 
     return traffic

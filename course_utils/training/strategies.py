@@ -98,10 +98,11 @@ def _every_h(name: str, label: str, family: str, outer: Optimizer, *,
              curves: tuple[tuple[str, str], ...] = ()) -> StrategySpec:
     """A part-five strategy of H inner AdamW steps per replica, then ``outer``'s step; its
     roles in the saved curve files ``curves``."""
+    step = diloco.outer_step(outer)
     return StrategySpec(name, label, family, Parts("own", "own", None, diloco.outer_parts(outer),
                                                    axis=hsdp.HOST),
-                        diloco.replica_step, sync=Sync(diloco.outer_step(outer), hsdp.HOST),
-                        optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic(),
+                        diloco.replica_step, sync=Sync(step, hsdp.HOST),
+                        optimizer=adamw(), accumulates=False, traffic=diloco.every_h_traffic(step),
                         mesh_axes=_REPLICAS, saved=SavedRuns(runs=(), curves=curves),
                         short_label=short_label)
 
@@ -119,7 +120,7 @@ def _streamed(name: str, label: str, family: str, *, fragments: int = 1, dtype: 
     return replace(
         entry, parts=entry.parts._replace(extra=streaming_diloco.streaming_parts(
             outer, fragments, overlap)),
-        sync=sync, traffic=diloco.every_h_traffic(fragments, dtype))
+        sync=sync, traffic=diloco.every_h_traffic(step))
 
 
 _ENTRIES = (
