@@ -15,8 +15,8 @@ from course_utils.results.diloco_cluster import (
     DATA_PARALLEL,
     NOTHING_SENT,
     byte_goals,
+    counted_bytes,
     hidden_syncs,
-    link_bytes,
     load_diloco_cluster,
     local_steps,
     model_gaps,
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
                 gap = gaps.get((rate, 1 if name == DATA_PARALLEL else h, name))
                 shown = "" if gap is None else f" (model {gap:+.1%})"
                 print(f"  {name:17s} {_cell(step(results, name, h, rate)):>28s}{shown}, "
-                      f"{_cell(link_bytes(results, name, h, rate), 2**-10):>26s}")
+                      f"{_cell(counted_bytes(results, name, h, rate), 2**-10):>26s}")
             for label, goal in byte_goals(results, h, rate).items():
                 print(f"  {label}: {goal.value.median:.4f} [{goal.value.low:.4f}, "
                       f"{goal.value.high:.4f}], target {goal.target:.4f} ± 5 %: "

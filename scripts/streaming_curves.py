@@ -4,7 +4,7 @@
     python scripts/streaming_curves.py --out build/streaming.json --seeds 3 --steps 96
 
 Every strategy of ``CURVE_STRATEGIES`` from seeds 0 … N − 1 on 4 logical CPU devices (2
-replicas of 2), part four's model, H = ``LOCAL_STEPS``; then the target (step 20's rule), each
+replicas of 2), part four's model, H = ``CURVE_LOCAL_STEPS``; then the target (step 20's rule), each
 strategy's steps to it (seed mean and range) and its bytes across the replicas, against
 DiLoCo's in float32.
 """

@@ -23,8 +23,8 @@ from course_utils.results.diloco_cluster import (
     NOTHING_SENT,
     DilocoClusterResults,
     byte_goals,
+    counted_bytes,
     hidden_syncs,
-    link_bytes,
     load_diloco_cluster,
     model_gaps,
     modelled_step_s,
@@ -101,7 +101,7 @@ def test_the_record_keeps_every_run_and_its_readers_take_the_median_with_the_spr
     s = step(results, "diloco", 16, RATE)
     assert (s.median, s.low, s.high) == pytest.approx((0.1, 0.05, 0.15))
     assert step(results, DATA_PARALLEL, 64, RATE).median == pytest.approx(1.6)  # H: any
-    assert link_bytes(results, "diloco_int8", 16, RATE).median == pytest.approx(4.4e6 / 32)
+    assert counted_bytes(results, "diloco_int8", 16, RATE).median == pytest.approx(4.4e6 / 32)
     assert sync(results, "diloco", RATE, "sync_bytes").median == pytest.approx(4.4e6)
     with pytest.raises(ValueError, match="no run of diloco at H = 32 and 50mbit"):
         step(results, "diloco", 32, RATE)
@@ -252,9 +252,9 @@ def test_the_quick_plan_writes_its_record_and_leaves_nothing(tmp_path):
     assert {(r.method, r.local_steps) for r in results.rounds} == {(DATA_PARALLEL, 1)} | {
         (name, h) for name in names | {NOTHING_SENT} for h in plan["local_steps"]}
     h = plan["local_steps"][0]
-    dp = link_bytes(results, DATA_PARALLEL, h, "200mbit").median
+    dp = counted_bytes(results, DATA_PARALLEL, h, "200mbit").median
     # the counters: DiLoCo sends data parallelism's bytes once every H steps
-    assert link_bytes(results, "diloco", h, "200mbit").median == pytest.approx(dp / h, rel=0.05)
+    assert counted_bytes(results, "diloco", h, "200mbit").median == pytest.approx(dp / h, rel=0.05)
     for m in results.methods:  # each sync's bytes over the link as the model says
         assert sync(results, m.name, "200mbit", "sync_bytes").median == pytest.approx(
             sync_link_bytes(m, results.sizes.n, 2), rel=0.1)

@@ -31,8 +31,8 @@ from course_utils.results.diloco import (
 from course_utils.results.strategies import saved_strategy_results
 from course_utils.results.streaming import (
     BASELINE,
+    CURVE_LOCAL_STEPS,
     CURVE_STRATEGIES,
-    LOCAL_STEPS,
     REPLICA_ROWS,
     saved_streaming_curves,
     steps_to_target,
@@ -177,14 +177,14 @@ def test_part_five_s_plans_are_the_registry_s():
                                          ("diloco_sgd", "diloco_unit_step"))
     assert CURVE_STRATEGIES == ("dp_adamw", "diloco", "diloco_int8", "diloco_4bit",
                                 "streaming_diloco") and BASELINE == "dp_adamw"
-    assert (LOCAL_STEPS, REPLICA_ROWS) == (32, 512)
+    assert (CURVE_LOCAL_STEPS, REPLICA_ROWS) == (32, 512)
     sweep, streaming = SAVED_PLANS["diloco.json"], SAVED_PLANS["streaming.json"]
     assert (PLAN.local_steps, PLAN.seeds, PLAN.steps, PLAN.heldout_every) == (
         sweep.local_steps, sweep.seeds, sweep.steps, sweep.heldout_every)
     assert PLAN.batch_size * PLAN.devices // PLAN.replicas == sweep.replica_rows
     saved = saved_streaming_curves()
     assert (saved.steps, saved.heldout_every, saved.local_steps) == (
-        streaming.steps, streaming.heldout_every, LOCAL_STEPS)
+        streaming.steps, streaming.heldout_every, CURVE_LOCAL_STEPS)
     assert saved_diloco_results().plan == PLAN
     assert saved_in("diloco.json") == (DP,) + COMPARED + ABLATIONS  # the baseline first
     assert saved_in("strategies.json", "baseline") == saved_in("training.json", "baseline") == (

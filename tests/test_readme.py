@@ -47,6 +47,21 @@ def test_the_api_table_is_the_export_list():
     assert sorted(named) == sorted(course_utils.__all__)
 
 
+def test_every_facade_name_is_used_or_listed_for_users():
+    api = (DOCS / "api.md").read_text()
+    listed = re.findall(r"`(\w+)`", api.split("**For users beyond the notebooks.**")[1]
+                        .split("\n\n")[0])
+    code = [path.read_text() for folder in ("scripts", "benchmarks")
+            for path in sorted((ROOT / folder).glob("*.py"))]
+    code += ["".join(cell["source"]) for path in NOTEBOOKS
+             for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+    used = {name for name in course_utils.__all__
+            if any(re.search(rf"\b{name}\b", text) for text in code)}
+    assert sorted(set(course_utils.__all__) - used) == sorted(listed), (
+        "a facade name no notebook, script or benchmark uses: list it for users in docs/api.md, "
+        "or drop it")
+
+
 def test_the_exercise_table_is_the_one_the_outline_writes():
     table = exercise_table()
     exercises = (DOCS / "exercises.md").read_text()

@@ -7,11 +7,11 @@ from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.records import save, saved_path
 from course_utils.results.streaming import (
     BASELINE,
+    CURVE_LOCAL_STEPS,
     CURVE_STEPS,
     CURVE_STRATEGIES,
     DATA_SEED,
     HELDOUT_EVERY,
-    LOCAL_STEPS,
     REPLICA_ROWS,
     SEEDS,
     StreamingCurves,
@@ -32,11 +32,11 @@ def test_the_saved_run_is_the_plan_every_strategy_from_every_seed(tmp_path):
     save(saved, tmp_path / "streaming.json")  # the file is what the writer writes
     assert (tmp_path / "streaming.json").read_text() == saved_path("streaming.json").read_text()
     assert (saved.local_steps, saved.steps, saved.heldout_every) == (
-        LOCAL_STEPS, CURVE_STEPS, HELDOUT_EVERY)
+        CURVE_LOCAL_STEPS, CURVE_STEPS, HELDOUT_EVERY)
     # a replica's rows are a cluster host's: time to target is these steps × that step time
     assert saved.batch_size * saved.devices_per_replica == REPLICA_ROWS
     assert all(plan["batch_size"] == REPLICA_ROWS for plan in DILOCO_PLANS.values())
-    assert LOCAL_STEPS in DILOCO_PLANS["full"]["local_steps"]
+    assert CURVE_LOCAL_STEPS in DILOCO_PLANS["full"]["local_steps"]
     assert (saved.replicas, saved.devices_per_replica, saved.data_seed) == (2, 2, DATA_SEED)
     for strategy in CURVE_STRATEGIES:
         curves = curves_of(saved, strategy)
@@ -55,7 +55,7 @@ def _first_seen(strategy: str) -> int:
     sync = SPECS[strategy].sync
     if sync.outer is None:
         return HELDOUT_EVERY
-    first_merge = LOCAL_STEPS // sync.fragments + sync.overlap
+    first_merge = CURVE_LOCAL_STEPS // sync.fragments + sync.overlap
     return -(-first_merge // HELDOUT_EVERY) * HELDOUT_EVERY
 
 

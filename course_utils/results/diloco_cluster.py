@@ -193,7 +193,7 @@ def step(results: DilocoClusterResults, name: str, h: int, link_rate: str) -> Sp
                       f"{name} at H = {h} and {link_rate}")
 
 
-def link_bytes(results: DilocoClusterResults, name: str, h: int, link_rate: str) -> Spread:
+def counted_bytes(results: DilocoClusterResults, name: str, h: int, link_rate: str) -> Spread:
     """Bytes host 0's link sent per inner step of ``name`` at H = ``h`` and ``link_rate``, over
     the runs (a run without the counter is left out)."""
     h = 1 if name == DATA_PARALLEL else h

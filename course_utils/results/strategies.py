@@ -41,7 +41,7 @@ def _plan_run(name: str, options: dict) -> dict:
 
 # the run every other's bytes are read against, and the runs of each H (``SavedRuns.curves``)
 (BASELINE,) = saved_in("strategies.json", "baseline")
-(EVERY_H,) = saved_in("strategies.json", "every_h")
+(_EVERY_H,) = saved_in("strategies.json", "every_h")  # local SGD, synced every H steps
 # every strategy's saved runs, as its description gives them (``SavedRuns.runs``)
 PLAN = tuple(_plan_run(name, o) for name, s in SPECS.items() for o in s.saved.runs)
 
@@ -293,7 +293,7 @@ def local_sgd_figure_data(results: StrategyResults, hs: Sequence[int]) -> dict:
     panels = []
     for tail, title in (("", "shards of one distribution"), (" skewed", "skewed shards")):
         series = [dp] + [_heldout_series(find_run(results, run_label(
-            {"strategy": EVERY_H, "local_steps": h, "skewed": bool(tail)})), f"H = {h}",
+            {"strategy": _EVERY_H, "local_steps": h, "skewed": bool(tail)})), f"H = {h}",
             by_bytes=True) for h in hs]
         panels.append({"kind": "line", "title": title, "xscale": "log", "xunit": "bytes",
                        "x": _byte_ticks(series), "series": series,

@@ -35,7 +35,7 @@ SAVED = "streaming.json"
 _SAVED = SAVED_PLANS[SAVED]  # the registry's plan of the file (``SavedPlan``)
 (BASELINE,) = saved_in(SAVED, "baseline")
 CURVE_STRATEGIES = saved_in(SAVED)
-(LOCAL_STEPS,) = _SAVED.local_steps  # H: the middle of part five's 8, 32, 128
+(CURVE_LOCAL_STEPS,) = _SAVED.local_steps  # H: the middle of part five's 8, 32, 128
 # rows per replica and inner step: a cluster host's batch (``course cluster --measure diloco``
 # reads it), so that time to target is these curves' steps times that run's step time
 REPLICA_ROWS = _SAVED.replica_rows
@@ -91,7 +91,8 @@ def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
     plans = [CurvePlan(strategy, tuple(seeds), {
         "steps": steps, "data_seed": DATA_SEED, "batch_size": batch_size,
         "heldout_every": HELDOUT_EVERY, "mlp": PART_FOUR_MLP,
-        "local_steps": 1 if strategy == BASELINE else LOCAL_STEPS}) for strategy in strategies]
+        "local_steps": 1 if strategy == BASELINE else CURVE_LOCAL_STEPS})
+        for strategy in strategies]
     started, curves, sent = time.monotonic(), [], {}
     for plan, seed, run in run_curves(mesh, plans, on_run=None if on_run is None else (
             lambda plan, seed: on_run(plan.strategy, seed))):
@@ -100,7 +101,7 @@ def train_streaming_curves(mesh: Mesh, *, seeds: Sequence[int] = range(SEEDS),
         sent[plan.strategy] = SyncBytes(plan.strategy, run.bytes_across_replicas,
                                         run.bytes_per_sync_across_replicas)
     meta = this_run(COMMAND, time.monotonic() - started)
-    return StreamingCurves(meta, replicas, devices, LOCAL_STEPS, batch_size, steps,
+    return StreamingCurves(meta, replicas, devices, CURVE_LOCAL_STEPS, batch_size, steps,
                            HELDOUT_EVERY, DATA_SEED, tuple(curves), tuple(sent.values()))
 
 
