@@ -154,6 +154,17 @@ def test_no_module_is_over_400_lines():
     assert not long, long
 
 
+def test_train_runs_its_programs_in_a_loop_of_at_most_60_lines():
+    import ast
+
+    tree = ast.parse((ROOT / "course_utils/training/train.py").read_text())
+    train = next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "train")
+    (loop,) = [node for node in train.body if isinstance(node, ast.For)]
+    # the loop and what it returns: from the lists it fills to the TrainingRun
+    assert train.body[-1].end_lineno - loop.lineno + 1 <= 60
+    assert "build_programs(" in ast.unparse(train)  # its programs come built
+
+
 def test_console_script_is_declared():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["course"] == "course_utils.tools.cli:main"
