@@ -35,7 +35,6 @@ _API = {
     "ring_bytes": ("models.cost_model", "ring_bytes"),
     "ring_steps": ("models.cost_model", "ring_steps"),
     "ring_time": ("models.cost_model", "ring_time"),
-    "schedule": ("models.cost_model", "schedule"),
     "Fit": ("models.fit", "Fit"),
     "fit_alpha_beta": ("models.fit", "fit_alpha_beta"),
     "fit_from_json": ("models.fit", "fit_from_json"),
