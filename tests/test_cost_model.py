@@ -17,8 +17,8 @@ from course_utils import (
     ring_all_gather,
     ring_payload,
     ring_reduce_scatter,
-    schedule,
 )
+from course_utils.models.cost_model import schedule
 from course_utils.models.links import link_bytes
 
 
