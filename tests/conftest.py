@@ -4,11 +4,13 @@ import json
 import select
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import network_guard
 import pytest
+from filelock import FileLock
 
 from course_utils import use_cpu_devices
 
@@ -27,6 +29,18 @@ def no_network():
     yield
     tried = network_guard.attempts[before:]
     assert not tried, f"the test tried to reach the network: {tried}"
+
+
+@pytest.fixture(autouse=True)
+def one_cluster_at_a_time(request):
+    """``course cluster`` refuses a second run while one holds its lock: the end-to-end tests
+    of the cluster's files, spread over xdist's workers by file, take turns."""
+    if (request.node.get_closest_marker("e2e") is None
+            or not request.node.path.name.startswith("test_cluster")):
+        yield
+        return
+    with FileLock(Path(tempfile.gettempdir()) / "course-cluster-tests.lock"):
+        yield
 
 
 @pytest.fixture
