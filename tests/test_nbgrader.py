@@ -168,7 +168,7 @@ def test_each_notebook_scores_its_own_check_and_the_check_cell_is_the_instructor
         as_version=4,
     )
     (check,) = _tagged(graded, "check")
-    assert check.source.startswith("check_joint_permutation(")  # restored from the source
+    assert check.source.startswith("checks.check_joint_permutation(")  # restored from the source
     (error,) = [o for o in check.outputs if o.output_type == "error"]
     assert error.ename == "ExerciseFailed"
     assert "in their original order while y2 is reordered" in error.evalue  # named in step 7
