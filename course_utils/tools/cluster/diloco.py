@@ -71,7 +71,7 @@ def measure_diloco(plan: dict, timed: Timed) -> dict:
     lay = dr.layout(mesh, plan["batch_size"], parameters(plan, mesh.shape["host"]))
     built = {m: dr.rounds(lay, m) for m in methods(plan)}
     first, k = next(iter(built.values())), plan["dp_steps"]
-    alone = interleaved({DATA_PARALLEL: partial(dr.dp_steps, first, lay, k),
+    alone = interleaved({DATA_PARALLEL: partial(dr.dp_steps, lay, k),
                          **{m.name: partial(dr.one_sync, r, lay) for m, r in built.items()}},
                         plan["repeats"])
     seconds, sent = alone.pop(DATA_PARALLEL)

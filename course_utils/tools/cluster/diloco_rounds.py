@@ -39,11 +39,11 @@ from course_utils.training.streaming import merged_after, sent_after, take_fragm
 
 
 class Layout(NamedTuple):
-    """The meshes, the inner step's context, the data one host computes on, and the starting
+    """The meshes, the inner step's context, the data one host computes on, the starting
     states of the inner steps (each host its own copy) and of data parallelism (replicated),
-    built once: placing a value on every host's devices sends it to every other host first, to
-    check that it is the same there (``jax.device_put`` across processes), which at 10 Mbit/s
-    takes seconds per state."""
+    and those two steps, built once for every method: placing a value on every host's devices
+    sends it to every other host first, to check that it is the same there (``jax.device_put``
+    across processes), which at 10 Mbit/s takes seconds per state."""
 
     compute: Mesh
     stream: Mesh
@@ -52,6 +52,8 @@ class Layout(NamedTuple):
     y: jax.Array
     state: object
     dp_state: object
+    inner: Callable  # (state, x, y) -> state: DiLoCo's inner step, nothing sent
+    data_parallel: Callable  # (state, x, y) -> state: the gradient all-reduced, AdamW
 
 
 def layout(mesh: Mesh, batch_size: int, n: int) -> Layout:
@@ -66,9 +68,15 @@ def layout(mesh: Mesh, batch_size: int, n: int) -> Layout:
                   optimizer=spec(INNER).optimizer)
     x, y = classification_task(mlp=PART_FOUR_MLP)
     rows, w0 = hosts * batch_size, init_params(n, 0, PART_FOUR_MLP)
-    return Layout(compute, stream, ctx, placed(compute, x[:rows], P(HOST, None)),
-                  placed(compute, y[:rows], P(HOST)), spec(INNER).init(w0, compute, ctx),
-                  spec(BASELINE).init(w0, compute, ctx))
+    batch = placed(compute, x[:rows], P(HOST, None)), placed(compute, y[:rows], P(HOST))
+    states = [spec(name).init(w0, compute, ctx) for name in (INNER, BASELINE)]
+
+    def step_of(name, like):  # train's step (``build_programs``), its state alone kept
+        step = build_programs(spec(name), compute, ctx, like, batch).step
+        return lambda s, x, y: step(s, x, y)[0]
+
+    return Layout(compute, stream, ctx, *batch, *states,
+                  *(step_of(name, like) for name, like in zip((INNER, BASELINE), states)))
 
 
 def _on(mesh: Mesh, fn: Callable, in_specs, out_specs):
@@ -77,34 +85,25 @@ def _on(mesh: Mesh, fn: Callable, in_specs, out_specs):
 
 
 class Rounds(NamedTuple):
-    """What a round dispatches: the inner step and data parallelism's step (compute device),
-    a fragment's take and merge (compute) and sync (stream), and the starting values."""
+    """What a round of one method dispatches besides the layout's steps: a fragment's take and
+    merge (compute) and sync (stream), and each fragment's starting outer values."""
 
-    inner: Callable  # (state, x, y) -> state: DiLoCo's inner step, nothing sent
-    data_parallel: Callable  # (state, x, y) -> state: the gradient all-reduced, AdamW
     take: Callable  # (w, f) -> this replica's fragment f
     sync: Callable  # (local, shared, outer state) -> (shared, outer state), on the stream
     merge: Callable  # (w, shared, f) -> w with fragment f mixed in
-    state: object  # the inner steps' starting state (each host its own copy)
-    dp_state: object  # data parallelism's (replicated)
     outer: list  # per fragment: (shared values, outer optimizer's state), on the stream
 
 
 def rounds(lay: Layout, method: MethodRow) -> Rounds:
-    """The programs of ``method`` on ``lay``: the registry's DiLoCo inner step (AdamW) and data
-    parallelism with AdamW (``dp_adamw``), the steps ``train`` runs (``build_programs``, on the
-    compute devices as the registry's replica mesh), and the registry's outer step of ``method``
+    """The programs of ``method`` on ``lay`` (whose inner and data-parallel steps are the ones
+    ``train`` runs, ``build_programs``, on the compute devices as the registry's replica mesh):
+    the registry's outer step of ``method``
     (``Sync.outer``, a ``diloco.OuterStep``: its ``exchange``, the body ``train`` runs, here
     on each fragment on the stream device) and merge (its ``merging``, on the compute device)."""
     ctx, fragments, hosts = lay.ctx, method.fragments, lay.stream.size
     own = P(HOST)
     w0 = init_params(ctx.n, 0, PART_FOUR_MLP)
-    inner, dp, outer_step = spec(INNER), spec(BASELINE), method.sync.outer
-    state, dp_state = lay.state, lay.dp_state
-
-    def step_of(entry, like):  # train's step (``build_programs``), its state alone kept
-        step = build_programs(entry, lay.compute, ctx, like, (lay.x, lay.y)).step
-        return lambda s, x, y: step(s, x, y)[0]
+    outer_step = method.sync.outer
 
     def sync(mine, shared, opt):  # one host's fragment: f32[n/F] each, and its outer state
         return outer_step.exchange(shared, mine, opt, HOST, hosts)  # (shared, opt)
@@ -119,10 +118,8 @@ def rounds(lay: Layout, method: MethodRow) -> Rounds:
     outer = [jax.tree.map(own_copy, (w0[f::fragments], init(w0[f::fragments])))
              for f in range(fragments)]
     specs = jax.tree.map(lambda a: a.sharding.spec, outer[0])
-    return Rounds(step_of(inner, state), step_of(dp, dp_state),
-                  lambda w, f: take(w, np.int32(f)),
-                  _on(lay.stream, sync, (own, *specs), specs),
-                  lambda w, g, f: put(w, np.int32(f), g), state, dp_state, outer)
+    return Rounds(lambda w, f: take(w, np.int32(f)), _on(lay.stream, sync, (own, *specs), specs),
+                  lambda w, g, f: put(w, np.int32(f), g), outer)
 
 
 def to(x, mesh: Mesh):
@@ -134,9 +131,9 @@ def run_round(r: Rounds, lay: Layout, method: MethodRow | None, local_steps: int
     """One round of ``local_steps`` inner steps with ``method``'s sends and merges (none if
     ``None``), dispatched in order; returns the final state (wait on it to time the round)."""
     tau = 0 if method is None else method.overlap
-    state, outer, pending = r.state, list(r.outer), {}
+    state, outer, pending = lay.state, list(r.outer), {}
     for t in range(tau + 1, tau + local_steps + 1):
-        state = r.inner(state, lay.x, lay.y)
+        state = lay.inner(state, lay.x, lay.y)
         if method is None:
             continue
         every = {"local_steps": local_steps, "fragments": method.fragments}
@@ -153,12 +150,12 @@ def run_round(r: Rounds, lay: Layout, method: MethodRow | None, local_steps: int
 
 def one_sync(r: Rounds, lay: Layout):
     """Fragment 0's sync alone from the starting state: taken, moved, exchanged."""
-    return r.sync(to(r.take(r.state.params, 0), lay.stream), *r.outer[0])
+    return r.sync(to(r.take(lay.state.params, 0), lay.stream), *r.outer[0])
 
 
-def dp_steps(r: Rounds, lay: Layout, steps: int):
+def dp_steps(lay: Layout, steps: int):
     """``steps`` data-parallel steps (the gradient all-reduced every step) in a row."""
-    state = r.dp_state
+    state = lay.dp_state
     for _ in range(steps):
-        state = r.data_parallel(state, lay.x, lay.y)
+        state = lay.data_parallel(state, lay.x, lay.y)
     return state
