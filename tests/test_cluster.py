@@ -16,7 +16,7 @@ from terminal import as_from_a_terminal
 
 from course_utils import validate_figure_data
 from course_utils.models.cost_model import Topology
-from course_utils.models.links import rate_bytes_per_s
+from course_utils.models.links import BUCKET_MS, FRAME_SHARE, bucket_bytes, rate_bytes_per_s
 from course_utils.problems.classification import PART_FOUR_MLP, padded_size
 from course_utils.results.cluster import (
     ClusterResults,
@@ -28,10 +28,11 @@ from course_utils.results.cluster import (
     saved_cluster_results,
     summary_lines,
 )
+from course_utils.results.links import LinkResults
 from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.overlap import OverlapResults, saved_overlap_results
 from course_utils.results.overlap import rates as overlap_rates
-from course_utils.results.records import from_json, to_json
+from course_utils.results.records import from_json, load, to_json
 from course_utils.results.training import TrainingResults
 from course_utils.tools.cli import main
 from course_utils.tools.cluster.netns import (
@@ -192,6 +193,7 @@ def test_without_root_one_line_says_what_to_do(monkeypatch, capsys):
     (["--tcp", "vegas"], "--tcp must be one of reno, cubic, bbr"),
     (["--measure", "overlap", "--devices-per-host", "1"],
      "--measure overlap needs --devices-per-host 2"),
+    (["--link-rate", "200mbit,unshaped"], "--link-rate unshaped is for --measure links"),
 ])
 def test_bad_arguments_get_one_line(capsys, argv, message):
     assert main(["cluster", *argv]) == 2
@@ -323,6 +325,30 @@ ROW_KEYS = {"strategy", "link_rate", "batch_size", "step_s", "compute_s", "commu
 
 
 @needs_root
+def test_the_quick_links_plan_holds_the_rate_with_the_bucket_rule_and_leaves_nothing(tmp_path):
+    done = _cluster(tmp_path, "--measure", "links", "--link-rate", "50mbit,unshaped")
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = load(LinkResults, tmp_path / "links.json")
+    assert results.bucket_bytes == {"50mbit": bucket_bytes("50mbit")}
+    assert results.cluster.bucket_ms == BUCKET_MS
+    assert results.held("50mbit")  # every host within 5 % of 6.25 MB/s, the ring's pattern
+    assert results.ceiling() > 10 * rate_bytes_per_s("50mbit")
+    # what the next host received: the payload share of the frames, less the acknowledgements
+    for row in results.rows:
+        if row.link_rate == "50mbit":
+            assert 0.85 < row.payload_bytes_per_s / row.wire_bytes_per_s < FRAME_SHARE + 0.01
+    assert leftovers() == []
+
+
+@needs_root
+def test_each_hosts_link_is_shaped_with_the_one_bucket_rule():
+    with Cluster(2, "50mbit") as hosts:
+        shown = subprocess.run(["ip", "netns", "exec", hosts[1].namespace, "tc", "qdisc", "show",
+                                "dev", "eth0"], capture_output=True, text=True).stdout
+    assert "rate 50Mbit" in shown and f"burst {bucket_bytes('50mbit')}b" in shown, shown
+
+
+@needs_root
 def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "course_utils.tools.cli", "cluster", "--measure", "training",
@@ -385,3 +411,21 @@ def test_the_saved_overlap_runs_are_three_full_plans_of_the_current_code():
     for row in results.backward:
         assert row.link_bytes == pytest.approx(
             plan["tower"].layers * plan["tower"].bucket_bytes, rel=0.1)
+
+
+def test_the_saved_links_run_holds_every_rate_the_saved_runs_use_below_its_ceiling():
+    from course_utils.results.diloco_cluster import rates as diloco_rates
+    from course_utils.results.diloco_cluster import saved_diloco_cluster
+    from course_utils.results.links import UNSHAPED, saved_link_results
+    from course_utils.results.training import saved_training_results
+
+    links = saved_link_results()
+    used = ({r.link_rate for r in saved_training_results().rows}
+            | set(overlap_rates(saved_overlap_results())) | set(diloco_rates(saved_diloco_cluster()))
+            | {run.link_rate for shape in ("2x2", "2x4", "2x2_bbr")
+               for run in saved_cluster_results(shape).runs})
+    assert used <= set(links.rates()) - {UNSHAPED}
+    assert links.meta.runs == 3 and links.cluster.bucket_ms == BUCKET_MS
+    for rate in used:
+        assert links.bucket_bytes[rate] == bucket_bytes(rate)
+        assert links.below_ceiling(rate) and links.held(rate), rate

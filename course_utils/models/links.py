@@ -15,7 +15,9 @@ reduce-scatter is recursive halving, whose bytes over a host's link equal the ri
 bytes on host 0's link and finds both). The model below is the ring's.
 ``tc``'s rate counts whole Ethernet frames, so TCP's payload gets at most about 1448/1514 ≈ 96 %
 of it (``FRAME_SHARE``). A link idle long enough to fill tbf's bucket (its burst) sends that many
-bytes at the speed of the machine, not the rate (``bucket_bytes``).
+bytes at the speed of the machine, not the rate: every measurement's bucket is a few
+milliseconds of the link's bytes (``bucket_bytes``), and a message that fits in it is not
+limited by the link (``link_limits``).
 """
 
 from __future__ import annotations
@@ -51,23 +53,35 @@ def check_rate(rate: str) -> str:
     return rate
 
 
-# tbf's bucket: steps 17–20 time messages of MiB, which a 256 KiB bucket barely speeds up; part
-# five's syncs are smaller (a 4-bit fragment is about 157 KB across 2 hosts), so its measurement
-# asks for a bucket of a few milliseconds of the link's bytes, with room for some full frames
-BUCKET_BYTES, SMALL_BUCKET_MIN = 256 * 1024, 16 * 1024
+# tbf's bucket, one rule for every measurement: the bytes the link carries in ``BUCKET_MS``
+# milliseconds, at least one full Ethernet frame (``FRAME_BYTES``). A bucket is credit: after an
+# idle gap a message up to its size leaves at the machine's speed, not the link's, so it is kept
+# to a few milliseconds of bytes; ``course cluster --measure links`` checks that tbf still holds
+# the configured rate with it, rate by rate.
+BUCKET_MS = 2.0
+FRAME_BYTES = 1514  # 1500 bytes of IP packet and the 14-byte Ethernet header tc counts
 
 
-def bucket_bytes(rate: str, ms: float | None = None) -> int:
-    """The bytes tbf's bucket holds on a link shaped to ``rate``: ``BUCKET_BYTES``, or with
-    ``ms`` the bytes the link carries in ``ms`` milliseconds, at least ``SMALL_BUCKET_MIN``.
+def bucket_bytes(rate: str) -> int:
+    """The bytes tbf's bucket holds on a link shaped to ``rate``: ``BUCKET_MS`` milliseconds of
+    the link's bytes, at least one full frame.
 
     Examples:
-        >>> bucket_bytes("10mbit"), bucket_bytes("10mbit", 2.0), bucket_bytes("1gbit", 2.0)
-        (262144, 16384, 250000)
+        >>> bucket_bytes("1mbit"), bucket_bytes("10mbit"), bucket_bytes("200mbit")
+        (1514, 2500, 50000)
     """
-    if ms is None:
-        return BUCKET_BYTES
-    return max(SMALL_BUCKET_MIN, round(rate_bytes_per_s(rate) * ms / 1e3))
+    return max(FRAME_BYTES, round(rate_bytes_per_s(rate) * BUCKET_MS / 1e3))
+
+
+def link_limits(message_bytes: float, rate: str) -> bool:
+    """Whether the link's rate sets the time of a message of ``message_bytes``: it does not fit
+    in tbf's bucket (``bucket_bytes``), so after an idle gap it cannot all leave on credit.
+
+    Examples:
+        >>> link_limits(262_144, "50mbit"), link_limits(262_144, "10gbit")
+        (True, False)
+    """
+    return message_bytes > bucket_bytes(rate)
 
 
 def rate_bytes_per_s(rate: str) -> float:

@@ -131,6 +131,14 @@ class SyncRow:
     sync_s: float
     sync_bytes: float | None = None
 
+    @property
+    def link_limited(self) -> bool | None:
+        """Whether the link's rate can set this sync's time: its bytes do not fit in tbf's
+        bucket (``links.link_limits``; ``None`` without the counter)."""
+        from course_utils.models.links import link_limits
+
+        return None if self.sync_bytes is None else link_limits(self.sync_bytes, self.link_rate)
+
 
 @dataclass(frozen=True)
 class DilocoSizes:

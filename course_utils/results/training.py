@@ -32,6 +32,15 @@ class TrainingRow:
     communication_s: float
     link_bytes: float | None = None
 
+    @property
+    def link_limited(self) -> bool | None:
+        """Whether the link's rate can set this step's time: its bytes do not fit in tbf's
+        bucket (``links.link_limits``; ``None`` without the counter). A step that fits was
+        not limited by the link: after an idle gap it leaves on the bucket's credit."""
+        from course_utils.models.links import link_limits
+
+        return None if self.link_bytes is None else link_limits(self.link_bytes, self.link_rate)
+
 
 @dataclass(frozen=True)
 class OwnWorkRow:

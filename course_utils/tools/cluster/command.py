@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK
+from course_utils.results.links import UNSHAPED
 from course_utils.results.records import save
 from course_utils.tools.cli import positive_int_arg
 from course_utils.tools.cluster.measurements import (
@@ -42,12 +43,11 @@ Record = TypeVar("Record")
 def _host_result(args: argparse.Namespace, rate: str, deadline: float) -> dict:
     """One cluster shaped at ``rate``: set up, one worker per host, host 0's results, torn
     down."""
-    from course_utils.models.links import bucket_bytes
     from course_utils.tools.cluster.netns import Cluster, host_command
 
     popens, files = [], []
-    cluster = Cluster(args.hosts, rate, congestion_control=args.tcp,
-                      bucket=bucket_bytes(rate, measurement(args.measure).bucket_ms))
+    cluster = Cluster(args.hosts, None if rate == UNSHAPED else rate,
+                      congestion_control=args.tcp)
     try:
         with cluster as hosts, tempfile.TemporaryDirectory() as logs:
             coordinator = f"{hosts[0].address}:{PORT}"
@@ -89,7 +89,10 @@ def run_cluster(chosen: Measurement[Record], args: argparse.Namespace, say) -> R
     from course_utils.tools.cluster.netns import check_can_run, check_congestion_control
 
     try:  # bad input first, before asking for root or building anything
-        rates = [check_rate(r) for r in args.link_rate.split(",")]
+        rates = [r if r == UNSHAPED else check_rate(r) for r in args.link_rate.split(",")]
+        if UNSHAPED in rates and not chosen.unshaped:
+            raise ValueError(f"--link-rate {UNSHAPED} is for --measure links; give rates like "
+                             "200mbit")
     except ValueError as exc:
         raise usage(exc) from None
     problem = check_can_run()
@@ -170,7 +173,8 @@ def add_cluster_parser(sub) -> None:
                          help="logical CPU devices per host (default 2)")
     cluster.add_argument("--link-rate", default="200mbit",
                          help="each host's outgoing link, in tc units (default 200mbit); "
-                         "several, comma-separated, run the plan at each rate")
+                         "several, comma-separated, run the plan at each rate; "
+                         f"{UNSHAPED}: not shaped (--measure links)")
     cluster.add_argument("--plan", choices=PLAN_NAMES, default="quick",
                          help="quick (the default) or full: " + "; ".join(
                              f"{name}: {a.quick}, or {a.full}" for name, a in about))

@@ -28,9 +28,6 @@ from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.timing import Timed
 from course_utils.training.strategies import saved_in, spec
 
-# tbf's bucket, ms of a link's bytes: a 4-bit fragment would fit the default 256 KiB bucket and
-# leave an idle link at the machine's speed, not the link's (``links.bucket_bytes``)
-BUCKET_MS = 2.0
 # batch_size: rows per host and inner step (the saved curves' rows per replica); local_steps:
 # the H of every round; methods: the strategies of the saved streaming curves, whose syncs are
 # timed (each one's format, F, τ and α its ``Sync``'s: ``MethodRow``); dp_steps: data-parallel
@@ -116,7 +113,7 @@ def assemble_diloco(host_runs: Sequence[HostRun], setup: Setup) -> DilocoCluster
     plan = DILOCO_PLANS[setup.plan]
     return from_json(DilocoClusterResults, {
         "meta": to_json(setup.run_meta("diloco")),
-        "cluster": to_json(setup.cluster(BUCKET_MS)),
+        "cluster": to_json(setup.cluster()),
         "sizes": {"n": parameters(plan, setup.hosts), "batch_size": plan["batch_size"],
                   "mixing": max(m.mixing for m in methods(plan))},  # the overlapped one's
         "methods": [to_json(m) for m in methods(plan)],
@@ -137,4 +134,4 @@ def diloco_lines(results: DilocoClusterResults) -> list[str]:
 
 MEASUREMENT = Measurement(
     name="diloco", plans=DILOCO_PLANS, measure=measure_diloco, assemble=assemble_diloco,
-    output="diloco_cluster.json", lines=diloco_lines, check=check_diloco, bucket_ms=BUCKET_MS)
+    output="diloco_cluster.json", lines=diloco_lines, check=check_diloco)

@@ -57,6 +57,11 @@ MEASUREMENTS = {
         "(needs --devices-per-host 2)",
         "a 4-layer tower of width 256", "step 19's 16-layer tower of width 512",
         ("overlap.json",), keeps_runs=True),
+    "links": About(
+        "course_utils.tools.cluster.links:MEASUREMENT",
+        "every host sending to the next at once: the rate each link delivers against the "
+        "configured one (tbf's bucket rule), and the unshaped ceiling (--link-rate unshaped)",
+        "2 s a rate", "6 s a rate", ("links.json",), keeps_runs=True),
     "diloco": About(
         "course_utils.tools.cluster.diloco:MEASUREMENT",
         "part five's DiLoCo and Streaming DiLoCo rounds against data parallelism (needs "
@@ -96,13 +101,14 @@ class Setup:
         return this_run(f"course cluster --measure {name}", time.monotonic() - self.started,
                         self.runs)
 
-    def cluster(self, bucket_ms: float | None = None) -> ClusterSetup:
+    def cluster(self) -> ClusterSetup:
         """The cluster it ran on: the shape, the plan, the TCP congestion control between the
-        hosts and the machine's default, and the links' bucket (``Measurement.bucket_ms``)."""
+        hosts and the machine's default, and the links' bucket (``links.BUCKET_MS``)."""
+        from course_utils.models.links import BUCKET_MS
         from course_utils.tools.cluster.netns import default_congestion_control
 
         return ClusterSetup(self.hosts, self.devices_per_host, self.plan, self.tcp,
-                            default_congestion_control(), bucket_ms)
+                            default_congestion_control(), BUCKET_MS)
 
 
 def any_setup(setup: Setup) -> str | None:
@@ -120,8 +126,8 @@ class Measurement(Generic[Record]):
     turns host 0's reports of every run and rate into the record written to ``output``;
     ``lines(record)`` is what the command prints; ``figure(record)``, if any, the figure data
     drawn beside ``output`` (same name, ``.png``); ``check(setup)`` a problem with the cluster
-    asked for, or ``None``; ``bucket_ms`` the links' tbf bucket as milliseconds of their bytes
-    (``links.bucket_bytes``; ``None``: 256 KiB at every rate)."""
+    asked for, or ``None``; ``unshaped`` whether ``--link-rate unshaped`` (links left as they
+    are) may be among its rates."""
 
     name: str
     plans: Mapping[str, dict]
@@ -131,7 +137,7 @@ class Measurement(Generic[Record]):
     lines: Callable[[Record], list[str]]
     figure: Callable[[Record], dict] | None = None
     check: Callable[[Setup], str | None] = any_setup
-    bucket_ms: float | None = None
+    unshaped: bool = False
 
 
 def measurement(name: str) -> Measurement:

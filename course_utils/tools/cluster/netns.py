@@ -27,7 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_utils.models.links import BUCKET_BYTES, check_rate
+from course_utils.models.links import bucket_bytes, check_rate
 from course_utils.tools.errors import CourseError
 
 PREFIX = "d03"
@@ -142,7 +142,8 @@ def default_congestion_control(path: Path = DEFAULT_CONTROL) -> str:
 
 class Cluster:
     """``hosts`` namespaces on one bridge, outgoing links shaped to ``rate`` (``None``: not
-    shaped), tbf's bucket holding ``bucket`` bytes. Use as
+    shaped), tbf's bucket holding a few milliseconds of the link's bytes
+    (``links.bucket_bytes``, the one rule of every measurement). Use as
     ``with Cluster(2, "200mbit") as hosts: …``.
 
     TCP between the hosts uses ``congestion_control`` (set on each host's route to the others,
@@ -154,12 +155,12 @@ class Cluster:
     well below the link's rate for part of each call (``course cluster --tcp bbr``; step 17)."""
 
     def __init__(self, hosts: int, rate: str | None, prefix: str = PREFIX,
-                 congestion_control: str = "reno", bucket: int = BUCKET_BYTES):
+                 congestion_control: str = "reno"):
         if not isinstance(hosts, int) or not 2 <= hosts <= 200:
             raise ValueError(f"--hosts must be from 2 to 200, got {hosts!r}")
         self.rate = None if rate is None else check_rate(rate)
         self.congestion_control = check_congestion_control(congestion_control)
-        self.bucket = bucket  # tbf's burst, bytes (``links.bucket_bytes``)
+        self.bucket = None if rate is None else bucket_bytes(rate)  # tbf's burst, bytes
         self.prefix = prefix
         self.hosts = [Host(f"{prefix}h{i}", f"{SUBNET}.{i + 1}") for i in range(hosts)]
 
