@@ -421,7 +421,8 @@ def test_the_saved_links_run_holds_every_rate_the_saved_runs_use_below_its_ceili
 
     links = saved_link_results()
     used = ({r.link_rate for r in saved_training_results().rows}
-            | set(overlap_rates(saved_overlap_results())) | set(diloco_rates(saved_diloco_cluster()))
+            | set(overlap_rates(saved_overlap_results()))
+            | set(diloco_rates(saved_diloco_cluster()))
             | {run.link_rate for shape in ("2x2", "2x4", "2x2_bbr")
                for run in saved_cluster_results(shape).runs})
     assert used <= set(links.rates()) - {UNSHAPED}
@@ -429,3 +430,18 @@ def test_the_saved_links_run_holds_every_rate_the_saved_runs_use_below_its_ceili
     for rate in used:
         assert links.bucket_bytes[rate] == bucket_bytes(rate)
         assert links.below_ceiling(rate) and links.held(rate), rate
+
+
+def test_a_step_or_sync_that_fits_in_the_bucket_says_the_link_did_not_limit_it():
+    from course_utils.results.diloco_cluster import SyncRow
+    from course_utils.results.training import TrainingRow
+
+    topk = 262_144  # step 20's top-k step: more than 2 ms of bytes at 50 Mbit/s, less at 10 Gbit/s
+    assert TrainingRow("topk_ef", "50mbit", 32, 0.1, 0.01, 0.09, topk).link_limited
+    assert not TrainingRow("topk_ef", "10gbit", 32, 0.1, 0.01, 0.09, topk).link_limited
+    assert TrainingRow("topk_ef", "50mbit", 32, 0.1, 0.01, 0.09).link_limited is None
+    assert not SyncRow("streaming_diloco", "1gbit", 0, 0.01, bucket_bytes("1gbit")).link_limited
+    assert SyncRow("streaming_diloco", "1gbit", 0, 0.01, bucket_bytes("1gbit") + 1).link_limited
+    # a 64 KiB all-reduce on 2 × 2 sends 96 KiB over a host's link: above 2 ms at 200 Mbit/s
+    assert RUN.link_limited("all_reduce", 2**16)
+    assert not run_with(link_rate="10gbit").link_limited("all_reduce", 2**16)

@@ -108,6 +108,16 @@ class ClusterRun:
     buckets: BucketTimes
     training: TrainingTimes
 
+    def link_limited(self, kind: str, nbytes: int) -> bool:
+        """Whether the link's rate can set the time of collective ``kind`` (or
+        ``"hierarchical"``) over ``nbytes`` per device: the bytes it sends over a host's link
+        do not fit in tbf's bucket (``links.link_limits``). A call that fits was not limited by
+        the link: after an idle gap it leaves on the bucket's credit."""
+        from course_utils.models.links import link_limits
+
+        return link_limits(link_bytes(kind, nbytes, self.hosts, self.devices_per_host),
+                           self.link_rate)
+
 
 @dataclass(frozen=True)
 class ClusterSetup:
