@@ -198,6 +198,7 @@ PLAN_FACTS = {  # what each plan's help says, read from the plan itself
                               f"curves of {plan['seeds']} seed"],
     "overlap": lambda plan: [f"{plan['tower'].layers}-layer tower of width {plan['tower'].width}"],
     "diloco": lambda plan: [f"H = {spoken(plan['local_steps'])}"],
+    "links": lambda plan: [f"{plan['seconds']:g} s a rate"],
 }
 
 
@@ -215,4 +216,4 @@ def test_course_cluster_help_is_written_from_every_measurement(capsys):
         for plan, text in (("quick", about.quick), ("full", about.full)):
             facts = PLAN_FACTS[name](chosen.plans[plan])
             assert all(fact in text for fact in facts), (name, plan, text)
-    assert "(overlap and diloco keep every run" in shown
+    assert "(overlap, links and diloco keep every run" in shown

@@ -4,7 +4,13 @@ of the saved figures."""
 import pytest
 
 from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
-from course_utils.results.overlap import modelled, over_runs, rates, saved_overlap_results
+from course_utils.results.overlap import (
+    modelled,
+    over_runs,
+    overlap_ratio,
+    rates,
+    saved_overlap_results,
+)
 
 SAVED = saved_overlap_results()
 
@@ -13,19 +19,31 @@ def _median(rows, rate, field):
     return over_runs(rows, rate, lambda r: getattr(r, field)).median
 
 
+# step 19, cell 20: the overlapped loop against the bucketed model, rate by rate
+OVERLAPPED_OVER_MODEL = {"100mbit": (0.95, 1.07),  # follows the model: the link limits
+                         "200mbit": (1.15, 1.35),  # about a quarter above it
+                         "400mbit": (0.95, 1.07),  # follows it: the compute limits
+                         "1gbit": (1.03, 1.2)}     # above it (a tenth above the compute)
+
+
 @pytest.mark.parametrize("rate", rates(SAVED))
 def test_the_backward_readings_hold(rate):
     b = SAVED.backward
     compute, comm = _median(b, rate, "compute_s"), _median(b, rate, "communication_s")
     overlapped, model = _median(b, rate, "overlapped_s"), modelled(SAVED, rate).overlapped_s
-    # one program about compute + communication; the computing device no better than that
-    assert _median(b, rate, "one_program_s") >= 0.9 * _median(b, rate, "serial_s")
+    # one program about compute + communication (0.90-1.05 of one after the other here)
+    assert 0.85 <= _median(b, rate, "one_program_s") / _median(b, rate, "serial_s") <= 1.1
+    # the computing device: the buckets mostly wait behind the backward programs
     assert _median(b, rate, "same_device_s") > 1.1 * overlapped
-    if comm > compute:  # the link limits: close to the max, as the model says
-        assert overlapped <= 1.1 * comm and overlapped == pytest.approx(model, rel=0.05)
-        assert _median(b, rate, "same_device_s") < _median(b, rate, "serial_s")  # the details
-    else:  # the compute limits: above it by about a tenth, more than the model
-        assert 1.05 <= overlapped / compute <= 1.2 and overlapped > model
+    low, high = OVERLAPPED_OVER_MODEL[rate]
+    assert low <= overlapped / model <= high
+    if comm > compute:  # the slow rates; the details: less than one after the other
+        assert _median(b, rate, "same_device_s") < _median(b, rate, "serial_s")
+    if rate == "200mbit":  # "its runs: 1.11-1.33x max(compute, communication)"
+        runs = [overlap_ratio(r) for r in b if r.link_rate == rate]
+        assert 1.05 < min(runs) and max(runs) < 1.4
+    if rate == "1gbit":  # about a tenth above the compute alone
+        assert 1.05 <= overlapped / compute <= 1.2
 
 
 @pytest.mark.parametrize("rate", rates(SAVED))
@@ -36,10 +54,13 @@ def test_the_matmul_readings_hold(rate):
     m, k, _ = SAVED.sizes.matmul
     block = 4 * m // SAVED.cluster.hosts * k
     link_s = block / (rate_bytes_per_s(rate) * FRAME_SHARE)
-    if rate in ("100mbit", "200mbit"):  # well under the parts; the loop's shift at full rate
-        assert looped < 0.85 * (products + shifts)
-        assert 0.9 <= (looped - products) / link_s <= 1.25
+    # step 19, cell 25: nothing inside the loop overlaps. (It read "well under the parts, the
+    # loop's shift at full rate" before.)
+    if rate == "100mbit":  # about products + shifts
+        assert 0.93 <= looped / (products + shifts) <= 1.05
+    if rate == "200mbit":  # a little less
+        assert 0.85 <= looped / (products + shifts) < 0.97
     assert 0.8 <= by_hand / looped <= 1.1  # by hand: about as fast
-    assert _median(mm, rate, "gathered_s") <= 1.1 * by_hand  # gathering: as fast or faster
+    assert _median(mm, rate, "gathered_s") < by_hand  # gathering first: faster
     share = link_s / shifts
-    assert 0.4 <= share <= 0.6  # about half the link's rate
+    assert 0.4 <= share <= 0.6  # a shift alone: about half the link's rate

@@ -75,7 +75,9 @@ def bucket_bytes(rate: str) -> int:
 
 def link_limits(message_bytes: float, rate: str) -> bool:
     """Whether the link's rate sets the time of a message of ``message_bytes``: it does not fit
-    in tbf's bucket (``bucket_bytes``), so after an idle gap it cannot all leave on credit.
+    in tbf's bucket (``bucket_bytes``), so after an idle gap it cannot all leave on credit. It
+    judges the size only: a message that fits may still wait for the link if the link was busy
+    just before it.
 
     Examples:
         >>> link_limits(262_144, "50mbit"), link_limits(262_144, "10gbit")

@@ -3,13 +3,12 @@ per inner step and the bytes over a host's link, for the step with nothing sent,
 parallelism, DiLoCo (float32, int8, int4) and Streaming DiLoCo, at each H and link rate, in
 each of several runs of one plan; and each method's one sync alone.
 
-The model of a round (H inner steps, F syncs of one fragment each): time per round = H steps
-of compute + the part of each sync not hidden, where a sync overlapping τ inner steps hides
-min(sync, τ steps of compute) (``round_time``). The compute is the measured step with nothing
-sent; a sync's seconds are the link model's (``models.step.step_time``: its bytes over a host's
-link, ``sync_link_bytes``, at the rate's payload share, ``models.links.FRAME_SHARE``), from the
-registry's model of the strategy's one sync (``diloco.sync_traffic``;
-data parallelism's, ``dp_adamw``'s step traffic). A method is a registry name (``MethodRow``).
+The model of a round (H inner steps, F syncs of one fragment each): H steps of compute + the
+part of each sync not hidden, a sync overlapping τ steps hiding min(sync, τ steps of compute)
+(``round_time``). The compute is the measured step with nothing sent; a sync's seconds are its
+bytes over a host's link (``sync_link_bytes``, from ``diloco.sync_traffic``; data parallelism's:
+``dp_adamw``'s step traffic) at the rate's payload share (``models.step.step_time``). A method is
+a registry name (``MethodRow``).
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ from course_utils.results.records import load, load_saved
 from course_utils.training.strategies import DATA_PARALLEL, DILOCO, Sync, saved_in, spec
 
 NOTHING_SENT = "nothing_sent"
-# the registry's strategies of the inner steps (DiLoCo's) and of the DATA_PARALLEL rounds (the
-# streaming curves' baseline)
+# the registry's inner steps (DiLoCo's) and the DATA_PARALLEL rounds' (the curves' baseline)
 INNER, (BASELINE,) = DILOCO, saved_in("streaming.json", "baseline")
 SAVED = "diloco_cluster.json"
 COMMAND = ("course cluster --measure diloco --plan full --link-rate 10mbit,50mbit,200mbit,1gbit "
@@ -133,8 +131,7 @@ class SyncRow:
 
     @property
     def link_limited(self) -> bool | None:
-        """Whether the link's rate can set this sync's time: its bytes do not fit in tbf's
-        bucket (``links.link_limits``; ``None`` without the counter)."""
+        """Whether the sync does not fit in tbf's bucket (``links.link_limits``)."""
         from course_utils.models.links import link_limits
 
         return None if self.sync_bytes is None else link_limits(self.sync_bytes, self.link_rate)
@@ -282,11 +279,8 @@ def modelled_step_s(results: DilocoClusterResults, name: str, h: int, link_rate:
     else:
         compute, m = step(results, NOTHING_SENT, h, link_rate).median, method(results, name)
         traffic = _sync_traffic(m, n, hosts)
-    if sync_alone:
-        sync_s = sync(results, name, link_rate).median
-    else:
-        sync_s = step_time(traffic, 0.0, alpha_s=alpha_s,
-                           bytes_per_s=bytes_per_s).communication_s
+    sync_s = (sync(results, name, link_rate).median if sync_alone else step_time(
+        traffic, 0.0, alpha_s=alpha_s, bytes_per_s=bytes_per_s).communication_s)
     return round_time(compute, sync_s, local_steps=h, fragments=m.fragments,
                       overlap=m.overlap) / h
 

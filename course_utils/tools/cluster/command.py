@@ -183,8 +183,8 @@ def add_cluster_parser(sub) -> None:
     cluster.add_argument("--runs", type=positive_int_arg, default=1,
                          help="run the plan this many times, every rate in turn each time "
                          "(default 1); the file holds the median of the runs, cell by cell"
-                         + (f" ({' and '.join(kept)} keep every run, and their readers take "
-                            "the median)" if kept else ""))
+                         + (f" ({', '.join(kept[:-1])} and {kept[-1]} keep every run, and their "
+                            "readers take the median)" if len(kept) > 1 else ""))
     cluster.add_argument("--tcp", default="reno",
                          help="TCP congestion control between the hosts: reno (default; a "
                          "standing queue keeps the link busy while there is data), cubic or bbr")
