@@ -366,10 +366,11 @@ def test_the_quick_training_plan_writes_training_json_and_leaves_nothing(tmp_pat
     assert all(set(row) == ROW_KEYS for row in data["rows"])
     assert results.cluster.hosts == 2 and results.meta.machine.cores > 0
     assert results.cluster.default_tcp and results.meta.command.endswith("--measure training")
-    # host 0's link counter saw what the step model says one data-parallel step sends
+    # host 0's link counter saw what the step model says one data-parallel step sends, and up
+    # to 200 Mbit/s each frame's headers and the acknowledgements too (step 17: about 1.07)
     dp = strategy_traffic("data_parallel", padded_size(2, PART_FOUR_MLP), Topology(2, 1))
     for row in results.rows:
-        assert row.link_bytes == pytest.approx(dp.link_bytes, rel=0.05)
+        assert 1.0 <= row.link_bytes / dp.link_bytes <= 1.08, row
         assert row.step_s == pytest.approx(row.compute_s + row.communication_s)
     assert [r.strategy for r in results.own_work] == ["data_parallel"]  # no scheme in quick
     assert results.flops_per_s > 0
