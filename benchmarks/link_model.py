@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from course_utils.checks.overlap_time import overlap_model_ms
 from course_utils.models.cost_model import Topology
-from course_utils.models.links import FRAME_SHARE, link_bytes, link_limits, rate_bytes_per_s
+from course_utils.models.links import link_bytes, link_limits, payload_bytes_per_s, rate_bytes_per_s
 from course_utils.results import diloco_cluster as dc
 from course_utils.results import training as tr
 from course_utils.results.cluster import ClusterResults
@@ -46,10 +46,6 @@ class Cell(NamedTuple):
         return abs(self.modelled_s / self.measured_s - 1) <= TOLERANCE
 
 
-def _payload(rate: str) -> float:
-    return rate_bytes_per_s(rate) * FRAME_SHARE
-
-
 def collective_cells(results: ClusterResults, name: str) -> list[Cell]:
     """Step 17: each collective and the two-level all-reduce, every size, against its ring
     bytes at the rate."""
@@ -60,13 +56,13 @@ def collective_cells(results: ClusterResults, name: str) -> list[Cell]:
             for kind in ("all_reduce", "reduce_scatter", "all_gather"):
                 sent = link_bytes(kind, row.bytes, h, d)
                 cells.append(Cell(f"17 {name}", f"{kind} {row.bytes >> 10} KiB", run.link_rate,
-                                  None, row.time(kind), sent / _payload(run.link_rate),
-                                  sent / _payload(run.link_rate), sent))
+                                  None, row.time(kind), sent / payload_bytes_per_s(run.link_rate),
+                                  sent / payload_bytes_per_s(run.link_rate), sent))
         for row in run.hierarchy:
             sent = link_bytes("hierarchical", row.bytes, h, d)
             cells.append(Cell(f"17 {name}", f"two-level {row.bytes >> 10} KiB", run.link_rate,
-                              None, row.hierarchical, sent / _payload(run.link_rate),
-                              sent / _payload(run.link_rate), sent))
+                              None, row.hierarchical, sent / payload_bytes_per_s(run.link_rate),
+                              sent / payload_bytes_per_s(run.link_rate), sent))
     return cells
 
 
@@ -76,7 +72,7 @@ def overlap_cells(results: OverlapResults) -> list[Cell]:
     s, hosts, cells = results.sizes, results.cluster.hosts, []
     bucket = 4 * s.width ** 2
     for row in results.backward:
-        rate = _payload(row.link_rate)
+        rate = payload_bytes_per_s(row.link_rate)
         link = s.layers * link_bytes("all_reduce", bucket, hosts, 1) / rate
         over = overlap_model_ms(row.compute_s * 1e3, bucket, s.layers, hosts, rate, 0.0) / 1e3
         for what, measured, modelled in (("all-reduces alone", row.communication_s, link),
@@ -112,10 +108,10 @@ def diloco_cells(results: dc.DilocoClusterResults) -> list[Cell]:
         modelled = dc.modelled_step_s(results, r.method, r.local_steps, r.link_rate)
         if r.method == dc.DATA_PARALLEL:
             sent = strategy_traffic(dc.BASELINE, n, Topology(hosts, 1)).link_bytes
-            link, h = sent / _payload(r.link_rate), 1
+            link, h = sent / payload_bytes_per_s(r.link_rate), 1
         else:
             sent = dc.sync_link_bytes(dc.method(results, r.method), n, hosts)
-            link, h = sent / _payload(r.link_rate) / r.local_steps, r.local_steps
+            link, h = sent / payload_bytes_per_s(r.link_rate) / r.local_steps, r.local_steps
         cells.append(Cell("22", f"{r.method} H={h}", r.link_rate, r.run, r.step_s, modelled,
                           link, sent))
     return cells
@@ -133,7 +129,7 @@ def sync_bounds(results: dc.DilocoClusterResults) -> list[str]:
         for rate in dc.rates(results):
             if not (link_limits(sent, rate) and LOWEST <= rate_bytes_per_s(rate) <= HIGHEST):
                 continue
-            ratios = [r.sync_s * _payload(rate) / sent for r in results.syncs
+            ratios = [r.sync_s * payload_bytes_per_s(rate) / sent for r in results.syncs
                       if (r.method, r.link_rate) == (m.name, rate)]
             inside = sum(0.85 <= x <= 2.15 for x in ratios)
             lines.append(f"    {m.name:17s} {rate:>8s}: sync / its bytes at the rate "

@@ -97,6 +97,17 @@ def rate_bytes_per_s(rate: str) -> float:
     return float(number) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[unit] / 8
 
 
+def payload_bytes_per_s(rate: str) -> float:
+    """The bytes per second TCP's payload gets on a link shaped to ``rate``: ``FRAME_SHARE`` of
+    it (tbf charges every frame's headers).
+
+    Examples:
+        >>> round(payload_bytes_per_s("200mbit"))
+        23910172
+    """
+    return rate_bytes_per_s(rate) * FRAME_SHARE
+
+
 def rate_label(rate: str) -> str:
     """A ``tc`` rate as a reader writes it, in the unit of the figures' axes.
 

@@ -263,12 +263,12 @@ def modelled_step_s(results: DilocoClusterResults, name: str, h: int, link_rate:
     ``sync_alone``, each sync's seconds are its sync timed alone at that rate (the median over
     the runs): what the link and TCP gave it, so that only how the round adds up is modelled
     (data parallelism has no sync timed alone: a ``ValueError``)."""
-    from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+    from course_utils.models.links import payload_bytes_per_s
     from course_utils.models.step import step_time
     from course_utils.training.traffic import strategy_traffic
 
     hosts, n = results.cluster.hosts, results.sizes.n
-    bytes_per_s = rate_bytes_per_s(link_rate) * FRAME_SHARE
+    bytes_per_s = payload_bytes_per_s(link_rate)
     if name == NOTHING_SENT:
         return step(results, name, h, link_rate).median
     if name == DATA_PARALLEL:  # the registry's data parallelism: its step's traffic, every step

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+from course_utils.models.links import payload_bytes_per_s, rate_bytes_per_s
 from course_utils.results.cluster import ClusterSetup
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load_saved
@@ -62,7 +62,7 @@ class LinkResults:
     def payload_share(self, rate: str) -> list[float]:
         """Each host's payload against the rate's share for TCP's data (rate · ``FRAME_SHARE``):
         1 when tbf holds the rate exactly and no acknowledgement shares the link."""
-        want = rate_bytes_per_s(rate) * FRAME_SHARE
+        want = payload_bytes_per_s(rate)
         return [d / want for d in self.delivered(rate, "payload_bytes_per_s")]
 
     def ceiling(self) -> float:

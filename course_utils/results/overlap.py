@@ -141,11 +141,11 @@ def modelled(results: OverlapResults, link_rate: str, alpha_s: float = 0.0) -> M
     (its payload share, ``FRAME_SHARE``) with ``alpha_s`` per message step; the compute is the
     runs' median backward pass alone."""
     from course_utils.models.latency import bucketed_step_time, collective_time
-    from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+    from course_utils.models.links import payload_bytes_per_s
 
     m, hosts = results.sizes, results.cluster.hosts
     bucket = 4 * m.width * m.width
-    rate = {"alpha_s": alpha_s, "bandwidth_bytes_per_s": rate_bytes_per_s(link_rate) * FRAME_SHARE}
+    rate = {"alpha_s": alpha_s, "bandwidth_bytes_per_s": payload_bytes_per_s(link_rate)}
     compute = over_runs(results.backward, link_rate, lambda r: r.compute_s).median
     communication = m.layers * collective_time(bucket, hosts, algorithm="ring", **rate)
     overlapped = bucketed_step_time([bucket] * m.layers, bucket, ranks=hosts,

@@ -272,11 +272,11 @@ def modelled_step_s(row: TrainingRow, hosts: int, devices: int, *, alpha_s: floa
         >>> round(modelled_step_s(row, 2, 2), 3)  # 0.05 + 1.5 · 4.27 MiB / (25 MB/s · 0.956)
         0.331
     """
-    from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+    from course_utils.models.links import payload_bytes_per_s
     from course_utils.models.step import step_time
 
     traffic = part_four_traffic(row.strategy, hosts, devices)
-    rate = rate_bytes_per_s(row.link_rate) * FRAME_SHARE
+    rate = payload_bytes_per_s(row.link_rate)
     compute = row.compute_s if compute_s is None else compute_s
     return step_time(traffic, compute + own_s, alpha_s=alpha_s, bytes_per_s=rate).step_s
 
