@@ -1,0 +1,80 @@
+"""Compile step 19's one-program backward pass for a TPU topology and print the saved record
+(``course_utils/saved/tpu_compiled.json``) that step 19 reads: which all-reduces XLA:TPU makes of
+the layers' ``psum``s, and where it schedules them.
+
+Run on a machine with a TPU chip (a chip compiles ahead of time for a topology larger than itself,
+https://docs.jax.dev/en/latest/aot.html), from the repository's root::
+
+    PYTHONPATH=. python scripts/compile_for_tpu.py --commit "$(git rev-parse HEAD)" \
+        > course_utils/saved/tpu_compiled.json
+
+Nothing runs on the chip: each program is lowered and compiled, and its optimized HLO's entry
+computation (metadata dropped) is saved with the topology, the chip and the software.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+
+import jax
+import numpy as np
+from jax.experimental import topologies
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from course_utils.collectives.overlap import one_program_backward
+from course_utils.results.compiled import CompiledProgram, CompiledRun
+from course_utils.results.meta import RunMeta, command_line, this_machine
+from course_utils.results.records import dumps
+
+TOWERS = ((8, 128), (8, 512), (16, 2048), (8, 4096))  # (layers, width): 64 KiB to 64 MiB a layer
+ROWS = 256  # per host
+
+
+def entry_computation(hlo: str) -> str:
+    """The ENTRY computation of an HLO module's text, each instruction without its metadata."""
+    start = hlo.index("\nENTRY ")
+    end = hlo.index("\n}\n", start)
+    return "\n".join(re.sub(r", metadata=\{[^}]*\}", "", line)
+                     for line in hlo[start + 1:end + 2].splitlines())
+
+
+def compile_tower(mesh: Mesh, layers: int, width: int) -> CompiledProgram:
+    hosts = mesh.shape["host"]
+    rows = NamedSharding(mesh, P("host", None))
+    whole = NamedSharding(mesh, P())
+    act = jax.ShapeDtypeStruct((hosts * ROWS, width), np.float32, sharding=rows)
+    w = jax.ShapeDtypeStruct((width, width), np.float32, sharding=whole)
+    program = one_program_backward(mesh, hosts * ROWS)
+    hlo = program.lower([act] * (layers + 1), [w] * layers, act).compile().as_text()
+    return CompiledProgram(layers=layers, width=width, rows_per_host=ROWS,
+                           entry=entry_computation(hlo))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topology", default="v5e:2x2", help="TPU topology to compile for")
+    parser.add_argument("--commit", default=None, help="the commit of the checkout copied here")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    chip = jax.devices()[0]
+    if chip.platform != "tpu":
+        print(f"compile_for_tpu: needs a TPU chip; this machine's JAX has {chip.platform}",
+              file=sys.stderr)
+        return 2
+    topology = topologies.get_topology_desc(platform="tpu", topology_name=args.topology)
+    mesh = Mesh(np.array(topology.devices), ("host",))
+    programs = tuple(compile_tower(mesh, layers, width) for layers, width in TOWERS)
+    meta = RunMeta("python scripts/compile_for_tpu.py", this_machine(),
+                   time.perf_counter() - started, commit=args.commit,
+                   command_line=command_line(["scripts/compile_for_tpu.py", *argv]))
+    print(dumps(CompiledRun(meta=meta, compiled_on=chip.device_kind, topology=args.topology,
+                            devices=len(topology.devices), programs=programs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
