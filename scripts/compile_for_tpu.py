@@ -18,6 +18,7 @@ import argparse
 import re
 import sys
 import time
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -26,20 +27,18 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils.collectives.overlap import one_program_backward
+from course_utils.observe.ir import entry_computation
 from course_utils.results.compiled import CompiledProgram, CompiledRun
-from course_utils.results.meta import RunMeta, command_line, this_machine
+from course_utils.results.meta import this_run
 from course_utils.results.records import dumps
 
 TOWERS = ((8, 128), (8, 512), (16, 2048), (8, 4096))  # (layers, width): 64 KiB to 64 MiB a layer
 ROWS = 256  # per host
 
 
-def entry_computation(hlo: str) -> str:
-    """The ENTRY computation of an HLO module's text, each instruction without its metadata."""
-    start = hlo.index("\nENTRY ")
-    end = hlo.index("\n}\n", start)
-    return "\n".join(re.sub(r", metadata=\{[^}]*\}", "", line)
-                     for line in hlo[start + 1:end + 2].splitlines())
+def without_metadata(entry: str) -> str:
+    """``entry`` without each instruction's ``metadata={…}`` (source lines, op names)."""
+    return re.sub(r", metadata=\{[^}]*\}", "", entry)
 
 
 def compile_tower(mesh: Mesh, layers: int, width: int) -> CompiledProgram:
@@ -51,7 +50,7 @@ def compile_tower(mesh: Mesh, layers: int, width: int) -> CompiledProgram:
     program = one_program_backward(mesh, hosts * ROWS)
     hlo = program.lower([act] * (layers + 1), [w] * layers, act).compile().as_text()
     return CompiledProgram(layers=layers, width=width, rows_per_host=ROWS,
-                           entry=entry_computation(hlo))
+                           entry=without_metadata(entry_computation(hlo)))
 
 
 def main(argv: list[str]) -> int:
@@ -68,9 +67,10 @@ def main(argv: list[str]) -> int:
     topology = topologies.get_topology_desc(platform="tpu", topology_name=args.topology)
     mesh = Mesh(np.array(topology.devices), ("host",))
     programs = tuple(compile_tower(mesh, layers, width) for layers, width in TOWERS)
-    meta = RunMeta("python scripts/compile_for_tpu.py", this_machine(),
-                   time.perf_counter() - started, commit=args.commit,
-                   command_line=command_line(["scripts/compile_for_tpu.py", *argv]))
+    meta = this_run("python scripts/compile_for_tpu.py", time.perf_counter() - started,
+                    argv=["scripts/compile_for_tpu.py", *argv])
+    if args.commit:  # the copy on the chip's machine is no checkout
+        meta = replace(meta, commit=args.commit, dirty=None)  # changes: not known there
     print(dumps(CompiledRun(meta=meta, compiled_on=chip.device_kind, topology=args.topology,
                             devices=len(topology.devices), programs=programs)))
     return 0

@@ -63,8 +63,10 @@ _HLO_OP = re.compile(
 
 
 # a combined (tuple) collective: `= (f32[1024]{0}, f32[8]{0}) all-reduce(…`
+# (a TPU's layouts hold parentheses of their own: `{1,0:T(8,128)}`)
 _HLO_TUPLE_OP = re.compile(
-    r"=\s*\(([^()]*)\)\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$", re.MULTILINE
+    r"=\s*\(((?:[^()]|\([^()]*\))*)\)\s+(" + "|".join(HLO_OPS) + r")(?:-start)?\((.*)$",
+    re.MULTILINE,
 )
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
 
@@ -294,3 +296,68 @@ def ring_payload(entries: Sequence[Collective], ranks: int) -> float:
         collective, vector = _AS_RING[entry.op]
         total += bytes_sent(collective, "ring", vector(entry.bytes, g), Topology(1, g))
     return total
+
+
+class Scheduled(NamedTuple):
+    """A collective in a compiled program's schedule: the op (as ``hlo_collectives`` reads it),
+    whether it is an asynchronous pair (``-start`` … ``-done``), and how many compute
+    instructions (fusions, custom calls, dots, convolutions) the schedule puts before its start,
+    between its start and its end, and after its end."""
+
+    collective: Collective
+    asynchronous: bool
+    compute_before: int
+    compute_between: int
+    compute_after: int
+
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+) = .*? ([a-z][a-z0-9-]*)\((.*)$")
+_COMPUTE = ("fusion", "custom-call", "dot", "convolution")
+
+
+def entry_computation(text: str) -> str:
+    """The ENTRY computation of a compiled HLO module's text (the text itself if it has none).
+
+    Examples:
+        >>> entry_computation("HloModule m\\n\\n%f {\\n  x\\n}\\n\\nENTRY %main {\\n  y\\n}\\n")
+        'ENTRY %main {\\n  y\\n}'
+    """
+    start = text.find("\nENTRY ")
+    if start < 0:
+        return text
+    end = text.find("\n}", start + 1)
+    return text[start + 1:] if end < 0 else text[start + 1:end + 2]
+
+
+def collective_schedule(entry: str) -> list[Scheduled]:
+    """The collectives of a compiled program's HLO text (a module, whose entry computation is
+    read, or one scheduled computation), each placed against the compute around it: a
+    compiled module prints its entry's instructions in the order they run.
+
+    Examples:
+        >>> entry = '''  %f = f32[8]{0} fusion(%p), kind=kLoop, calls=%c
+        ...   %ar = f32[8]{0} all-reduce-start(%f), replica_groups={{0,1}}, to_apply=%add
+        ...   %g = f32[8]{0} fusion(%p), kind=kLoop, calls=%d
+        ...   %d = f32[8]{0} all-reduce-done(%ar)
+        ...   ROOT %h = f32[8]{0} fusion(%d, %g), kind=kLoop, calls=%e'''
+        >>> [(s.collective.op, s.asynchronous, s.compute_before, s.compute_between,
+        ...   s.compute_after) for s in collective_schedule(entry)]
+        [('all-reduce', True, 1, 1, 1)]
+    """
+    entry = entry_computation(entry)
+    steps = [m.groups() for line in entry.splitlines() if (m := _INSTRUCTION.match(line))]
+    compute = [op in _COMPUTE for _, op, _ in steps]
+    found = []
+    for i, (name, op, _) in enumerate(steps):
+        base = op.removesuffix("-start")
+        if base not in HLO_OPS:
+            continue
+        line = next(line for line in entry.splitlines() if f"%{name} = " in line)
+        end = i
+        if op.endswith("-start"):
+            end = next((j for j, (_, o, rest) in enumerate(steps)
+                        if o == base + "-done" and rest.startswith(f"%{name})")), i)
+        found.append(Scheduled(hlo_collectives(line)[0], op.endswith("-start"),
+                               sum(compute[:i]), sum(compute[i + 1:end]),
+                               sum(compute[end + 1:])))
+    return found
