@@ -1,9 +1,13 @@
 """Step 19's prose, held to the saved overlap runs: each reading the Read and Why paragraphs make
 of the saved figures."""
 
+import re
+
 import pytest
 
 from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+from course_utils.observe.ir import collective_schedule
+from course_utils.results.compiled import load_tpu_compiled
 from course_utils.results.overlap import (
     modelled,
     over_runs,
@@ -64,3 +68,21 @@ def test_the_matmul_readings_hold(rate):
     assert _median(mm, rate, "gathered_s") < by_hand  # gathering first: faster
     share = link_s / shifts
     assert 0.4 <= share <= 0.6  # a shift alone: about half the link's rate
+
+
+def test_the_accelerator_paragraph_holds_of_the_saved_tpu_compile():
+    # step 19's "How accelerators overlap": the one-program backward pass compiled for a TPU
+    # v5e 2x2 (scripts/compile_for_tpu.py, on a chip); XLA:TPU combines the small layers'
+    # all-reduces into one at the end and leaves the large ones apart, scheduled amid the compute
+    compiled = load_tpu_compiled()
+    assert compiled.compiled_on.startswith("TPU") and compiled.devices == 4
+    assert re.fullmatch(r"[0-9a-f]{40}", compiled.meta.commit or "")
+    placed = {p.layer_bytes: (p.layers, collective_schedule(p.entry)) for p in compiled.programs}
+    for layers, ops in placed.values():
+        assert sum(op.collective.buffers for op in ops) == layers  # every layer's psum, once
+        assert not any(op.asynchronous for op in ops)  # no -start/-done pair
+    for small in (2**16, 2**20):  # one all-reduce of every layer, after the last compute
+        assert [(op.collective.buffers, op.compute_after) for op in placed[small][1]] == [(8, 0)]
+    middle, large = placed[2**24][1], placed[2**26][1]
+    assert 1 < len(middle) < 16 and middle[0].compute_after > 0
+    assert len(large) == 8 and large[0].compute_after > 0
