@@ -1,6 +1,8 @@
-"""The ring-step self-check passes the package's step and names what is wrong in typical ones."""
+"""The ring-step self-check passes a step of the reversed ring and names what is wrong in typical
+ones."""
 
 import jax
+import numpy as np
 import pytest
 
 from course_utils import (
@@ -9,15 +11,14 @@ from course_utils import (
     data_mesh,
     plan_buckets,
     reduce_scatter_step,
-    ring_permutation,
 )
 from course_utils.checks.algorithms import check_bucket_model, check_ring_step
 from course_utils.checks.helpers import ExerciseFailed
-from course_utils.collectives.ring import encoded_step
+from course_utils.collectives.ring import encoded_step, ring_reduce_scatter
 
 
-def _step(send_to, chunk_offset, also=None):
-    """A ring step that sends to ``send_to(j, p)`` and adds chunk ``i - s - chunk_offset``."""
+def _step(send_to, chunk, also=None):
+    """A ring step that sends to ``send_to(j, p)`` and adds its own chunk ``chunk(i, s, p)``."""
 
     def step(partial, chunks, s, axis_name):
         p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
@@ -26,28 +27,41 @@ def _step(send_to, chunk_offset, also=None):
             pairs = [(j, send_to(j, p)) for j in range(p)]
             received = jax.lax.ppermute(partial, axis_name, pairs)
         extra = also(partial, axis_name) if also else 0
-        return received + chunks[(i - s - chunk_offset) % p] + extra
+        return received + chunks[chunk(i, s, p)] + extra
 
     return step
 
 
-def _backwards(partial, chunks, s, axis_name):
-    """The ring run the other way round, each step adding the chunk that does arrive."""
-    p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
-    received = jax.lax.ppermute(partial, axis_name, [(j, (j - 1) % p) for j in range(p)])
-    return received + chunks[(i + s) % p]
+def _previous(j, p):
+    return (j - 1) % p
+
+
+def _arrived(i, s, p):  # the received partial sum's chunk, on the ring i → i − 1
+    return (i + s + 2) % p
+
+
+RIGHT = _step(_previous, _arrived)
 
 
 def _model_axis(partial, chunks, s, axis_name):
     """The right step with the axis name typed in, and wrong: 'model'."""
     p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
-    return jax.lax.ppermute(partial, "model", ring_permutation(p)) + chunks[(i - s - 2) % p]
+    pairs = [(j, (j - 1) % p) for j in range(p)]
+    return jax.lax.ppermute(partial, "model", pairs) + chunks[(i + s + 2) % p]
 
 
 def _data_axis(partial, chunks, s, axis_name):
     """The right step with the notebook's axis name typed in instead of the argument."""
     p, i = chunks.shape[0], jax.lax.axis_index("data")
-    return jax.lax.ppermute(partial, "data", ring_permutation(p)) + chunks[(i - s - 2) % p]
+    pairs = [(j, (j - 1) % p) for j in range(p)]
+    return jax.lax.ppermute(partial, "data", pairs) + chunks[(i + s + 2) % p]
+
+
+def _four_typed_in(partial, chunks, s, axis_name):
+    """The right step with this notebook's p typed in."""
+    p, i = 4, jax.lax.axis_index(axis_name)
+    pairs = [(j, (j - 1) % p) for j in range(p)]
+    return jax.lax.ppermute(partial, axis_name, pairs) + chunks[(i + s + 2) % p]
 
 
 def _wrapper(partial, chunks, s, axis_name):
@@ -64,14 +78,16 @@ def _around_prebuilt(partial, chunks, s, axis_name):
 
 # (the page's common wrong answers: tests/test_mistakes.py)
 WRONG = [
-    (_step(None, 2), "no device receives anything"),
-    (_step(lambda j, p: (j + 1) % p, 1), "added to the wrong chunk"),
-    (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: x), "counted more than once"),
-    (_step(lambda j, p: (j + 1) % p, 2, also=lambda x, a: jax.lax.psum(x, a)), "the program has"),
+    (_step(None, _arrived), "no device receives anything"),
+    (_step(_previous, lambda i, s, p: (i + s + 1) % p), "added to the wrong chunk"),
+    (_step(_previous, _arrived, also=lambda x, a: x), "counted more than once"),
+    (_step(_previous, _arrived, also=lambda x, a: jax.lax.psum(x, a)), "the program has"),
     (lambda partial, chunks, s, axis_name: chunks, "must return one chunk"),
     (lambda partial, chunks, s, axis_name: 1 / 0, "raised ZeroDivisionError"),
-    (_backwards, "the ring runs backwards"),
+    (_step(lambda j, p: (j + 1) % p, lambda i, s, p: (i - s - 2) % p), "the page's ring; this "
+                                                                       "ring runs the other way"),
     (_model_axis, "names the axis 'model', but the mesh's only axis is 'data'"),
+    (_four_typed_in, "right on 4 devices but wrong on 3"),
     (reduce_scatter_step, "uses the package's reduce_scatter_step"),
     (_wrapper, "uses the package's reduce_scatter_step"),
     (jax.jit(reduce_scatter_step, static_argnums=(2, 3)), "uses the package's reduce_scatter_s"),
@@ -80,7 +96,8 @@ WRONG = [
     (None, "my_step is not defined"),
     (3, "object of type int, not a function"),
     (lambda partial, chunks, s, axis_name: jax.lax.ppermute(  # passed on, nothing added
-        partial, axis_name, ring_permutation(chunks.shape[0])), "nothing is added"),
+        partial, axis_name, [(j, (j - 1) % chunks.shape[0]) for j in range(chunks.shape[0])]),
+     "nothing is added"),
     (lambda partial, chunks, s, axis_name: (partial, chunks), "must return one array"),
     (_data_axis, "names the axis 'data' itself: the check runs it on a mesh whose axis is "
                  "called 'ring_data'"),
@@ -88,9 +105,20 @@ WRONG = [
 
 
 def test_a_step_written_by_hand_passes(capsys):
-    check_ring_step(_step(lambda j, p: (j + 1) % p, 2), data_mesh())
-    assert "PASSED: one ring step (3 steps" in capsys.readouterr().out
-    assert ring_permutation(4)[-1] == (3, 0)
+    check_ring_step(RIGHT, data_mesh())
+    out = capsys.readouterr().out
+    assert "PASSED: one step of the reversed ring (3 step(s)" in out
+    assert "right on 3 devices too" in out
+
+
+def test_the_reversed_ring_sums_every_chunk():
+    mesh = data_mesh()
+    p = mesh.size
+    blocks = np.arange(p * 2 * p, dtype=np.float32).reshape(p, 2 * p)
+    summed = ring_reduce_scatter(mesh, step=RIGHT, direction=-1)(blocks)
+    np.testing.assert_allclose(np.asarray(summed), blocks.sum(axis=0).reshape(p, 2))
+    with pytest.raises(ValueError, match="direction must be 1 or -1, got 0"):
+        ring_reduce_scatter(mesh, direction=0)
 
 
 @pytest.mark.parametrize("step, match", WRONG)

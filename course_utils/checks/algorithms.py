@@ -12,16 +12,23 @@ from jax.sharding import PartitionSpec as P
 
 from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.helpers import (
+    ExerciseFailed,
     call_without,
     fail,
     function_given,
+    not_verified,
     number,
     passed,
     tiled_hint,
 )
 from course_utils.collectives.hierarchy import hierarchical_all_reduce
 from course_utils.collectives.kernels import Kernel, block_collective
-from course_utils.collectives.ring import encoded_step, reduce_scatter_step, ring_reduce_scatter
+from course_utils.collectives.ring import (
+    encoded_step,
+    reduce_scatter_step,
+    ring_permutation,
+    ring_reduce_scatter,
+)
 from course_utils.display import error_line
 from course_utils.models.latency import bucketed_step_time, collective_time, plan_buckets
 from course_utils.observe.ir import collectives_in
@@ -104,14 +111,16 @@ def _made_by_encoded_step(fn, depth: int = 3) -> bool:
 
 
 def check_ring_step(step, mesh: Mesh) -> None:
-    """Exercise 11: ``step(partial, chunks, s, axis_name)``, one step of the ring reduce-scatter.
+    """Exercise 11: ``step(partial, chunks, s, axis_name)``, one step of the ring reduce-scatter
+    on the ring that runs the other way from the page's: device i sends to i − 1.
 
-    The check runs the whole ring with it (p − 1 steps) on random blocks and compares every
-    device's result with ``psum_scatter``'s; then it runs the ring on blocks where device d holds
-    2^d everywhere, so that each result says whose contributions it sums; and it reads the
-    compiled program (only ``collective-permute`` ops, p − 1 of them).
+    The check runs that ring with it (p − 1 steps, ``ring_reduce_scatter(direction=-1)``) on
+    random blocks and compares every device's result with ``psum_scatter``'s; then on blocks
+    where device d holds 2^d everywhere, so that each result says whose contributions it sums;
+    it reads the compiled program (only ``collective-permute`` ops, p − 1 of them); and it runs
+    the ring again on p − 1 of the devices, where a p typed in shows.
     """
-    exercise = "one ring step"
+    exercise = "one step of the reversed ring"
     function_given(exercise, "my_step", step)
     if (name := uses_forbidden(step, _PACKAGE_STEPS)) is not None:
         fail(exercise, _REFUSAL.format(name))
@@ -122,9 +131,29 @@ def check_ring_step(step, mesh: Mesh) -> None:
         passed(exercise, "with one device the ring has no step to check; run with 2 or more")
         return
     axis = "ring_" + home  # the step must use the axis it is given, whatever its name
-    mesh = Mesh(mesh.devices, (axis,))
+    devices = np.asarray(mesh.devices).reshape(-1)
+    _check_reversed_ring(exercise, step, Mesh(devices, (axis,)))
+    detail = f"{p - 1} step(s), each one collective-permute of one chunk, device i to i - 1"
+    if p > 2:  # a p typed in, or read from the notebook, is right at p devices only
+        try:
+            _check_reversed_ring(exercise, step, Mesh(devices[:-1], (axis,)))
+            fewer = True
+        except ExerciseFailed:
+            fewer = False
+        if not fewer:  # outside the except: no traceback chained into the package
+            fail(exercise, f"right on {p} devices but wrong on {p - 1}: your step takes p from "
+                           "somewhere else than its arguments (the notebook's N_DEVICES or "
+                           "mesh?); read it from chunks.shape[0] or jax.lax.axis_size(axis_name)")
+        detail += f"; right on {p - 1} devices too"
+    passed(exercise, detail)
+
+
+def _check_reversed_ring(exercise: str, step, mesh: Mesh) -> None:
+    """Fail with the likely slip unless the ring i → i − 1 with ``step`` on ``mesh`` (one axis,
+    named as the step must read it) is a reduce-scatter of p − 1 collective-permutes."""
+    p, axis = mesh.size, mesh.axis_names[0]
     blocks = np.random.default_rng(11).standard_normal((p, 4 * p)).astype(np.float32)
-    ring = ring_reduce_scatter(mesh, step=step)  # compiled once: every run below has this shape
+    ring = ring_reduce_scatter(mesh, step=step, direction=-1)  # compiled once for this shape
     got = _run(exercise, ring, blocks, step, axis)
     expected = np.asarray(block_collective(mesh, "reduce_scatter")(blocks))
     if got.shape != expected.shape:
@@ -134,7 +163,8 @@ def check_ring_step(step, mesh: Mesh) -> None:
     others = sorted(set(ops) - {"collective-permute"})
     if others:
         fail(exercise, f"the program has {', '.join(others)}: a ring step only passes its "
-                        "partial sum to the next device (jax.lax.ppermute), no other collective")
+                        "partial sum to the previous device (jax.lax.ppermute), no other "
+                        "collective")
     wrong = [d for d in range(p) if not np.allclose(got[d], expected[d], atol=1e-5, rtol=1e-5)]
     if wrong:
         masks = np.repeat(2.0 ** np.arange(p, dtype=np.float32)[:, None], 4 * p, axis=1)
@@ -144,20 +174,21 @@ def check_ring_step(step, mesh: Mesh) -> None:
         whole = blocks.reshape(p, p, -1).sum(axis=0)  # the sum of every chunk
         held = [next((c for c in range(p) if np.allclose(got[d], whole[c], atol=1e-4)), None)
                 for d in range(p)]
-        backwards = {(j, (j - 1) % p) for j in range(p)}
-        if p > 2 and _pairs(ring, blocks) == backwards:
-            why = ("the ring runs backwards: your ppermute sends from device i to i - 1; the "
-                   "ring sends to the next device, i → i + 1 (ring_permutation(p))")
+        forwards = set(ring_permutation(p))
+        if p > 2 and _pairs(ring, blocks) == forwards:
+            why = ("your ppermute sends from device i to i + 1, the page's ring; this ring runs "
+                   "the other way: device i sends to i - 1 and receives from i + 1")
         elif None not in held:
             why = ("each device ends with a complete sum, but of another chunk than its own: "
-                   "the partial sums travel the wrong way round; send to the next device, "
-                   "i → i + 1 (ring_permutation(p))")
+                   "the partial sums travel the wrong way round; send to the previous device, "
+                   "i → i - 1")
         elif np.all(own == own[0]):
-            why = ("no device receives anything: pass partial to the next device with "
-                   "jax.lax.ppermute(partial, axis_name, ring_permutation(p))")
+            why = ("no device receives anything: pass partial to the previous device with "
+                   "jax.lax.ppermute, each pair (i, i - 1)")
         elif np.all(sums == everyone):
             why = ("every device's contribution arrives once, but added to the wrong chunk: the "
-                   "chunk you add must have the index of the partial sum you receive")
+                   "chunk you add must have the index of the partial sum you receive; on this "
+                   "ring it comes from device i + 1")
         elif all(v > 0 and int(v) & (int(v) - 1) == 0 for v in sums):  # one device's each
             why = ("each partial sum holds one device's contribution only: it is passed on "
                    "but nothing is added; after receiving, add your own chunk of the received "
@@ -170,7 +201,6 @@ def check_ring_step(step, mesh: Mesh) -> None:
     if len(ops) != p - 1:
         fail(exercise, f"the right sum, but {len(ops)} collective-permute ops in the program "
                         f"where a ring needs p - 1 = {p - 1}: send one chunk per step")
-    passed(exercise, f"{p - 1} steps, each one collective-permute of one chunk per device")
 
 
 def check_bucket_model(model) -> None:
@@ -361,9 +391,9 @@ def check_two_level(fn, mesh: Mesh) -> None:
         fail(exercise, f"the sum is wrong on device(s) {wrong}: "
                         f"{_wrong_sum_hint(got, blocks, nodes, local)}")
     if local < 2 or nodes < 2:
-        print(f"NOT CHECKED: {exercise}: the sum is right on every device, but on {nodes} "
-              f"node(s) of {local} device(s) a two-level schedule and a flat psum are the same "
-              "program, so the schedule cannot be checked; run with N_DEVICES = 4, 6 or 8")
+        not_verified(exercise, f"the sum is right on every device, but on {nodes} node(s) of "
+                     f"{local} device(s) a two-level schedule and a flat psum are the same "
+                     "program, so the schedule cannot be checked; run with N_DEVICES = 4, 6 or 8")
         return
     node_groups = [list(range(n * local, (n + 1) * local)) for n in range(nodes)]
     across = [list(range(i, p, local)) for i in range(local)]

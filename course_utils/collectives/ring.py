@@ -78,7 +78,7 @@ def encoded_step(encode: Callable, decode: Callable) -> Callable:
 
 
 def ring_scatter_sum(chunks, axis_name: str, *, step: Callable = reduce_scatter_step,
-                     n_steps: int | None = None):
+                     n_steps: int | None = None, direction: int = 1):
     """The ring reduce-scatter on one device: ``n_steps`` (default p − 1) calls of ``step``.
 
     Args:
@@ -86,13 +86,18 @@ def ring_scatter_sum(chunks, axis_name: str, *, step: Callable = reduce_scatter_
         axis_name: the mesh axis the ring runs along.
         step: ``step(partial, chunks, s, axis_name)``, one step (``reduce_scatter_step``).
         n_steps: how many steps; after p − 1 device i holds the sum of chunk i.
+        direction: 1 where device i sends to i + 1 (``reduce_scatter_step``'s ring), −1 where
+            it sends to i − 1: device i starts with its chunk i − direction, so that after
+            p − 1 steps it holds chunk i either way.
 
     Returns:
         f32[m/p], the partial sum this device holds after the steps.
     """
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be 1 or -1, got {direction!r}")
     p = chunks.shape[0]
     i = jax.lax.axis_index(axis_name)
-    partial = chunks[(i - 1) % p]  # f32[m/p], the chunk this device sends first
+    partial = chunks[(i - direction) % p]  # f32[m/p], the chunk this device sends first
     for s in range(p - 1 if n_steps is None else n_steps):
         partial = step(partial, chunks, s, axis_name)  # f32[m/p]
     return partial
@@ -113,7 +118,8 @@ def ring_all_reduce(g, axis: str, p: int, *, encode: Callable | None = None,
 
 
 def ring_reduce_scatter(
-    mesh: Mesh, *, step: Callable = reduce_scatter_step, n_steps: int | None = None
+    mesh: Mesh, *, step: Callable = reduce_scatter_step, n_steps: int | None = None,
+    direction: int = 1,
 ) -> Kernel:
     """Reduce-scatter built from ``ppermute``: blocks ``(p, m)`` in, ``(p, m/p)`` out, row i the
     sum of chunk i over all devices, as ``block_collective(mesh, "reduce_scatter")``.
@@ -124,16 +130,21 @@ def ring_reduce_scatter(
             ``reduce_scatter_step``).
         n_steps: stop after this many steps (default p − 1, the whole ring), to look at the
             partial sums on the way: after k steps row j holds chunk ``ring_chunk(j, k, p)``.
+        direction: 1 for the ring i → i + 1, −1 for i → i − 1 (``ring_scatter_sum``); ``step``
+            must send the same way.
     """
     axis, p = axis_of(mesh), mesh.size
     n_steps = p - 1 if n_steps is None else n_steps
     if not 0 <= n_steps <= p - 1:
         raise ValueError(f"n_steps must be from 0 to p - 1 = {p - 1}, got {n_steps}")
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be 1 or -1, got {direction!r}")
 
     def kernel(block):
         # block: f32[1, m], this device's row
         chunks = block[0].reshape(p, -1)  # f32[p, m/p]
-        return ring_scatter_sum(chunks, axis, step=step, n_steps=n_steps)[None]  # f32[1, m/p]
+        return ring_scatter_sum(chunks, axis, step=step, n_steps=n_steps,
+                                direction=direction)[None]  # f32[1, m/p]
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
                    lambda blocks: check_blocks(blocks, p, "reduce_scatter"))

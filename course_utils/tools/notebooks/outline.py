@@ -158,14 +158,15 @@ OUTLINE = (
         line="reduce-scatter and all-gather built from `ppermute` in p − 1 steps; the ring's "
              "bytes read from the compiled program; the latency term",
         exercise=Exercise(
-            task="write one step of the ring (send, receive, add)",
+            task="write one step of the ring that runs the other way (which pairs, which chunk)",
             check="check_ring_step", minutes=30,
-            judges="runs the whole ring with your step on every device, and reads the compiled "
-                   "program: only `collective-permute`, p − 1 of them",
+            judges="runs that ring with your step on every device and on one device fewer, and "
+                   "reads the compiled program: only `collective-permute`, p − 1 of them",
             mistakes=(
                 Mistake("the partial sum passed on, but nothing added",
                         "it is passed on but nothing is added"),
-                Mistake("the ring sent the wrong way round", "the ring runs backwards"),
+                Mistake("the page's ring copied: sent to i + 1", "the page's ring; this ring "
+                        "runs the other way"),
             ),
         ),
     ),
