@@ -21,7 +21,9 @@ from course_utils.tools.notebooks.student import build
 from course_utils.tools.notebooks.submission import (
     FAILED,
     NOT_ATTEMPTED,
+    NOT_VERIFIED,
     PASSED,
+    ExerciseResult,
     check_submission,
     grade,
 )
@@ -276,6 +278,11 @@ def _executed(solution_error=None, check_error=None, printed="PASSED: fine\n"):
          "x: it is 2× too large"),
         ({"check_error": ("NameError", "name 'x' is not defined")}, FAILED,
          "NameError: name 'x' is not defined"),
+        ({"printed": "NOT VERIFIED: x (its order could not be run)\n"}, NOT_VERIFIED,
+         "NOT VERIFIED: x (its order could not be run)"),
+        ({"printed": "PASSED: x\nNOT VERIFIED: x (a part not run)\n"}, NOT_VERIFIED,
+         "NOT VERIFIED: x (a part not run)"),
+        ({"printed": "NOT CHECKED: x: on 1 node\n"}, NOT_VERIFIED, "NOT CHECKED: x: on 1 node"),
     ],
 )
 def test_each_verdict_read_off_an_executed_notebook(outputs, status, message):
@@ -302,3 +309,22 @@ def test_a_failed_course_cell_before_the_exercise_is_named_without_a_kernel(enam
                                                     f"any exercise, {says}")):
         _setup_failure(nb, "07.ipynb", 7)
     _setup_failure(_executed(), "07.ipynb", 7)  # no failure before the exercise: nothing raised
+
+
+@pytest.mark.parametrize("statuses, exit_status, counted", [
+    ((PASSED, PASSED), 0, "2 passed, 0 failed, 0 not attempted"),
+    ((PASSED, NOT_VERIFIED), 1, "1 passed, 0 failed, 1 not verified, 0 not attempted"),
+])
+def test_not_verified_is_counted_on_its_own_and_is_not_a_pass(statuses, exit_status, counted,
+                                                              monkeypatch, capsys):
+    # a check that could not judge all of an answer is graded "not verified": never passed, so
+    # the exit status is 1 unless every exercise passed
+    from course_utils.tools.notebooks import submission
+
+    results = [ExerciseResult(f"check_{i}", s, f"{s} line") for i, s in enumerate(statuses)]
+    monkeypatch.setattr(submission, "check_submission", lambda *args: results)
+    args = type("Args", (), {"notebook": "13.ipynb", "solutions": ".", "timeout": 7})
+    assert submission._run_check(args) == exit_status
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(counted)
+    assert "not verified" in out if NOT_VERIFIED in statuses else "not verified" not in out

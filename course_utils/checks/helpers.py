@@ -123,6 +123,16 @@ def passed(exercise: str, detail: str = "") -> None:
     print(f"PASSED: {exercise}" + (f" ({detail})" if detail else ""))
 
 
+NOT_VERIFIED = "NOT VERIFIED"
+
+
+def not_verified(exercise: str, why: str) -> None:
+    """The third outcome, for an answer the check could not judge whole (a part it cannot run
+    here): one line ``NOT VERIFIED: <exercise> (<why, and what to do>)``, never ``PASSED``.
+    ``course check-submission`` grades it "not verified", not passed."""
+    print(f"{NOT_VERIFIED}: {exercise} ({why})")
+
+
 def fail(exercise: str, message: str):
     raise ExerciseFailed(f"{exercise}: {message}")
 

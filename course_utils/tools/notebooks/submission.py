@@ -2,8 +2,10 @@
 
 The student's solution cells (tagged ``solution``) are put into a copy of the matching solution
 notebook, in order, and that copy runs in a fresh kernel with a per-cell timeout. So the checks that
-run are the instructor's, not whatever the submission's check cells say. Neither the submission nor
-the instructor's notebook is modified.
+run are the instructor's, not whatever the submission's check cells say, and the verdict is each
+check's in that kernel: passed (a ``PASSED`` line), failed, not verified (the check printed ``NOT
+VERIFIED``: it could not judge the whole answer; not passed) or not attempted. The exit status is 0
+only when every exercise passed. Neither the submission nor the instructor's notebook is modified.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ CHECK_TAG = "check"
 # the course's own solution notebooks, beside the package in a checkout (pip install -e .)
 SOLUTIONS = Path(__file__).resolve().parents[3] / "notebooks"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
+# a check that could not judge the whole answer prints "NOT VERIFIED: …" (checks.helpers), never
+# PASSED: graded on its own, not passed (the exit status is 1, as for a failure); "NOT CHECKED"
+# is the older spelling of the same line
+NOT_VERIFIED = "not verified"
+_NOT_VERIFIED_LINES = ("NOT VERIFIED", "NOT CHECKED")
 SNAPSHOT = ("_COURSE_NAMES = {k: v for k, v in globals().items() "
             "if k.startswith('check_') or k in ('N_DEVICES', 'mesh', 'cu', 'checks')}\n"
             "_COURSE_CHECKS = dict(getattr(_COURSE_NAMES.get('checks'), '__dict__', {}))")
@@ -169,13 +176,15 @@ def grade(executed, timeout: int) -> list[ExerciseResult]:
             message = evalue if ename == "ExerciseFailed" else f"{ename}: {evalue}"
             results.append(ExerciseResult(check, FAILED, message))
         else:
-            passed = [line for line in _stdout(cell).splitlines() if line.startswith("PASSED")]
-            status = PASSED if passed else FAILED
-            results.append(
-                ExerciseResult(
-                    check, status, passed[0] if passed else "the check printed no PASSED line"
-                )
-            )
+            lines = _stdout(cell).splitlines()
+            unsure = [line for line in lines if line.startswith(_NOT_VERIFIED_LINES)]
+            passed = [line for line in lines if line.startswith("PASSED")]
+            if unsure:  # whatever else it printed: part of the answer was not judged
+                results.append(ExerciseResult(check, NOT_VERIFIED, unsure[0]))
+            elif passed:
+                results.append(ExerciseResult(check, PASSED, passed[0]))
+            else:
+                results.append(ExerciseResult(check, FAILED, "the check printed no PASSED line"))
     return results
 
 
@@ -235,9 +244,11 @@ def _run_check(args: argparse.Namespace) -> int:
         print(f"  {r.check:32s} {r.status:14s} {message}")
     counts = {
         status: sum(r.status == status for r in results)
-        for status in (PASSED, FAILED, NOT_ATTEMPTED)
+        for status in (PASSED, FAILED, NOT_VERIFIED, NOT_ATTEMPTED)
     }
-    print(", ".join(f"{n} {status}" for status, n in counts.items()))
+    print(", ".join(f"{n} {status}" for status, n in counts.items()
+                    if n or status != NOT_VERIFIED))
+    # 0 only when every exercise passed: "not verified" is not passed, so it exits 1 (read it)
     return EXIT_OK if counts[PASSED] == len(results) else EXIT_FAILED
 
 
@@ -247,7 +258,9 @@ def add_check_parser(sub) -> None:
         "check-submission", help="run a returned notebook and report each exercise",
         description="Run the student's solution cells inside the solution notebook (its own "
         "setup, parameters and checks, so N_DEVICES is the course's, whatever the student "
-        "set) in a fresh kernel, and report each exercise: passed, failed or not attempted.",
+        "set) in a fresh kernel, and report each exercise: passed, failed, not verified (the "
+        "check could not judge all of it: read its line) or not attempted. Exit status 0 only "
+        "if every exercise passed.",
     )
     check.add_argument("notebook", help="the student's notebook (NN_name.ipynb)")
     check.add_argument("--solutions", default=str(SOLUTIONS),
