@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import pytest
+from notebook_cell import answer
 
 from course_utils import hierarchical_all_reduce, node_local_mesh
 from course_utils.checks.helpers import ExerciseFailed
@@ -55,7 +56,9 @@ def test_each_slip_is_named(fn, message):
 def test_on_nodes_of_one_device_the_values_are_checked_and_the_schedule_is_not(capsys):
     mesh = node_local_mesh(jax.device_count())  # one device per node: the levels are one
     check_two_level_scatter(_reordered, mesh)
-    assert "NOT CHECKED: two-level reduce-scatter: the values are right" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("NOT VERIFIED: two-level reduce-scatter (the values are right")
+    assert "PASSED" not in out
     with pytest.raises(ExerciseFailed, match="a mean, not the sum"):
         check_two_level_scatter(lambda x: _reordered(x) / jax.device_count(), mesh)
 
@@ -82,12 +85,49 @@ def test_nodes_and_local_swapped_is_caught_on_two_nodes_of_three():
     (lambda x: _reordered(x), "only a function defined with def"),
     (_reads_a_notebook_name, "NameError: name '_reordered' is not defined"),
 ])
-def test_when_the_order_cannot_be_checked_the_passed_line_says_so(fn, why, capsys):
+def test_when_the_order_cannot_be_checked_it_is_not_verified_never_passed(fn, why, capsys):
     check_two_level_scatter(fn, node_local_mesh(2))
     out = capsys.readouterr().out
-    assert out.startswith("PASSED: two-level reduce-scatter")
-    assert f"could not check the order of nodes and local ({why}" in out
+    assert out.startswith("NOT VERIFIED: two-level reduce-scatter (") and "PASSED" not in out
+    assert f"the order could not be run on 2 nodes of 3 ({why}" in out
+    assert "write my_two_level_scatter as one function with def" in out
     assert "run the step with N_DEVICES = 6 or 8" in out
+
+
+# the sizes as a student reads them on the page: its setup cell defines mesh, NODES and LOCAL
+READS_THE_PAGE = {
+    "mesh.shape": 'nodes, local = mesh.shape["node"], mesh.shape["local"]',
+    "NODES and LOCAL": "nodes, local = NODES, LOCAL",
+}
+
+
+def _page_answer(sizes: str, swapped: bool):
+    order = "local, nodes" if swapped else "nodes, local"
+    source = (f"def my_two_level_scatter(x):\n    {sizes}\n"
+              f"    xr = x.reshape({order}, -1).transpose(1, 0, 2).reshape(-1)\n"
+              "    return jax.lax.psum_scatter(jax.lax.psum_scatter(xr, 'local', tiled=True), "
+              "'node', tiled=True)\n")
+    mesh = node_local_mesh(2)
+    return answer(source, "my_two_level_scatter", mesh=mesh, NODES=2, LOCAL=mesh.shape["local"])
+
+
+@pytest.mark.parametrize("sizes", READS_THE_PAGE.values(), ids=READS_THE_PAGE)
+def test_an_answer_reading_the_page_s_names_is_run_on_two_nodes_of_three(sizes, capsys):
+    check_two_level_scatter(_page_answer(sizes, swapped=False), node_local_mesh(2))
+    assert capsys.readouterr().out.startswith("PASSED: two-level reduce-scatter")
+    with pytest.raises(ExerciseFailed, match="on 2 nodes of 3 devices .*nodes and local swapped "
+                                             "in the reorder"):
+        check_two_level_scatter(_page_answer(sizes, swapped=True), node_local_mesh(2))
+
+
+def test_a_jitted_shard_map_passed_as_the_function_is_told_to_pass_the_plain_one():
+    mesh = node_local_mesh(2)
+    spec = jax.P(("node", "local"), None)
+    wrapped = jax.jit(jax.shard_map(lambda b: _reordered(b[0])[None], mesh=mesh, in_specs=spec,
+                                    out_specs=spec))
+    with pytest.raises(ExerciseFailed, match="pass the plain per-device function, not a "
+                                             r"jax.shard_map \(or jax.jit of one\)"):
+        check_two_level_scatter(wrapped, mesh)
 
 
 def test_a_subprocess_that_does_not_finish_is_reported():

@@ -2,7 +2,10 @@
 a short subprocess with 6 CPU devices, for a process whose devices only make a 2 × 2 mesh, where
 nodes and local coincide and a reorder that swaps them gives the right program. The function
 travels as its source (``inspect.getsource``, which also reads a function defined in a notebook
-cell); it sees ``jax``, ``jnp``, ``np`` and ``P``, and nothing else of the caller's process."""
+cell); it sees ``jax``, ``jnp``, ``np``, ``P``, ``cu`` and the names step 13's setup cell defines,
+as the 2 × 3 mesh's values (``page_names``: ``mesh``, ``NODES``, ``LOCAL``, ``p``, ``N_DEVICES``,
+``rows``), and nothing else of the caller's process: a function that reads another name of the
+notebook cannot run there, and the check says so (``NOT VERIFIED``)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,17 @@ class OtherMesh(NamedTuple):
 
     ran: bool
     message: str
+
+
+def page_names(mesh) -> dict:
+    """The names step 13's setup cell defines (``p``, ``NODES``, ``mesh``, ``LOCAL``; ``rows``
+    below it), as their values on ``mesh``: a function that reads ``mesh.shape["node"]`` or
+    ``LOCAL`` runs on 2 × 3 as it would in a notebook started with 6 devices."""
+    from jax import P
+
+    p = mesh.size
+    return {"mesh": mesh, "NODES": mesh.shape["node"], "LOCAL": mesh.shape["local"], "p": p,
+            "N_DEVICES": p, "rows": P(("node", "local"), None)}
 
 
 def run_on_two_by_three(fn, judge: str, timeout: float = SUBPROCESS_SECONDS) -> OtherMesh:
@@ -66,12 +80,14 @@ def _main() -> None:
     from jax import P
     from jax.sharding import Mesh
 
+    import course_utils as cu
     from course_utils.display import error_line
 
     module, function = request["judge"].split(":")
     values_slip = getattr(importlib.import_module(module), function)
 
-    namespace = {"jax": jax, "jnp": jnp, "np": np, "P": P}
+    mesh = Mesh(np.asarray(jax.devices()).reshape(2, 3), ("node", "local"))
+    namespace = {"jax": jax, "jnp": jnp, "np": np, "P": P, "cu": cu, **page_names(mesh)}
     try:
         exec(request["source"], namespace)  # noqa: S102 - the student's own function, alone
         fn = namespace[request["name"]]
@@ -79,7 +95,7 @@ def _main() -> None:
         answer = OtherMesh(False, f"its source alone raised {error_line(error)}")
         print(json.dumps(answer._asdict()))
         return
-    message = values_slip(fn, Mesh(np.asarray(jax.devices()).reshape(2, 3), ("node", "local")))[2]
+    message = values_slip(fn, mesh)[2]
     if "NameError" in message:  # it reads a name of the notebook the subprocess does not have
         print(json.dumps(OtherMesh(False, message.split("raised ")[-1])._asdict()))
         return
