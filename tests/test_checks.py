@@ -133,6 +133,74 @@ def test_a_forbidden_function_read_at_the_call_site_is_named():
     assert public_name(_check_row) == "_check_row"  # not public: its own name
 
 
+# the routes a student trial took to a forbidden function (issue 52): each one is named
+TRIAL_ROUTES = {
+    "a default argument": "def f(sizes, b, r, a, bw, s, _f=bucketed_step_time):\n"
+                          "    return _f(sizes, b, r, a, bw, s)\n",
+    "a keyword-only default": "def f(*a, _f=bucketed_step_time):\n    return _f(*a)\n",
+    "a closure cell": "def make(g):\n    def f(*a):\n        return g(*a)\n    return f\n"
+                      "f = make(bucketed_step_time)\n",
+    "importlib.import_module": "def f(*a):\n    lat = importlib.import_module("
+                                "'course_utils.models.latency')\n"
+                                "    return lat.bucketed_step_time(*a)\n",
+    "__import__ of a submodule": "def f(*a):\n    m = __import__('course_utils.models.latency', "
+                                 "fromlist=['x'])\n    return m.bucketed_step_time(*a)\n",
+    "getattr on the package": "def f(*a):\n    return getattr(cu, 'bucketed_step_time')(*a)\n",
+    "getattr on an imported module": "def f(*a):\n    m = importlib.import_module("
+                                     "'course_utils.models.latency')\n"
+                                     "    return getattr(m, 'bucketed_step_time')(*a)\n",
+}
+
+
+@pytest.mark.parametrize("source", TRIAL_ROUTES.values(), ids=TRIAL_ROUTES)
+def test_a_forbidden_function_reached_by_the_trial_s_routes_is_named(source):
+    import importlib
+
+    import course_utils as cu
+    from course_utils.models.latency import bucketed_step_time
+
+    notebook = {"cu": cu, "importlib": importlib, "bucketed_step_time": bucketed_step_time}
+    exec(source, notebook)
+    assert uses_forbidden(notebook["f"], [bucketed_step_time]) == "bucketed_step_time"
+
+
+def test_the_trial_s_disguised_shortcuts_are_refused_by_their_checks():
+    import importlib
+
+    from notebook_cell import answer
+
+    from course_utils.checks import check_bucket_model, check_error_feedback
+    from course_utils.models.latency import bucketed_step_time
+
+    model = answer("def my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
+                   "backward_s, _f=bucketed_step_time):\n    return _f(sizes, bucket_bytes, "
+                   "ranks=ranks, alpha_s=alpha_s, bandwidth_bytes_per_s=bandwidth_bytes_per_s, "
+                   "backward_s=backward_s)\n", "my_step_time",
+                   bucketed_step_time=bucketed_step_time)
+    with pytest.raises(ExerciseFailed, match="uses the package's bucketed_step_time"):
+        check_bucket_model(model)
+    feedback = answer("def my_error_feedback(g, residual, k):\n    c = importlib.import_module("
+                      "'course_utils.collectives.compression')\n    sent = c.topk_select(g + "
+                      "residual, k)[0]\n    return sent, g + residual - sent\n",
+                      "my_error_feedback", importlib=importlib)
+    with pytest.raises(ExerciseFailed, match="calls the package's topk_select"):
+        check_error_feedback(feedback)
+
+
+def test_strings_and_defaults_that_name_nothing_forbidden_are_not_refused():
+    import importlib
+
+    import course_utils as cu
+    from course_utils.models.latency import bucketed_step_time
+
+    notebook = {"cu": cu, "importlib": importlib}
+    exec("def f(sizes, _scale=2.0, *, algorithm='ring'):\n"
+         "    lat = importlib.import_module('course_utils.models.latency')\n"
+         "    return _scale * lat.collective_time(sum(sizes), 8, algorithm=algorithm, "
+         "alpha_s=1e-5, bandwidth_bytes_per_s=1e9)\n", notebook)
+    assert uses_forbidden(notebook["f"], [bucketed_step_time]) is None
+
+
 def test_uses_forbidden_follows_wrappers_copies_and_helpers():
     import functools
     import types

@@ -1,8 +1,14 @@
 """What a student's function is, calls or runs, for the checks that forbid something: the
 package's own kernels (however wrapped, or run inside a jitted program) and the functions an
-exercise asks the student not to call (the function is one, wraps one, or names one in its code).
-Feedback on honest slips, not a guard: the student's code runs in the checks' own kernel, so a
-function looked up only at call time is not seen, and grading does not rest on these."""
+exercise asks the student not to call (the function is one, wraps one, or names one in its code,
+binds one as a default argument or in a closure, or fetches one from a course module with
+``importlib.import_module``, ``__import__`` or ``getattr`` and the name written out).
+
+Feedback on honest slips, not a lock: the student's code runs in the same kernel as the check and
+could change anything there, so a function looked up only at call time (a name built from pieces,
+an interpreter hook) is not seen. Grading rests on the check's verdict in the grader's own kernel
+(``course check-submission`` runs the instructor's checks on the solution cells) and on reading
+the solution cells, not on these refusals."""
 
 from __future__ import annotations
 
@@ -60,14 +66,23 @@ def _code_objects(code: types.CodeType):
 
 def _named_objects(fn) -> list:
     """What the names in ``fn``'s code (nested code too) refer to: its globals, builtins excluded,
-    the cells of its closure, and what the code's names name on a module among those
-    (``cu.overlapped_backward``, ``cu.overlap_runs.modelled``,
-    ``course_utils.collectives.overlap.overlapped_backward``)."""
+    the cells of its closure, its default and keyword-only default arguments (``def f(...,
+    _f=bucketed_step_time)``), and what the code's names, and the names its strings spell,
+    name on a module among those or on a course module its strings name (``cu.overlapped_backward``,
+    ``cu.overlap_runs.modelled``, ``getattr(cu, "modelled_time")``,
+    ``importlib.import_module("course_utils.models.latency").bucketed_step_time``)."""
     scope = getattr(fn, "__globals__", {})
-    names = list(dict.fromkeys(n for code in _code_objects(fn.__code__) for n in code.co_names))
-    found = [scope[n] for n in names if n in scope]
+    codes = list(_code_objects(fn.__code__))
+    strings = [c for code in codes for c in code.co_consts if isinstance(c, str)]
+    own = [n for code in codes for n in code.co_names]
+    found = [scope[n] for n in dict.fromkeys(own) if n in scope]
+    # on a module, a name written as a string counts too (getattr(module, "name"))
+    names = list(dict.fromkeys(own + [s for s in strings if s.isidentifier()]))
     found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+    found += [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
     modules = [m for m in found if isinstance(m, types.ModuleType)] + _imported(fn.__code__)
+    modules += [sys.modules[s] for s in dict.fromkeys(strings)  # import_module, __import__
+                if s.split(".")[0] == "course_utils" and s in sys.modules]
     seen = {id(m) for m in modules}
     while modules:  # vars(), not getattr: a module's lazy __getattr__ is not run
         space = vars(modules.pop())
@@ -133,7 +148,8 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
     functions, caught when the function of that name was defined in another cell than ``fn`` (a
     student's own helper of the same name, in the same cell, is theirs). The names ``fn``'s code
     uses are resolved through its globals and closure, and the functions it reaches that were
-    defined beside it (same globals: the notebook) are followed, ``depth`` calls deep."""
+    defined beside it (same globals: the notebook) are followed, ``depth`` calls deep; what else
+    it reaches is ``_named_objects``' (defaults, closure cells, course modules named in strings)."""
     banned = [f for f in forbidden if not isinstance(f, str)]
     codes = {_shape(f.__code__): f.__name__ for f in banned if hasattr(f, "__code__")}
     names = {f for f in forbidden if isinstance(f, str)}
