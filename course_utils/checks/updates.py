@@ -117,6 +117,48 @@ def _step_hint(error: BaseException, text: str, *, n_features: int, n_devices: i
     return ""
 
 
+def _other_row_count(exercise: str, name: str, step, mesh, shape: tuple, *, lr: float,
+                     beta1: float, beta2: float, eps: float) -> None:
+    """Fail unless ``step`` is also right on twice the rows of ``shape``: a global row count
+    typed in (``n_rows = 16``) or read from the notebook (``xh.shape[0]``) is right at the
+    notebook's shape only (step 03's check catches the same slip the same way)."""
+    rows = 2 * shape[0]
+    host, placed = _two_state_inputs(mesh, (rows, shape[1]), 63)
+    failure = None
+    try:
+        out = step(*placed)
+    except Exception as error:  # noqa: BLE001 - the student's function failed: say how
+        failure = call_failed(name, f"x, y, w, m, s with x of {rows} rows", error,
+                              lambda error, text: "")
+    if failure:
+        fail(exercise, f"{name} runs on x of {shape[0]} rows but not on {rows}: {failure}")
+    x, y, w, m, s = (a.astype(np.float64) for a in host)
+    g = reference_gradient(x, y, w)
+    m_next = beta1 * m + (1 - beta1) * g
+    s_next = beta2 * s + (1 - beta2) * g * g
+    w_next = w - lr * m_next / (np.sqrt(s_next) + eps)
+    got = [np.asarray(a, dtype=np.float64) for a in out] if isinstance(out, (tuple, list)) and len(
+        out) == 3 else None
+    expected = (w_next, m_next, s_next)
+    if got is not None and all(a.shape == b.shape and np.allclose(
+            a, b, atol=1e-5 * float(np.max(np.abs(b))), rtol=1e-5) for a, b in zip(got, expected)):
+        return
+    # the gradient the step used, read back from its momentum: g·(count it should divide by) /
+    # (count it divided by)
+    used = (got[1] - beta1 * m) / (1 - beta1) if got is not None and got[1].shape == m.shape \
+        else None
+    ratio = float(used @ g / (g @ g)) if used is not None else 1.0  # least squares: m is f32
+    if ratio > 0 and not np.isclose(ratio, 1, rtol=1e-3) and np.allclose(
+            used, ratio * g, rtol=0, atol=1e-3 * float(np.max(np.abs(g)))):
+        fail(exercise, f"{name} is right for x of {shape[0]} rows but its gradient is "
+             f"{ratio:.3g}× too large for x of {rows} rows: it divides by a fixed row count "
+             f"({rows / ratio:g}: typed in, or the notebook's xh.shape[0]?); take the global row "
+             "count from the arguments, x_block.shape[0] × p, as in sliced_momentum_kernel")
+    fail(exercise, f"{name} is right for x of {shape[0]} rows but wrong for x of {rows} rows: "
+         "compute everything from the arguments and their shapes, not from numbers typed in "
+         "or the notebook's arrays")
+
+
 def check_two_state_update(
     step,
     mesh,
@@ -185,6 +227,8 @@ def check_two_state_update(
                     fail(exercise, f"{key}: {hint}")
         check_values(exercise, f"{key} (on the check's own inputs)", got, expected.astype(
             np.float32), atol=atol, rtol=1e-5)
+    _other_row_count(exercise, name, step, mesh, tuple(shape), lr=lr, beta1=beta1, beta2=beta2,
+                     eps=eps)
     slice_shape = (w.size // n_devices,)
     check_placement(exercise, "w_next", out[0], w.shape, n_devices)
     check_placement(exercise, "m_next", out[1], slice_shape, n_devices)
