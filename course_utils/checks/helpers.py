@@ -177,14 +177,22 @@ def check_values(
     got_array = np.asarray(got)
     if got_array.shape != expected.shape:
         fail(exercise, f"{name} has shape {got_array.shape}, expected {expected.shape}")
-    if not np.issubdtype(got_array.dtype, np.floating):
+    low = got_array.dtype.name in _LOW_PRECISION  # a float that rounds to a few digits
+    if not low and not np.issubdtype(got_array.dtype, np.floating):
         fail(
             exercise, f"{name} has dtype {got_array.dtype}, expected a float dtype such as float32"
         )
+    got_array = got_array.astype(np.float64) if low else got_array
     tolerance = atol + rtol * np.abs(expected)
     wrong = np.flatnonzero(np.abs(got_array - expected).ravel() > tolerance.ravel())
     if wrong.size == 0:
         return
+    if low and np.allclose(got_array, expected, atol=atol,
+                           rtol=_LOW_PRECISION[np.asarray(got).dtype.name]):
+        dtype = np.asarray(got).dtype.name
+        fail(exercise, f"{name} has dtype {dtype}: {wrong.size} of {expected.size} entries are "
+             f"off by its rounding (largest error {np.max(np.abs(got_array - expected)):.3g}); "
+             f"return float32, the dtype of the inputs (no cast to {dtype})")
     flat_got, flat_expected = got_array.ravel(), expected.ravel()
     ratio = common_ratio(flat_got, flat_expected)
     # where and how far off, never the expected values themselves (they are the answer)
@@ -195,11 +203,18 @@ def check_values(
     )
     more = f" and {wrong.size - 3} more" if wrong.size > 3 else ""
     scale = f"; every entry is {ratio:.3g}× the expected value" if ratio is not None else ""
+    if low:
+        scale += f"; and its dtype is {np.asarray(got).dtype.name}: return float32"
     fail(
         exercise,
         f"{name}: {wrong.size} of {flat_expected.size} entries wrong, at {where}{more} "
         f"(largest error {np.max(np.abs(got_array - expected)):.3g}){scale}{hint and '. ' + hint}",
     )
+
+
+# the floats that keep only a few significant digits, with a relative error their rounding
+# stays within (float16: 2^-11, bfloat16: 2^-8), with room for a sum of a few of them
+_LOW_PRECISION = {"float16": 4e-3, "bfloat16": 3e-2}
 
 
 def common_ratio(got: np.ndarray, expected: np.ndarray) -> float | None:

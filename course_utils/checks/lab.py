@@ -29,7 +29,7 @@ def _want(alpha_s: float, bytes_per_s: float, fraction: float) -> float:
 
 
 def _slip(got: float, alpha_s: float, bytes_per_s: float, fraction: float) -> str:
-    """Every likely slip behind a wrong ``got``, or a general hint."""
+    """Every likely slip behind a wrong ``got``, or ``""``."""
     want = _want(alpha_s, bytes_per_s, fraction)
     half = alpha_s * bytes_per_s
     slips = (
@@ -53,9 +53,28 @@ def _slip(got: float, alpha_s: float, bytes_per_s: float, fraction: float) -> st
     )
     causes = list(dict.fromkeys(why for value, why in slips
                                 if math.isclose(got, value, rel_tol=TOLERANCE)))
-    if causes:
-        return " — or ".join(causes)
-    return "set S/(α + S/B) equal to fraction · B and solve for S"
+    return " — or ".join(causes)
+
+
+def _ignored(fn, case: tuple, got: float) -> str:
+    """The fit's arguments ``fn`` does not read (its answer stays the same when one changes:
+    the notebook's fit, ``alpha_s`` and ``bytes_per_s`` above, used instead) while it reads
+    ``fraction``, or ``""`` (for a constant too: the formula is the slip there)."""
+    unread = []
+    for index, name in ((0, "alpha_s"), (1, "bytes_per_s"), (2, "fraction")):
+        other = tuple(v * (2 if index < 2 else 0.5) if k == index else v
+                      for k, v in enumerate(case))
+        try:  # a probe only: the call with the case's own arguments already ran
+            again = number(fn(*other))
+        except Exception:  # noqa: BLE001 - a probe that fails names nothing
+            continue
+        if again is not None and math.isclose(again, got, rel_tol=1e-9):
+            unread.append(name)
+    if not unread or "fraction" in unread:
+        return ""
+    return (f"your size does not change with the argument{'s' if len(unread) > 1 else ''} "
+            f"{' and '.join(unread)}: use the function's arguments, not the notebook's fit "
+            "(the alpha_s and bytes_per_s computed above)")
 
 
 def check_bandwidth_fraction_size(fn) -> None:
@@ -77,6 +96,8 @@ def check_bandwidth_fraction_size(fn) -> None:
             fail(exercise, f"{call} must return one finite number of bytes, got {got!r}")
         want = _want(alpha_s, bytes_per_s, fraction)
         if not math.isclose(value, want, rel_tol=TOLERANCE):
-            fail(exercise, f"{call}: {off_by(value, want)}; "
-                           f"{_slip(value, alpha_s, bytes_per_s, fraction)}")
+            why = (_slip(value, alpha_s, bytes_per_s, fraction)
+                   or _ignored(fn, (alpha_s, bytes_per_s, fraction), value)
+                   or "set S/(α + S/B) equal to fraction · B and solve for S")
+            fail(exercise, f"{call}: {off_by(value, want)}; {why}")
     passed(exercise, f"{len(_UNSEEN)} fits and fractions")

@@ -109,7 +109,7 @@ def check_joint_permutation(
             by_row = {np.sort(r).tobytes() for r in x}
             if all(np.sort(r).tobytes() in by_row for r in np.asarray(x2, dtype=x.dtype)):
                 fail(exercise, "x2 reorders the columns (features) of x: reorder its rows, "
-                     "x[::-1], and keep each row as it is")
+                     "xh[order] with the order your reorder returns, and keep each row as it is")
             fail(exercise, "x2 does not hold each row of x exactly once; reorder, do not change")
         if mine is not None and order != list(mine):
             fail(exercise, f"x2 is not xh reordered by reorder({len(x)}, {n_devices}): place "

@@ -132,6 +132,25 @@ def _fixed_gradient_bytes(predicted: dict, n: int, ps: set) -> float | None:
     return whole / 2 if any(_uses_other_p(predicted, whole / 2, q) for q in ps) else None
 
 
+def _unit_slip(predicted: dict, n: int, p: int) -> str:
+    """The unit slip that turns every entry of the right rule into ``predicted`` (the same
+    factor in each: values for bytes, bits, KiB or MiB, the bytes of all p devices), or ``""``."""
+    held = {key: sum(parts) for key, parts in _held(n, p).items()}
+    got = {key: number(predicted.get(key)) for key in held}
+    if None in got.values() or all(math.isclose(got[k], held[k]) for k in held):
+        return ""
+    factor = got["all_reduce"] / held["all_reduce"]
+    if not all(math.isclose(got[k], held[k] * factor, rel_tol=1e-9) for k in held):
+        return ""
+    causes = unit_causes(held["all_reduce"] * factor, held["all_reduce"])
+    if p > 1 and math.isclose(factor, p):
+        causes.append(f"count what one device holds, not all {p} devices together")
+    if not causes:
+        return ""
+    how = off_by(got["all_reduce"], held["all_reduce"])
+    return f"every entry is off by the same factor ({how}): {' — or '.join(causes)}"
+
+
 def _bytes_on_device_0(array) -> int:
     return values_per_device(array) * array.dtype.itemsize
 
@@ -170,6 +189,8 @@ def check_stored_bytes_rule(stored_bytes, devices) -> None:
         except Exception as err:  # the student's error, shown as one line
             fail(exercise, f"stored_bytes({n_bytes}, {p}) raised {error_line(err)}")
         check_keys(exercise, f"stored_bytes({n_bytes}, {p})", predicted, keys)
+        if unit := _unit_slip(predicted, n_bytes, p):  # before a global: the likelier slip
+            fail(exercise, f"stored_bytes({n_bytes}, {p}): {unit}")
         if (other := _fixed_gradient_bytes(predicted, n_bytes, {p, len(devices)})) is not None:
             fail(exercise, f"stored_bytes({n_bytes}, {p}) is the rule for a {other:g}-byte "
                  f"gradient, not the {n_bytes} bytes given: use the arguments n_bytes and p, not "
