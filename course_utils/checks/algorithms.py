@@ -228,14 +228,17 @@ def check_bucket_model(model) -> None:
         expected = bucketed_step_time(args[0], args[1], ranks=args[2], alpha_s=args[3],
                                       bandwidth_bytes_per_s=args[4], backward_s=args[5])
         if not np.isclose(got, expected, rtol=1e-6, atol=0):
-            fail(exercise, f"{_bucket_model_slip(got, expected, *args)} (a model of "
-                           f"{len(args[0])} gradients, bucket {args[1]} bytes, {args[2]} ranks)")
+            why = _bucket_model_slip(got, expected, *args, model=model)
+            fail(exercise, f"{why} (a model of {len(args[0])} gradients, bucket {args[1]} bytes, "
+                           f"{args[2]} ranks)")
     passed(exercise, f"the recurrence matches the package's model on {len(cases)} new models")
 
 
-def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, backward_s):
+def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, backward_s, *,
+                       model=None):
     """The likely mistake behind a wrong modelled step time, said without the formula: each
-    variant of the recurrence a slip gives is run, and the first that matches names the slip."""
+    variant of the recurrence a slip gives is run, and the first that matches names the slip;
+    then the arguments ``model`` does not read (its time the same when one doubles)."""
     from course_utils.models.cost_model import ALGORITHMS
 
     total = sum(sizes)
@@ -254,7 +257,7 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
             ready = backward_s * share
             begin = {"later": max(ready, finished), "sum": ready + finished,
                      "ready": ready, "finished": finished}[start]
-            sent = {"bytes": nbytes, "bits": 8 * nbytes, "cap": bucket}[size]
+            sent = {"bytes": nbytes, "bits": 8 * nbytes, "cap": bucket, "count": len(b)}[size]
             finished = begin + collective_time(sent, ranks_given, alpha_s=alpha_s,
                                                bandwidth_bytes_per_s=bandwidth,
                                                algorithm=algorithm)
@@ -267,6 +270,8 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
         (variant(size="bits"), "collective_time takes the bucket's size in bytes, not bits"),
         (variant(size="cap"), "a bucket's all-reduce sends the bytes of the gradients in it "
          "(the sum of their sizes), not bucket_bytes, the most a bucket may hold"),
+        (variant(size="count"), "collective_time takes the bucket's bytes (the sum of its "
+         "gradients' sizes), not how many gradients it holds (len(bucket))"),
         (variant(ready_by="first"), "a bucket can start only when its LAST gradient is ready, "
          "not its first"),
         (variant(ready_by="start"), "a gradient is ready once it has been produced: count its "
@@ -290,9 +295,46 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
     for value, why in slips:
         if np.isclose(got, value, rtol=1e-6):
             return why
+    args = (sizes, bucket, ranks, alpha_s, bandwidth, backward_s)
+    if model is not None and (unread := _unread_arguments(model, args, got)):
+        return unread
     return ("too short" if got < expected else "too long") + (
         ": follow each bucket in order: its last gradient's ready time, its start (the later of "
         "that and the previous all-reduce's end), its end (start + its all-reduce's time)")
+
+
+# the arguments of exercise 12's model that a student may leave for the notebook's own numbers
+_MODEL_ARGUMENTS = ((2, "ranks", "RANKS"), (3, "alpha_s", "ALPHA_S"),
+                    (4, "bandwidth_bytes_per_s", "LINK_BYTES_PER_S"), (5, "backward_s", ""))
+
+
+def _unread_arguments(model, args: tuple, got: float) -> str:
+    """What to say when ``model``'s time stays the same with one of its arguments doubled while
+    the right time changes (the notebook's number used instead), or ``""``."""
+    unread, shown = [], 0
+    right = bucketed_step_time(args[0], args[1], ranks=args[2], alpha_s=args[3],
+                               bandwidth_bytes_per_s=args[4], backward_s=args[5])
+    for index, name, notebook in _MODEL_ARGUMENTS:
+        other = tuple(2 * v if k == index else v for k, v in enumerate(args))
+        if np.isclose(right, bucketed_step_time(other[0], other[1], ranks=other[2],
+                                                alpha_s=other[3], bandwidth_bytes_per_s=other[4],
+                                                backward_s=other[5]), rtol=1e-9):
+            continue  # the right time does not show this argument here either
+        shown += 1
+        try:  # a probe only: the call with the case's own arguments already ran
+            again = number(model(*other))
+        except Exception:  # noqa: BLE001 - a probe that fails names nothing
+            continue
+        if again is not None and np.isclose(again, got, rtol=1e-12):
+            unread.append((name, notebook))
+    if not unread or len(unread) == shown:  # none read: a number typed in, not one global
+        return ""
+    names = " and ".join(name for name, _ in unread)
+    globals_ = [notebook for _, notebook in unread if notebook]
+    instead = (f"not the notebook's {' and '.join(globals_)}" if globals_ else
+               "not the notebook's numbers")
+    return (f"your time does not change with the argument{'s' if len(unread) > 1 else ''} "
+            f"{names}: use the arguments, {instead}")
 
 
 class _NotAVector(Exception):

@@ -102,6 +102,14 @@ def _h_slip(answers: list, p_run: int) -> str:
     slips = (
         (lambda n, p, s, b: per_round(ring, below=True)(n, p, s, b), "at most the budget: a "
          "run that spends exactly the budget fits"),
+        (lambda n, p, s, b: max(_right(n, p, s, b) - 1, 1), "that is one below the answer, the "
+         "largest H whose run does not fit: return the smallest H whose run does"),
+        (lambda n, p, s, b: _smallest_h(lambda h: s / h * ring(n, p), s, b), "a run averages "
+         "steps // H times, a whole number (a round cut short is not averaged), not steps / H "
+         "rounds"),
+        (lambda n, p, s, b: _smallest_h(lambda h: ring(n, p) / h, s, b), "the budget is for the "
+         "whole run: count the bytes of its steps // H averagings, not one step's share of an "
+         "averaging"),
         (lambda n, p, s, b: -(-s // max(whole(n, p, b), 1)), "a run averages steps // H times "
          "(a round cut short is not averaged), not steps / H: a smaller H may already fit"),
         (lambda n, p, s, b: -(-s // (whole(n, p, b) + 1)), "when steps / (m + 1) is a whole "

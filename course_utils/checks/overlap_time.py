@@ -118,6 +118,15 @@ _SLIPS = {
     "the buckets queue on the stream: each starts when it is ready AND the previous one has "
     "ended, so a slow link piles them up": lambda *a: a[0] + _send_ms(*a),
     "the first bucket is ready only after its layer's compute": lambda *a: _with(*a, first=0.0),
+    "bytes_per_s is already in bytes per second: do not divide it by 8":
+        lambda *a: overlap_model_ms(*a[:4], a[4] / 8, a[5]),
+    "a bucket is ready when its layers' compute ends (bucket i at i/buckets of compute_ms), not "
+    "when it starts ((i − 1)/buckets)":
+        lambda *a: max(a[0] * (a[2] - 1) / a[2] + _send_ms(*a), a[2] * _send_ms(*a)),
+    "one all-reduce per bucket, buckets of them: yours sends buckets − 1 (the last bucket, ready "
+    "when the compute ends, is sent too)":
+        lambda *a: max(a[0] * (a[2] - 1) / a[2] + _send_ms(*a), a[0] / a[2]
+                       + (a[2] - 1) * _send_ms(*a)),
     "that holds while the link limits; on a fast link the last bucket is ready only when the "
     "compute ends, and then it is sent: take the later of the two ends":
         lambda *a: a[0] / a[2] + a[2] * _send_ms(*a),
