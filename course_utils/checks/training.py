@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.helpers import (
     call_without,
     check_keys,
@@ -115,9 +116,15 @@ def _slicing_hint(stage: str, got: float, measured: Mapping[str, Memory]) -> str
 
 def check_error_feedback(fn) -> None:
     """Exercise 15: ``fn(g, residual, k) -> (sent, new_residual)``: top-k of ``g + residual``
-    sent, the rest kept; checked on random vectors, with the identity to the last bit."""
+    sent, the rest kept; checked on random vectors, with the identity to the last bit. The page's
+    ``top_k`` (a cell above the exercise), the package's ``topk_select`` and
+    ``sparse_all_gather`` are refused."""
     exercise = "error feedback"
     function_given(exercise, "my_error_feedback", fn)
+    if uses_forbidden(fn, ("top_k",)) is not None:  # the page's helper (cell 8), in another cell
+        fail(exercise, "my_error_feedback uses top_k, the page's helper above, which this "
+                       "exercise asks you not to reuse: select the k entries yourself with "
+                       "jax.lax.top_k")
     rng = np.random.default_rng(15)
     for n, k in ((512, 16), (300, 7)):  # two sizes: a k written into the function fails one
         g, residual = rng.standard_normal((2, n)).astype(np.float32)
