@@ -7,7 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from notebook_cell import answer, run_cell
 
+import course_utils as cu
 from course_utils import (
     all_gather_shards,
     all_reduce_gradient,
@@ -31,15 +33,154 @@ from course_utils.checks import (
     check_overlap_prediction,
     check_reduce_scatter_times,
     check_ring_step,
+    check_shares,
     check_slowest_hidden_rate,
     check_smallest_h,
     check_stored_bytes_rule,
     check_two_level_scatter,
+    check_two_state_update,
 )
 from course_utils.checks.helpers import ExerciseFailed
+from course_utils.constants import LR
 from course_utils.models.latency import collective_time, plan_buckets
 from course_utils.tools.notebooks.outline import OUTLINE
 from course_utils.training.run import Memory
+
+# the student trial's tries (reviews/student-trial-2026-12-05.md), written as the trial wrote
+# them: in a notebook cell, reading the page's globals where the trial did (tests/notebook_cell.py)
+TRIAL = {
+    "02 float16": (
+        "def my_shares(x, y, w, p):\n"
+        "    return np.stack([2 * xb.T @ (xb @ w - yb) / x.shape[0] for xb, yb in "
+        "zip(np.split(x, p), np.split(y, p))]).astype(np.float16)\n"),
+    "06 kernel": (
+        "def two_state_kernel(x_block, y_block, w, m_slice, s_slice):\n"
+        "    n_rows = {rows}\n"
+        "    partial = 2 * x_block.T @ (x_block @ w - y_block) / n_rows\n"
+        "    g = jax.lax.psum_scatter(partial, 'data', tiled=True)\n"
+        "    k = g.shape[0]\n"
+        "    w_slice = jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index('data') * k, k)\n"
+        "    m_next = B1 * m_slice + (1 - B1) * g\n"
+        "    s_next = B2 * s_slice + (1 - B2) * g**2\n"
+        "    w_next = jax.lax.all_gather(w_slice - LR * m_next / (jnp.sqrt(s_next) + EPS), "
+        "'data', tiled=True, to='invarying')\n"
+        "    return w_next, m_next, s_next\n\n"
+        "two_state_step = jax.jit(jax.shard_map(two_state_kernel, mesh=mesh, "
+        "in_specs=TWO_STATE_IN, out_specs=TWO_STATE_OUT))\n"),
+    "12 step time": (
+        "def my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
+        "backward_s):\n"
+        "    total = sum(sizes)\n"
+        "    done = 0.0\n"
+        "    for bucket in plan_buckets(sizes, bucket_bytes):\n"
+        "        ready = backward_s * sum(sizes[: bucket[-1] + 1]) / total\n"
+        "        start = max(ready, done)\n"
+        "        n = {n}\n"
+        "        done = start + collective_time(n, {ranks}, alpha_s=alpha_s, "
+        "bandwidth_bytes_per_s=bandwidth_bytes_per_s, algorithm='ring')\n"
+        "    return done\n"),
+    "13 swapped": (
+        "def my_two_level_scatter(x):\n"
+        "    {sizes}\n"
+        "    xr = x.reshape({order}, -1).transpose(1, 0, 2).reshape(-1)\n"
+        "    return jax.lax.psum_scatter(jax.lax.psum_scatter(xr, 'local', tiled=True), 'node', "
+        "tiled=True)\n"),
+    "13 jitted": (
+        "def _k(x):\n"
+        "    nodes, local = jax.lax.axis_size('node'), jax.lax.axis_size('local')\n"
+        "    xr = x.reshape(nodes, local, -1).transpose(1, 0, 2).reshape(-1)\n"
+        "    return jax.lax.psum_scatter(jax.lax.psum_scatter(xr, 'local', tiled=True), 'node', "
+        "tiled=True)\n"
+        "my_two_level_scatter = jax.jit(jax.shard_map(lambda b: _k(b[0])[None], mesh=mesh, "
+        "in_specs=rows, out_specs=rows))\n"),
+    "15 page's top_k": (  # cell 8 of the page, then the answer in the exercise's cell
+        "def top_k(values, k):\n"
+        "    _, indices = jax.lax.top_k(jnp.abs(values), k)\n"
+        "    return values[indices], indices\n",
+        "def my_error_feedback(g, residual, k):\n"
+        "    acc = g + residual\n"
+        "    kept, indices = top_k(acc, k)\n"
+        "    sent = jnp.zeros_like(acc).at[indices].set(kept)\n"
+        "    return sent, acc - sent\n"),
+    "16 loop": (
+        "def my_local_sgd_h(nbytes, p, steps, budget):\n"
+        "    ring = 2 * (p - 1) / p * nbytes\n"
+        "    for h in range(1, steps + 2):\n"
+        "        if ({rounds}) * ring <= budget:\n"
+        "            return h\n"
+        "    return steps + 1\n"),
+    "16 largest": (
+        "def my_local_sgd_h(nbytes, p, steps, budget):\n"
+        "    ring = 2 * (p - 1) / p * nbytes\n"
+        "    h = 1\n"
+        "    while (steps // h) * ring > budget:\n"
+        "        h += 1\n"
+        "    return max(h - 1, 1)\n"),
+    "19 loop": (
+        "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
+        "    t_ms = (2 * (hosts - 1) * alpha_s + 2 * (hosts - 1) / hosts * bucket_bytes / "
+        "({rate})) * 1e3\n"
+        "    done = 0.0\n"
+        "    for i in range(1, {last}):\n"
+        "        ready = compute_ms * ({i}) / buckets\n"
+        "        done = max(ready, done) + t_ms\n"
+        "    return done\n"),
+    "21 sync_link_bytes": (
+        "def my_smallest_h(n_params, replicas, devices_per_replica, rate_bits_per_s, "
+        "step_seconds, fraction):\n"
+        "    sync = cu.diloco_cluster.sync_link_bytes(cu.diloco_cluster.MethodRow('diloco'), "
+        "n_params, replicas)\n"
+        "    return max(1, math.ceil(8 * sync / rate_bits_per_s / (fraction * step_seconds)))\n"),
+}
+
+
+def _trial(key: str, name: str, page: dict | None = None, **fill):
+    """The trial's try ``key`` (its blanks filled with ``fill``), defined in a notebook with the
+    globals ``page``; the function ``name`` it defines."""
+    *before, source = TRIAL[key] if isinstance(TRIAL[key], tuple) else (TRIAL[key],)
+    notebook = dict(page or {})
+    for cell in before:  # the page's own cells above the exercise
+        run_cell(cell, notebook)
+    return run_cell(source.format(**fill) if fill else source, notebook)[name]
+
+
+def _sliced_update(rows: str):
+    """Exercise 06 answered with the global row count ``rows``, on the page's globals."""
+    mesh = data_mesh()
+    xh, _, _ = toy_regression(4 * mesh.size, 2 * mesh.size)
+    specs = (jax.P("data", None), jax.P("data"), jax.P(), jax.P("data"), jax.P("data"))
+    page = dict(mesh=mesh, xh=xh, B1=0.9, B2=0.999, EPS=1e-3, LR=LR, TWO_STATE_IN=specs,
+                TWO_STATE_OUT=(jax.P(), jax.P("data"), jax.P("data")))
+    step = _trial("06 kernel", "two_state_step", page, rows=rows)
+    check_two_state_update(step, mesh, xh.shape, lr=LR, beta1=0.9, beta2=0.999, eps=1e-3)
+
+
+def _page_13(**names):
+    mesh = node_local_mesh(2)
+    return dict(mesh=mesh, NODES=2, LOCAL=mesh.shape["local"], rows=jax.P(("node", "local"), None),
+                **names)
+
+
+def _swapped_on_the_page(sizes: str):
+    fn = _trial("13 swapped", "my_two_level_scatter", _page_13(), sizes=sizes,
+                order="local, nodes")
+    check_two_level_scatter(fn, node_local_mesh(2))
+
+
+def _permuted_columns():
+    """Exercise 07 with the columns of x reordered by the right row order's reversal."""
+    mesh = data_mesh()
+    rows, replicated, sliced = placements(mesh)
+    x, y, w = toy_regression(16, 8)
+    w2 = w + np.float32(0.17)
+    order = np.roll(np.arange(16), 16 // mesh.size)
+    x2 = np.ascontiguousarray(x[:, ::-1])
+    g_all = all_reduce_gradient(mesh)(x2, y[order], w2)
+    g_gathered = all_gather_shards(mesh)(reduce_scatter_gradient(mesh)(x2, y[order], w2))
+    check_joint_permutation(g_all, g_gathered, x, y, w2, mesh.size, x2=jax.device_put(x2, rows),
+                            y2=jax.device_put(y[order], sliced),
+                            w2=jax.device_put(w2, replicated),
+                            reorder=lambda n, p: np.roll(np.arange(n), n // p))
 
 
 def _permuted(reorder, *, labels_only=False):
@@ -204,6 +345,79 @@ def _hiding(per_byte=8, whole=False, scales=True, steps=None):
 
 
 CASES = {
+    (2, "the shares returned as float16"): lambda: check_shares(
+        _trial("02 float16", "my_shares")
+    ),
+    (5, "values counted instead of bytes (÷ 4)"): lambda: check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": 2 * (n // 4), "reduce_scatter": n // 4 + n // 4 // p,
+                      "all_gather": n // 4 // p + n // 4},
+        jax.devices(),
+    ),
+    (5, "bits counted instead of bytes (× 8)"): lambda: check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": 16 * n, "reduce_scatter": 8 * (n + n // p),
+                      "all_gather": 8 * (n // p + n)},
+        jax.devices(),
+    ),
+    (5, "the bytes of all p devices added up (× p)"): lambda: check_stored_bytes_rule(
+        lambda n, p: {"all_reduce": 2 * n * p, "reduce_scatter": (n + n // p) * p,
+                      "all_gather": (n // p + n) * p},
+        jax.devices(),
+    ),
+    (6, "a row count typed in (n_rows = 16)"): lambda: _sliced_update("16"),
+    (6, "the notebook's xh.shape[0] as the row count"): lambda: _sliced_update("xh.shape[0]"),
+    (7, "the columns of x reordered instead of its rows"): _permuted_columns,
+    (10, "the notebook's fit used instead of the arguments"): lambda: (
+        check_bandwidth_fraction_size(answer(
+            "def bytes_at_bandwidth_fraction(a, b, fraction):\n"
+            "    return fraction * alpha_s * bytes_per_s / (1 - fraction)\n",
+            "bytes_at_bandwidth_fraction", alpha_s=1.286e-4, bytes_per_s=6.5e9))
+    ),
+    (12, "the notebook's RANKS instead of the argument ranks"): lambda: check_bucket_model(
+        _trial("12 step time", "my_step_time", dict(
+            plan_buckets=plan_buckets, collective_time=collective_time, RANKS=64),
+            n="sum(sizes[j] for j in bucket)", ranks="RANKS")
+    ),
+    (12, "a bucket's gradient count taken for its bytes (len(bucket))"): lambda: (
+        check_bucket_model(_trial("12 step time", "my_step_time", dict(
+            plan_buckets=plan_buckets, collective_time=collective_time),
+            n="len(bucket)", ranks="ranks"))
+    ),
+    (13, "nodes and local swapped, the sizes read from the page's mesh.shape"): lambda: (
+        _swapped_on_the_page('nodes, local = mesh.shape["node"], mesh.shape["local"]')
+    ),
+    (13, "nodes and local swapped, with the page's LOCAL and NODES"): lambda: (
+        _swapped_on_the_page("nodes, local = NODES, LOCAL")
+    ),
+    (13, "a jitted shard_map passed instead of the per-device function"): lambda: (
+        check_two_level_scatter(_trial("13 jitted", "my_two_level_scatter", _page_13()),
+                                node_local_mesh(2))
+    ),
+    (15, "the page's top_k reused"): lambda: check_error_feedback(
+        _trial("15 page's top_k", "my_error_feedback")
+    ),
+    (16, "steps / H rounds, H tried one by one"): lambda: check_local_sgd_h(
+        _trial("16 loop", "my_local_sgd_h", rounds="steps / h")
+    ),
+    (16, "one step's bytes held against the run's budget"): lambda: check_local_sgd_h(
+        _trial("16 loop", "my_local_sgd_h", rounds="1 / h")
+    ),
+    (16, "the largest H that does not fit"): lambda: check_local_sgd_h(
+        _trial("16 largest", "my_local_sgd_h")
+    ),
+    (19, "the rate in bytes divided by 8 again"): lambda: check_overlap_prediction(
+        _trial("19 loop", "my_overlap_ms", rate="bytes_per_s / 8", last="buckets + 1", i="i"),
+        **STEP19
+    ),
+    (19, "a bucket ready when its compute starts (i − 1)"): lambda: check_overlap_prediction(
+        _trial("19 loop", "my_overlap_ms", rate="bytes_per_s", last="buckets + 1", i="i - 1"),
+        **STEP19
+    ),
+    (19, "buckets − 1 all-reduces"): lambda: check_overlap_prediction(
+        _trial("19 loop", "my_overlap_ms", rate="bytes_per_s", last="buckets", i="i"), **STEP19
+    ),
+    (21, "the package's diloco_cluster.sync_link_bytes called"): lambda: check_smallest_h(
+        _trial("21 sync_link_bytes", "my_smallest_h", dict(cu=cu, math=math)), **STEP21
+    ),
     (5, "the whole vector counted as held after a reduce-scatter"): lambda: (
         check_stored_bytes_rule(
             lambda n, p: {"all_reduce": 2 * n, "reduce_scatter": 2 * n, "all_gather": n + n / p},

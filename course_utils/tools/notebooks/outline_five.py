@@ -34,6 +34,8 @@ PART_FIVE_STEPS = (
                 Mistake("R in place of R − 1 in the ring's factor",
                         "counts the R − 1 other replicas, not R"),
                 Mistake("H rounded down", "round up, not down"),
+                Mistake("the package's diloco_cluster.sync_link_bytes called",
+                        "uses the package's diloco_cluster.sync_link_bytes"),
             ),
         ),
     ),
