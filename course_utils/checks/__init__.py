@@ -2,11 +2,17 @@
 
 Each check computes the expected answer from the exercise's own inputs, says what is wrong
 without giving the answer away (``ExerciseFailed``, shown without a traceback), or prints one
-``PASSED: …`` line. ``helpers`` holds what every check shares.
+``PASSED: …`` line; when it could not judge the whole answer (a part it cannot run here) it prints
+one ``NOT VERIFIED: …`` line saying why and what to do, never ``PASSED``. ``helpers`` holds what
+every check shares.
 
-A check is feedback a student runs, not a guard: it refuses a function that is, wraps or names in
-its code a function the exercise forbids, but the student's code runs in the same kernel and could
-change anything there. Grading rests on nbgrader's autograde and on reading the solution cells.
+A check is feedback a student runs, not a lock: it refuses a function that is, wraps or names in
+its code a function the exercise forbids (bound as a default, held in a closure, or fetched from a
+course module with ``importlib`` too: ``forbidden``), but the student's code runs in the same
+kernel and could change anything there. Grading rests on the check's verdict in the grader's own
+kernel (nbgrader's autograde; ``course check-submission``, which runs the instructor's checks on
+the submission's solution cells and grades ``NOT VERIFIED`` as "not verified", not passed) and on
+reading the solution cells.
 
 Modules: ``algorithms``: steps 11–13: the ring, buckets, the two-level all-reduce; ``budget``: step
 8's communication budget; ``compute``: step 18's break-even batch size; ``diloco``: step 21's

@@ -41,11 +41,11 @@ the exercises left open as in the student edition.
 
 # what a self-check is and what grading rests on; the README's instructors' section says the same
 FEEDBACK = """\
-A self-check is feedback the student runs in their own kernel: it names the likely slip (a unit,
-a wrong axis, a missed pass of the ring) and prints `PASSED` for a right answer. Grading rests on
-nbgrader's autograde (the instructor's check cells run on each submission) and on reading the
-solution cells; a submission that patches the package is a matter for the instructor, not the
-check.\
+A self-check is feedback, not a lock: it runs in the student's kernel, names the likely slip (a
+unit, a wrong axis, a missed pass of the ring), prints `PASSED` for a right answer and `NOT
+VERIFIED` for one it could not judge whole. Grading rests on each check's verdict in the grader's
+kernel (autograde, `course check-submission`: not verified is not passed) and on reading the
+solution cells.\
 """
 
 WORDS_PER_MINUTE = 200  # a reading pace for prose with code
