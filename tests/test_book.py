@@ -4,7 +4,7 @@ The site is built once (Jupyter Book, committed outputs) and served from 127.0.0
 end-to-end tests (``pytest -m e2e``; the README's ``pytest`` leaves them out, CI runs them as a
 step of their own), of the first step (no math, no figure), step 03 (math, one figure) and the
 last (two figures); with ``COURSE_ALL_NOTEBOOKS=1`` (``scripts/test_all_notebooks.sh
---browser``) of every step. Every page must show its title and every figure its notebook has,
+--release``) of every step. Every page must show its title and every figure its notebook has,
 log no console error, resolve every internal link, render its math, show code cells without
 sideways scrolling, and send no request anywhere but 127.0.0.1. Chromium is Debian's package
 (/usr/bin/chromium) driven by playwright; no browser is ever downloaded. Without it, run
