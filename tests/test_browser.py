@@ -3,7 +3,7 @@
 The browser runs one step with an exercise, kernels and a figure (03) and one that starts processes
 (09): what JupyterLab adds to a plain kernel (rendering, the kernel's working folder, child
 processes) shows there; every step's execution and outputs are checked by strict nbval, and every
-step runs in the browser with ``COURSE_ALL_NOTEBOOKS=1`` (``scripts/test_all_notebooks.sh --release``).
+step runs in the browser with ``COURSE_ALL_NOTEBOOKS=1`` (``test_all_notebooks.sh --release``).
 JupyterLab runs on 127.0.0.1 with a random token over a copy of the notebooks (Run All must not
 touch the committed ones). Chromium is Debian's package (/usr/bin/chromium) driven by playwright;
 no browser is ever downloaded. Screenshots go to build/browser/. End to end: ``pytest -m e2e``
