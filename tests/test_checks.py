@@ -187,6 +187,25 @@ def test_the_trial_s_disguised_shortcuts_are_refused_by_their_checks():
         check_error_feedback(feedback)
 
 
+def test_jax_lax_top_k_is_not_the_page_s_top_k(capsys):
+    # step 15: the page's top_k (a cell above) is refused, jax.lax.top_k beside it is not; an
+    # attribute's name is read on its module, not in the notebook's globals
+    from notebook_cell import run_cell
+
+    from course_utils.checks import check_error_feedback
+
+    notebook = run_cell("def top_k(values, k):\n"
+                        "    _, indices = jax.lax.top_k(jnp.abs(values), k)\n"
+                        "    return values[indices], indices\n", {})
+    run_cell("def my_error_feedback(g, residual, k):\n"
+             "    acc = g + residual\n"
+             "    _, indices = jax.lax.top_k(jnp.abs(acc), k)\n"
+             "    sent = jnp.zeros_like(acc).at[indices].set(acc[indices])\n"
+             "    return sent, acc - sent\n", notebook)
+    check_error_feedback(notebook["my_error_feedback"])
+    assert capsys.readouterr().out.startswith("PASSED: error feedback")
+
+
 def test_strings_and_defaults_that_name_nothing_forbidden_are_not_refused():
     import importlib
 

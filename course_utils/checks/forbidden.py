@@ -65,17 +65,21 @@ def _code_objects(code: types.CodeType):
 
 
 def _named_objects(fn) -> list:
-    """What the names in ``fn``'s code (nested code too) refer to: its globals, builtins excluded,
-    the cells of its closure, its default and keyword-only default arguments (``def f(...,
-    _f=bucketed_step_time)``), and what the code's names, and the names its strings spell,
-    name on a module among those or on a course module its strings name (``cu.overlapped_backward``,
-    ``cu.overlap_runs.modelled``, ``getattr(cu, "modelled_time")``,
+    """What the names in ``fn``'s code (nested code too) refer to: the globals it reads (builtins
+    excluded), the cells of its closure, its default and keyword-only default arguments (``def
+    f(..., _f=bucketed_step_time)``), and what the code's names, and the names its strings spell,
+    name on a module among those or on a course module its strings name
+    (``cu.overlapped_backward``, ``cu.overlap_runs.modelled``, ``getattr(cu, "modelled_time")``,
     ``importlib.import_module("course_utils.models.latency").bucketed_step_time``)."""
     scope = getattr(fn, "__globals__", {})
     codes = list(_code_objects(fn.__code__))
     strings = [c for code in codes for c in code.co_consts if isinstance(c, str)]
     own = [n for code in codes for n in code.co_names]
-    found = [scope[n] for n in dict.fromkeys(own) if n in scope]
+    # the notebook's names the code reads as globals; an attribute's name is read on its module
+    # (jax.lax.top_k is not the notebook's top_k)
+    read = [i.argval for code in codes for i in dis.get_instructions(code)
+            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+    found = [scope[n] for n in dict.fromkeys(read) if n in scope]
     # on a module, a name written as a string counts too (getattr(module, "name"))
     names = list(dict.fromkeys(own + [s for s in strings if s.isidentifier()]))
     found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
