@@ -89,7 +89,7 @@ def test_when_the_order_cannot_be_checked_it_is_not_verified_never_passed(fn, wh
     check_two_level_scatter(fn, node_local_mesh(2))
     out = capsys.readouterr().out
     assert out.startswith("NOT VERIFIED: two-level reduce-scatter (") and "PASSED" not in out
-    assert f"the order could not be run on 2 nodes of 3 ({why}" in out
+    assert f"the order could not be run on 2 nodes of 3: {why}" in out
     assert "write my_two_level_scatter as one function with def" in out
     assert "run the step with N_DEVICES = 6 or 8" in out
 

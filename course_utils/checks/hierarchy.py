@@ -58,8 +58,8 @@ def check_two_level_scatter(fn, mesh: Mesh) -> None:
         fail(exercise, slip)
     if unsure:
         not_verified(exercise, f"the values and the program are right on {nodes} nodes of "
-                     f"{local}, where a reorder with nodes and local swapped gives them too, and "
-                     f"the order could not be run on 2 nodes of 3 ({unsure})")
+                     f"{local}, where a reorder with nodes and local swapped gives them too; the "
+                     f"order could not be run on 2 nodes of 3: {unsure}")
         return
     passed(exercise, f"reduce-scatter in {nodes} nodes of {local} on the whole vector, then "
                      "across the nodes on 1/local of it, each device its own slice")
@@ -77,10 +77,10 @@ def _order_of_nodes_and_local(fn) -> tuple[str, str]:
     if not run.ran:
         timed_out = "did not finish" in run.message
         todo = ("run the check again, or the step with N_DEVICES = 6 or 8" if timed_out else
-                "write my_two_level_scatter as one function with def, reading only jax, jnp, "
-                "np, P and the page's mesh, NODES, LOCAL and p (the check sends its source "
-                "alone), or run the step with N_DEVICES = 6 or 8")
-        return "", f"{run.message}: {todo}"
+                "write my_two_level_scatter as one function with def that reads only jax, "
+                "jnp, np, P and the page's mesh, NODES, LOCAL and p, since the check sends its "
+                "source alone, or run the step with N_DEVICES = 6 or 8")
+        return "", f"{run.message}; {todo}"
     where = "on 2 nodes of 3 devices (6 CPU devices, in a subprocess)"
     return (f"{where}: {run.message}" if run.message else ""), ""
 
