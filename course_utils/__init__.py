@@ -146,6 +146,7 @@ _API = {
     "strategy_traffic": ("training.traffic", "strategy_traffic"),
     "hlo_collectives": ("observe.ir", "hlo_collectives"),
     "load_tpu_compiled": ("results.compiled", "load_tpu_compiled"),
+    "load_accelerator_step": ("results.accelerator", "load_accelerator_step"),
     "stablehlo_signatures": ("observe.ir", "stablehlo_signatures"),
     "COLLECTIVE_KINDS": ("observe.sweep", "KIND"),
     "COLLECTIVE_LABELS": ("observe.sweep", "LABELS"),

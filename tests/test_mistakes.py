@@ -273,12 +273,15 @@ def _link(flat=1.0, two=1.0):
     return times
 
 
-def _ring_step(add=True, backwards=False):
+def _ring_step(add=True, forwards=False):
+    """A step of exercise 11's ring (device i sends to i - 1); ``forwards``: the page's ring."""
+
     def step(partial, chunks, s, axis_name):
         p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
-        pairs = [(j, (j - 1) % p) for j in range(p)] if backwards else ring_permutation(p)
+        pairs = ring_permutation(p) if forwards else [(j, (j - 1) % p) for j in range(p)]
         received = jax.lax.ppermute(partial, axis_name, pairs)
-        return received + chunks[(i - s - 2) % p] if add else received
+        mine = chunks[(i - s - 2) % p] if forwards else chunks[(i + s + 2) % p]
+        return received + mine if add else received
 
     return step
 
@@ -466,8 +469,8 @@ CASES = {
     (11, "the partial sum passed on, but nothing added"): lambda: check_ring_step(
         _ring_step(add=False), data_mesh()
     ),
-    (11, "the ring sent the wrong way round"): lambda: check_ring_step(
-        _ring_step(backwards=True), data_mesh()
+    (11, "the page's ring copied: sent to i + 1"): lambda: check_ring_step(
+        _ring_step(forwards=True), data_mesh()
     ),
     (12, "a bucket's ready time counted in gradients, not bytes"): lambda: check_bucket_model(
         _bucket(ready_by_count=True)

@@ -183,9 +183,10 @@ def test_the_appendix_is_copied_as_it_is_and_not_made_a_graded_step(tmp_path):
     folder = NOTEBOOKS[0].parent
     assert all(p.parent == folder for p in NOTEBOOKS)  # the appendix is no step
     written = copy_appendices(folder, tmp_path)
-    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
-        "appendix/cluster_method.ipynb"]
-    assert written[0].read_bytes() == (folder / "appendix/cluster_method.ipynb").read_bytes()
+    names = [p.relative_to(tmp_path).as_posix() for p in written]
+    assert names == sorted(f"appendix/{p.name}" for p in (folder / "appendix").glob("*.ipynb"))
+    assert "appendix/cluster_method.ipynb" in names
+    assert all(p.read_bytes() == (folder / name).read_bytes() for p, name in zip(written, names))
 
 
 def test_course_student_without_nbgrader_says_how_to_install(course, without_nbgrader, tmp_path):

@@ -4,7 +4,9 @@ five's sweep
 (``diloco``), the held-out curves of all of them (``curves``); every one through one reader and
 writer (``records``) with one record of how it was made (``meta``).
 
-Modules: ``bench``: course bench; ``cluster``: course cluster's collectives; ``curves``: held-out
+Modules: ``accelerator``: part four's step timed on a TPU chip; ``bench``: course bench;
+``cluster``: course cluster's collectives; ``compiled``: step 19's program compiled for a TPU
+topology; ``curves``: held-out
 curves, their one runner and readers; ``diloco``: part five's saved sweep; ``diloco_cluster``: part
 five's timed runs; ``diloco_figures``: the sweep's figure; ``links``: the links' rates and
 ceiling; ``meta``: how a run was made;
