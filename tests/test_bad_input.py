@@ -141,6 +141,10 @@ def test_labels_permuted_alone():
             "must be a positive integer",
         ),
         (["bench", "--repeats", "0"], "repeats"),
+        # before any host is built (no root needed to be told)
+        (["cluster", "--timeout", "0"], "--timeout: must be a positive number of seconds, got '0'"),
+        (["cluster", "--timeout", "-5"], "must be a positive number of seconds, got '-5'"),
+        (["cluster", "--timeout", "soon"], "must be a positive number of seconds, got 'soon'"),
         (["check-submission", "missing.ipynb"], "missing.ipynb: no such file"),
         (["student"], "the following arguments are required: --out"),
         (["teleport"], "invalid choice: 'teleport'"),

@@ -32,6 +32,27 @@ def positive_int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
 
 
+def positive_seconds_arg(text: str) -> float:
+    """An ``argparse`` type: a positive, finite number of seconds, or the parser's one-line
+    error.
+
+    Examples:
+        >>> positive_seconds_arg("1.5")
+        1.5
+        >>> positive_seconds_arg("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a positive number of seconds, got '0'
+    """
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
 def progress_bar(console, *, with_eta: bool = False):
     """A transient rich progress bar: description, bar, done/total, elapsed (and ETA, last note)."""
     from rich.progress import (

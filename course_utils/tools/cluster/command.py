@@ -20,7 +20,7 @@ from typing import TypeVar
 from course_utils.constants import EXIT_INTERRUPTED, EXIT_OK
 from course_utils.results.links import UNSHAPED
 from course_utils.results.records import save
-from course_utils.tools.cli import positive_int_arg
+from course_utils.tools.cli import positive_int_arg, positive_seconds_arg
 from course_utils.tools.cluster.measurements import (
     MEASUREMENTS,
     PLAN_NAMES,
@@ -188,7 +188,7 @@ def add_cluster_parser(sub) -> None:
     cluster.add_argument("--tcp", default="reno",
                          help="TCP congestion control between the hosts: reno (default; a "
                          "standing queue keeps the link busy while there is data), cubic or bbr")
-    cluster.add_argument("--timeout", type=float, default=900.0,
+    cluster.add_argument("--timeout", type=positive_seconds_arg, default=900.0,
                          help="stop everything after this many seconds (default 900)")
     cluster.add_argument("--out", default="build/cluster",
                          help="folder for the measurement's files (" + "; ".join(
