@@ -4,8 +4,6 @@ a new saved run that disagrees fails here, not in a student's cell."""
 
 from __future__ import annotations
 
-import math
-
 from course_utils.models.cost_model import Topology, link_bytes_sent
 from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
 from course_utils.models.step import balanced_rows, break_even_bits
@@ -56,32 +54,29 @@ def test_the_saved_file_is_the_median_of_three_runs():
     assert SAVED.meta.runs == 3 and SAVED.flops_per_s > 0
 
 
-def test_18_the_compute_takes_1_5_to_3_4_times_its_flops_most_at_small_batches():
+def test_18_the_compute_takes_1_7_to_5_times_its_flops_most_at_small_batches():
     from course_utils.models.step import mlp_flops
 
     ratio = {b: median_compute_s(SAVED, "data_parallel", b)
              / (mlp_flops(b, MATRICES) / SAVED.flops_per_s) for b in SIZES}
-    assert all(1.45 < r < 3.5 for r in ratio.values()) and max(ratio, key=ratio.get) == 32
+    assert all(1.6 < r < 5.0 for r in ratio.values()) and max(ratio, key=ratio.get) == 32
 
 
 def test_18_where_the_model_and_the_run_say_the_step_is_communication_bound():
     for rate in ("50mbit", "200mbit"):
         assert _bound(rate) > max(SIZES) and _measured_bound(rate) == SIZES
-    assert 400 < _bound("1gbit") < 600 and _measured_bound("1gbit") == [32, 128]
-    assert _bound("10gbit") < 100 and _measured_bound("10gbit") == [32]
+    # at 1 Gbit/s the model's switch (about 900 rows) lies between the measured one's sides
+    assert 800 < _bound("1gbit") < 1024 and _measured_bound("1gbit") == [32, 128, 512]
+    assert _bound("10gbit") < 150 and _measured_bound("10gbit") == [32]
 
 
-def test_18_the_model_is_within_5_percent_at_the_three_slower_rates():
+def test_18_the_model_is_4_to_10_percent_below_every_step_at_the_three_slower_rates():
     for rate in ("50mbit", "200mbit", "1gbit"):
         for b in SIZES:
             row = _row("data_parallel", rate, b)
             model = modelled_step_s(row, H, D, alpha_s=ALPHA[rate],
                                     compute_s=median_compute_s(SAVED, "data_parallel", b))
-            # step 18 says "within 5 %" at the three slower rates; since the re-measured 2 × 2
-            # run's α, 1 Gbit/s at 32 rows is -5.2 % (the page's own table prints it): reported,
-            # held to 6 % there, 5 % elsewhere
-            tolerance = 0.06 if (rate, b) == ("1gbit", 32) else 0.05
-            assert abs(model / row.step_s - 1) < tolerance, (rate, b)
+            assert -0.11 < model / row.step_s - 1 < -0.03, (rate, b)
 
 
 def test_18_accumulation_gains_about_k_on_the_slowest_link_and_little_when_compute_bound():
@@ -89,8 +84,8 @@ def test_18_accumulation_gains_about_k_on_the_slowest_link_and_little_when_compu
         return (_row("data_parallel", rate, b).step_s * 4
                 / _row("accumulation", rate, b).step_s)  # per row: 4× the rows per step
 
-    assert gain("50mbit", 32) > 3.8 and gain("50mbit", 1024) < gain("50mbit", 32)
-    assert all(gain("10gbit", b) < 1.2 for b in (512, 1024))
+    assert gain("50mbit", 32) > 3.7 and gain("50mbit", 1024) < gain("50mbit", 32)
+    assert all(gain("10gbit", b) < 1.25 for b in (512, 1024))  # little gain
 
 
 
@@ -101,16 +96,18 @@ def _model_over_measured(strategy, rate, b):
                            compute_s=median_compute_s(SAVED, strategy, b)) / row.step_s
 
 
-def test_18_the_accumulation_model_is_within_5_percent_at_50mbit_a_quarter_low_at_512():
-    assert all(abs(_model_over_measured("accumulation", "50mbit", b) - 1) < 0.05 for b in SIZES)
-    assert all(0.7 < _model_over_measured("accumulation", rate, 512) < 0.82
+def test_18_the_accumulation_model_is_below_by_under_10_percent_at_50mbit_most_at_32_rows():
+    assert all(0.9 < _model_over_measured("accumulation", "50mbit", b) < 1 for b in SIZES)
+    # at the fast rates it runs low, by about a third or more at 32 rows
+    assert all(_model_over_measured("accumulation", rate, 32) < 0.7
                for rate in ("1gbit", "10gbit"))
 
 
-def test_20_at_10gbit_the_model_underestimates_zero3_and_hsdp_most():
+def test_20_at_10gbit_the_model_underestimates_every_strategy_int8_and_zero3_most():
     under = {s: _model_over_measured(s, "10gbit", BATCH)
              for s in ("data_parallel", "accumulation", "zero3", "hsdp", *COMPRESSED)}
-    assert sorted(under, key=under.get)[:2] in (["zero3", "hsdp"], ["hsdp", "zero3"]), under
+    assert sorted(under, key=under.get)[:2] in (["int8", "zero3"], ["zero3", "int8"]), under
+    assert all(v < 0.85 for s, v in under.items() if s != "topk_ef"), under
 
 
 TARGET = target_loss(SAVED, BATCH)
@@ -157,24 +154,36 @@ def test_20_top_k_is_fastest_at_50mbit_then_local_sgd_and_hsdp_loses_only_at_10g
         assert (times["hsdp"] < times["data_parallel"]) == (rate != "10gbit")
 
 
-def test_20_the_break_even_bands_lie_between_1_and_10_gbit_and_the_schemes_pay_below_1gbit():
+def test_20_the_break_even_rates_and_what_the_run_says_at_each_rate():
     dp = _steps("data_parallel")
 
     def ratios(s, rate):
         return [_steps(s)[i] * _row(s, rate, BATCH).step_s
                 / (dp[i] * _row("data_parallel", rate, BATCH).step_s) for i in dp]
 
+    def bounds(s):
+        return [break_even_bits(dp[i], DP.link_bytes, _steps(s)[i],
+                                part_four_traffic(s, H, D).link_bytes,
+                                median_compute_s(SAVED, s, BATCH), own_work_s(SAVED, s))
+                for i in dp]
+
+    assert all(1e9 < b < 1.3e9 for b in bounds("topk_ef"))  # about 1.1-1.2 Gbit/s
+    assert all(1e10 < b < 1e11 for b in bounds("int8"))  # tens of Gbit/s
+    assert all(b > 1e12 for b in bounds("bf16"))  # its own work is next to nothing here
     for s in ("bf16", "int8", "topk_ef"):
-        for i in dp:
-            bound = break_even_bits(dp[i], DP.link_bytes, _steps(s)[i],
-                                    part_four_traffic(s, H, D).link_bytes,
-                                    median_compute_s(SAVED, s, BATCH), own_work_s(SAVED, s))
-            assert 1e9 < bound < 1e10 and not math.isinf(bound)
         for rate in ("50mbit", "200mbit", "1gbit"):
-            assert max(ratios(s, rate)) < 1
-    assert min(ratios("topk_ef", "10gbit")) > 1.05  # no
-    assert max(ratios("bf16", "10gbit")) < 0.95  # pays, against the model
-    assert all(abs(r - 1) < 0.05 for r in ratios("int8", "10gbit"))  # tie
+            assert max(ratios(s, rate)) < 1  # pays in every seed
+    assert min(ratios("topk_ef", "10gbit")) > 1.05  # no, as the model says
+    assert all(abs(r - 1) < 0.05 for r in ratios("bf16", "10gbit"))  # tie
+    assert min(ratios("int8", "10gbit")) > 1.05  # no, against the model
+
+
+def test_20_top_k_leads_data_parallelism_about_tenfold_at_50mbit_by_its_step_time():
+    dp = _steps("data_parallel")
+    step_ratio = (_row("data_parallel", "50mbit", BATCH).step_s
+                  / _row("topk_ef", "50mbit", BATCH).step_s)
+    leads = [step_ratio * dp[i] / _steps("topk_ef")[i] for i in dp]
+    assert 9 < step_ratio < 11.5 and all(9.5 < v < 11.5 for v in leads), leads
 
 
 def test_20_accumulation_is_dp_at_k_times_the_rows_and_no_faster_than_it():
