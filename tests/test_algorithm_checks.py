@@ -4,6 +4,7 @@ ones."""
 import jax
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 from course_utils import (
     bucketed_step_time,
@@ -12,8 +13,9 @@ from course_utils import (
     plan_buckets,
     reduce_scatter_step,
 )
-from course_utils.checks.algorithms import check_bucket_model, check_ring_step
+from course_utils.checks.algorithms import check_bucket_model
 from course_utils.checks.helpers import ExerciseFailed
+from course_utils.checks.ring import check_ring_step
 from course_utils.collectives.ring import encoded_step, ring_reduce_scatter
 
 
@@ -107,8 +109,20 @@ WRONG = [
 def test_a_step_written_by_hand_passes(capsys):
     check_ring_step(RIGHT, data_mesh())
     out = capsys.readouterr().out
-    assert "PASSED: one step of the reversed ring (3 step(s)" in out
+    assert "PASSED: one step of the reversed ring (3 steps" in out
     assert "right on 3 devices too" in out
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_below_4_devices_a_right_step_is_not_verified(capsys, p):
+    # at 2 devices the two rings are one swap; at 3 some wrong chunk indices sum right
+    mesh = Mesh(np.asarray(jax.devices()[:p]), ("data",))
+    check_ring_step(RIGHT, mesh)
+    out = capsys.readouterr().out
+    assert out.startswith("NOT VERIFIED: one step of the reversed ring") and "PASSED" not in out
+    if p == 2:  # the page's forward step is not told apart here either
+        check_ring_step(_step(lambda j, q: (j + 1) % q, lambda i, s, q: (i - s - 2) % q), mesh)
+        assert capsys.readouterr().out.startswith("NOT VERIFIED")
 
 
 def test_the_reversed_ring_sums_every_chunk():

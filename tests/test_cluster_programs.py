@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
+from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
 from course_utils.problems.classification import PART_FOUR_MLP, padded_size
 from course_utils.results.training import saved_training_results
 from course_utils.tools.cluster.training import (
@@ -74,5 +75,11 @@ def test_host_0_s_link_sent_what_the_row_s_programs_send(row):
         sent = programs.bytes_across_replicas * SAVED.cluster.devices_per_host
     else:  # local SGD's step sends nothing, its averaging once per H steps
         sent = programs.bytes_per_step(programs.every)
-    link = statistics.median(r.link_bytes for r in SAVED.rows if r.strategy == row.name)
-    assert 1.0 <= link / sent <= OVERHEAD.get(row.name, 1.03)
+    # from 1 Gbit/s the counter reads the payload; at the slower rates, under the 2 ms bucket, it
+    # counts every frame's headers too (1 / FRAME_SHARE = 1.046 of the payload) and the ACKs
+    # (about 2 % by the counter): the cluster appendix
+    for fast in (True, False):
+        link = statistics.median(r.link_bytes for r in SAVED.rows if r.strategy == row.name
+                                 and (rate_bytes_per_s(r.link_rate) >= 1e9 / 8) == fast)
+        headers = 1.0 if fast else 1.02 / FRAME_SHARE
+        assert 1.0 <= link / sent <= OVERHEAD.get(row.name, 1.03) * headers, fast

@@ -57,7 +57,7 @@ def reduce_scatter_step(partial, chunks, s, axis_name: str):
 
     Returns:
         f32[m/p]: the partial sum received from the previous device, plus this device's own chunk
-        of the same index. (Step 11's exercise writes this step: read the code only after it.)
+        of the same index. (Step 11 writes it on its page as ``ring_step``.)
     """
     p = chunks.shape[0]
     received = jax.lax.ppermute(partial, axis_name, ring_permutation(p))  # f32[m/p]

@@ -301,8 +301,8 @@ def ring_payload(entries: Sequence[Collective], ranks: int) -> float:
 class Scheduled(NamedTuple):
     """A collective in a compiled program's schedule: the op (as ``hlo_collectives`` reads it),
     whether it is an asynchronous pair (``-start`` … ``-done``), and how many compute
-    instructions (fusions, custom calls, dots, convolutions) the schedule puts before its start,
-    between its start and its end, and after its end."""
+    instructions (fusions, dots, convolutions; not custom calls, which on a TPU here only move
+    data) the schedule puts before its start, between its start and its end, and after its end."""
 
     collective: Collective
     asynchronous: bool
@@ -312,7 +312,7 @@ class Scheduled(NamedTuple):
 
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(\S+) = .*? ([a-z][a-z0-9-]*)\((.*)$")
-_COMPUTE = ("fusion", "custom-call", "dot", "convolution")
+_COMPUTE = ("fusion", "dot", "convolution")
 
 
 def entry_computation(text: str) -> str:

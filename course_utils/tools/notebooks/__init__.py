@@ -2,7 +2,8 @@
 ``course check-submission`` and ``course book``.
 
 Modules: ``book``: course book; ``chapters``: the site's chapters; ``outline``: the outline;
-``outline_five``: part five's outline entries; ``pages``: the pages written from the outline;
-``records``: the outline's records; ``run``: course run; ``site``: what the site shows of a
-notebook; ``student``: course student; ``submission``: course check-submission.
+``outline_five``: part five's outline entries; ``outline_four``: part four's outline entries;
+``pages``: the pages written from the outline; ``records``: the outline's records; ``run``: course
+run; ``site``: what the site shows of a notebook; ``student``: course student; ``submission``:
+course check-submission.
 """

@@ -5,13 +5,15 @@ answers).
 Everything that lists the steps reads it: the site's landing and instructor pages
 (``pages.py``), the README's series table and ``docs/exercises.md``'s table (written from it by
 ``scripts/write_outline_tables.py``, a test keeps them equal) and the tests' step lists. Adding a
-step is its notebook, its check and one entry here (part five's: in ``outline_five.py``).
+step is its notebook, its check and one entry here (part four's: in ``outline_four.py``; part
+five's: in ``outline_five.py``).
 """
 
 from __future__ import annotations
 
 from course_utils.tools.errors import usage
 from course_utils.tools.notebooks.outline_five import PART_FIVE, PART_FIVE_STEPS
+from course_utils.tools.notebooks.outline_four import PART_FOUR, PART_FOUR_STEPS
 from course_utils.tools.notebooks.records import Exercise, Mistake, StepOutline
 
 __all__ = ["CAPSTONE", "OUTLINE", "PART_FIVE", "PART_FOUR", "PART_ONE", "PART_THREE", "PART_TWO",
@@ -21,7 +23,6 @@ PART_ONE = "Part one: one gradient, three ways to communicate it"
 PART_TWO = "Part two: the ring by hand, latency and buckets, hierarchy"
 PART_THREE = "Part three: ZeRO and FSDP, compression, local SGD"
 CAPSTONE = "Capstone: a cluster on one machine"
-PART_FOUR = "Part four: compute against communication, every strategy timed"
 WHERE = "OUTLINE in course_utils/tools/notebooks/outline.py"
 
 OUTLINE = (
@@ -332,73 +333,7 @@ OUTLINE = (
             ),
         ),
     ),
-    StepOutline(
-        18, "18_compute_vs_communication", PART_FOUR,
-        title="Compute against communication: when is a step communication-bound?",
-        line="a data-parallel step and its accumulated form on the page; its compute from FLOPs, "
-             "its communication from the link model with α; the batch where the two balance, "
-             "predicted and read off the cluster",
-        exercise=Exercise(
-            task="the rows per device at which a data-parallel step's compute takes as long as "
-                 "its all-reduce over the links",
-            check="check_balanced_rows", minutes=15,
-            judges="within 2 %, at the saved run's numbers and at cases never shown; the step "
-                   "model refused; names unit slips, the ring's passes and α's message steps",
-            mistakes=(
-                Mistake("the rate in bits taken for bytes",
-                        "the rate is in bits per second: divide it by 8 for bytes"),
-                Mistake("the all-reduce's time returned instead of rows",
-                        "that is the all-reduce's time; divide it by one row's compute time"),
-            ),
-        ),
-    ),
-    StepOutline(
-        19, "19_overlap", PART_FOUR,
-        title="Overlap: hiding the all-reduce behind the backward pass",
-        line="the backward pass of a tower of layers, each bucket all-reduced on a second device "
-             "while the first computes; the overlap predicted, then one program, one device and "
-             "two devices timed on the cluster; the one program as XLA:CPU compiles it; the "
-             "collective matmul three ways",
-        exercise=Exercise(
-            task="the overlap column predicted before the table: the overlapped backward pass's "
-                 "time from its compute, its buckets' bytes, the link's rate and α",
-            check="check_overlap_prediction", minutes=20,
-            judges="within 2 %, at the saved run's numbers and at cases bound by the compute, the "
-                   "link and α that the page never shows; a loop or the closed form; the "
-                   "package's models refused",
-            mistakes=(
-                Mistake("compute + communication (no overlap)",
-                        "that is one after the other (compute + communication)"),
-                Mistake("max(compute, communication)",
-                        "max(compute, communication) leaves out the start and the end"),
-                Mistake("α paid once per all-reduce",
-                        "α is paid per message step"),
-                Mistake("the rate in bytes divided by 8 again", "do not divide it by 8"),
-                Mistake("a bucket ready when its compute starts (i − 1)",
-                        "not when it starts"),
-                Mistake("buckets − 1 all-reduces", "yours sends buckets − 1"),
-            ),
-        ),
-    ),
-    StepOutline(
-        20, "20_strategies_timed", PART_FOUR,
-        title="Every strategy timed: which one pays on which link",
-        line="HSDP on a `(\"host\", \"device\")` mesh against data parallelism; every strategy "
-             "timed on the cluster from 50 Mbit/s to 10 Gbit/s: time per step and to a target "
-             "loss, against the models; where each compression scheme pays",
-        exercise=Exercise(
-            task="the link rate below which a compression scheme reaches a target loss sooner "
-                 "than data parallelism",
-            check="check_break_even", minutes=20,
-            judges="within 2 %, at the saved run's numbers and at cases never shown, the two ends "
-                   "included; `break_even_bits` refused",
-            mistakes=(
-                Mistake("the rate left in bytes per second", "that is bytes per second"),
-                Mistake("one step of each compared, not the steps to the target",
-                        "count each one's steps to the target"),
-            ),
-        ),
-    ),
+    *PART_FOUR_STEPS,
     *PART_FIVE_STEPS,
 )
 
