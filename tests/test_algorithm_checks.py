@@ -16,7 +16,7 @@ from course_utils import (
 from course_utils.checks.algorithms import check_bucket_model
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.ring import check_ring_step
-from course_utils.collectives.ring import encoded_step, ring_reduce_scatter
+from course_utils.collectives.ring import encoded_step, ring_reduce_scatter, ring_scatter_sum
 
 
 def _step(send_to, chunk, also=None):
@@ -66,6 +66,21 @@ def _four_typed_in(partial, chunks, s, axis_name):
     return jax.lax.ppermute(partial, axis_name, pairs) + chunks[(i + s + 2) % p]
 
 
+axis = "data"  # as the notebook's own global
+
+
+def _notebook_axis(partial, chunks, s, axis_name):
+    """The right step with the notebook's ``axis`` global instead of the argument."""
+    p, i = chunks.shape[0], jax.lax.axis_index(axis)
+    pairs = [(j, (j - 1) % p) for j in range(p)]
+    return jax.lax.ppermute(partial, axis, pairs) + chunks[(i + s + 2) % p]
+
+
+def _whole_loop(partial, chunks, s, axis_name):
+    """The package's whole loop, run the other way, inside the step."""
+    return ring_scatter_sum(chunks, axis_name, direction=-1)
+
+
 def _wrapper(partial, chunks, s, axis_name):
     """A wrapper around the package's step, which the exercise forbids."""
     return reduce_scatter_step(partial, chunks, s, axis_name)
@@ -89,6 +104,8 @@ WRONG = [
     (_step(lambda j, p: (j + 1) % p, lambda i, s, p: (i - s - 2) % p), "the page's ring; this "
                                                                        "ring runs the other way"),
     (_model_axis, "names the axis 'model', but the mesh's only axis is 'data'"),
+    (_notebook_axis, "reads the notebook's axis for the axis"),
+    (_whole_loop, "uses the package's ring_scatter_sum"),
     (_four_typed_in, "right on 4 devices but wrong on 3"),
     (reduce_scatter_step, "uses the package's reduce_scatter_step"),
     (_wrapper, "uses the package's reduce_scatter_step"),

@@ -5,7 +5,9 @@ import pytest
 
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.overlap_time import check_overlap_prediction
+from course_utils.models.cost_model import ring_time
 from course_utils.models.latency import bucketed_step_time, collective_time
+from course_utils.models.links import link_time_s
 from course_utils.results.overlap import modelled as modelled_overlap
 
 STEP_19 = {"compute_ms": 667.0, "bucket_bytes": 2**20, "buckets": 16, "hosts": 2,
@@ -92,7 +94,13 @@ def test_an_unexplained_slip_gets_a_hint_not_the_model():
         c + (t := collective_time(nbytes, h, alpha_s=alpha, bandwidth_bytes_per_s=rate) * 1e3),
         c / n + n * t), "collective_time"),
     (lambda *a: modelled_overlap(None, "200 Mbit/s").overlap_ms, r"overlap_runs\.modelled"),
+    # the student trial's: a bucket's time from the package's ring models
+    (lambda c, nbytes, n, h, rate, alpha: max(
+        c + (t := ring_time(nbytes, h, alpha_s=alpha, bytes_per_s=rate).all_reduce * 1e3),
+        c / n + n * t), "ring_time"),
+    (lambda c, nbytes, n, h, rate, alpha, _t=link_time_s: c + _t("ring", nbytes, h, 1, rate),
+     "link_time_s"),
 ])
 def test_the_package_model_is_refused(fn, name):
-    with pytest.raises(ExerciseFailed, match=f"uses the package's {name}, which computes"):
+    with pytest.raises(ExerciseFailed, match=f"uses the package's {name}, one of the models"):
         check_overlap_prediction(fn, **STEP_19)

@@ -35,15 +35,19 @@ def check_overlap_prediction(fn, *, compute_ms: float, bucket_bytes: float, buck
     overlapped backward pass's modelled time in ms (``overlap_model_ms``, a loop over the buckets
     or its closed form), within ``TOLERANCE`` at the exercise's numbers and at cases bound by the
     compute and by the link that the notebook never shows. The package's models are refused."""
+    from course_utils.models.cost_model import modelled_time, ring_time
     from course_utils.models.latency import bucketed_step_time, collective_time
+    from course_utils.models.links import link_time_s
     from course_utils.results.overlap import modelled
 
     exercise = "the overlap column predicted"
     function_given(exercise, "my_overlap_ms", fn)
-    forbidden = (bucketed_step_time, collective_time, modelled, overlap_model_ms)
+    forbidden = (bucketed_step_time, collective_time, modelled, overlap_model_ms, modelled_time,
+                 ring_time, link_time_s)
     if (name := uses_forbidden(fn, forbidden)) is not None:
-        fail(exercise, f"my_overlap_ms uses the package's {_public_name(name, forbidden)}, which "
-                       "computes the answer: follow the buckets yourself")
+        fail(exercise, f"my_overlap_ms uses the package's {_public_name(name, forbidden)}, one of "
+                       "the models this exercise refuses: write a bucket's ring all-reduce time "
+                       "from the arguments and follow the buckets yourself")
     first = (compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s)
     answers = []
     for case in (first, *_CASES):

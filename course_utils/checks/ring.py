@@ -22,6 +22,7 @@ from course_utils.collectives.ring import (
     reduce_scatter_step,
     ring_permutation,
     ring_reduce_scatter,
+    ring_scatter_sum,
 )
 from course_utils.display import error_line
 from course_utils.observe.ir import collectives_in
@@ -42,7 +43,13 @@ def _run(exercise: str, ring, blocks: np.ndarray, step, axis: str) -> np.ndarray
             hint = "; my_step must return one array, the new partial sum f32[m/p], not a tuple"
         failure = f"running the ring with your step raised {error_line(error)}{hint}"
         home, other = axis.removeprefix("ring_"), _other_axis_names(step, axis)
-        if home in other:
+        read = _globals_naming(step, home)
+        if read:
+            failure = (f"your step reads the notebook's {', '.join(read)} for the axis: the check "
+                       f"runs it on a mesh whose axis is called {axis!r}, as a step inside another "
+                       f"program could be (JAX stopped with {type(error).__name__}); use the "
+                       "axis_name argument")
+        elif home in other:
             failure = (f"your step names the axis {home!r} itself: the check runs it on a mesh "
                        f"whose axis is called {axis!r}, as a step inside another program could "
                        f"be (JAX stopped with {type(error).__name__}); use the axis_name "
@@ -56,7 +63,23 @@ def _run(exercise: str, ring, blocks: np.ndarray, step, axis: str) -> np.ndarray
     fail(exercise, failure)  # outside the except: no traceback chained into the package
 
 
-_PACKAGE_STEPS = [reduce_scatter_step, encoded_step]
+_PACKAGE_STEPS = [reduce_scatter_step, encoded_step, ring_scatter_sum, ring_reduce_scatter]
+
+
+def _globals_naming(step, home: str) -> list[str]:
+    """The notebook globals ``step``'s code reads that hold the mesh's axis name ``home``, or a
+    mesh with that axis (``axis``, ``mesh``): the axis taken from the page, not the argument."""
+    fn = getattr(step, "__wrapped__", step)
+    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is None:
+        return []
+    names, todo = [], [code]
+    while todo:
+        current = todo.pop()
+        todo += [c for c in current.co_consts if hasattr(c, "co_consts")]
+        names += [n for n in current.co_names if n in scope and n not in names]
+    return [n for n in names if scope[n] == home
+            or home in getattr(scope[n], "axis_names", ())]
 _REFUSAL = ("my_step uses the package's {0}: write the step yourself (jax.lax.ppermute, then "
             "add your own chunk)")
 
