@@ -116,6 +116,21 @@ TRIAL = {
         "    while (steps // h) * ring > budget:\n"
         "        h += 1\n"
         "    return max(h - 1, 1)\n"),
+    "16 found": (
+        "def my_local_sgd_h(nbytes, p, steps, budget):\n"
+        "    ring = 2 * (p - 1) / p * nbytes\n"
+        "    h = 1\n"
+        "    while (steps // h) * ring > budget:\n"
+        "        h += 1\n"
+        "    return {ret}\n"),
+    "19 steps": (
+        "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
+        "    steps = {steps}\n"
+        "    t = steps * alpha_s + steps / hosts * bucket_bytes / bytes_per_s\n"
+        "    done = 0.0\n"
+        "    for i in range(1, buckets + 1):\n"
+        "        done = max(compute_ms / 1e3 * i / buckets, done) + t\n"
+        "    return done * 1e3\n"),
     "19 loop": (
         "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
         "    t_ms = (2 * (hosts - 1) * alpha_s + 2 * (hosts - 1) / hosts * bucket_bytes / "
@@ -407,6 +422,12 @@ CASES = {
     (16, "the largest H that does not fit"): lambda: check_local_sgd_h(
         _trial("16 largest", "my_local_sgd_h")
     ),
+    (16, "one above the smallest H that fits"): lambda: check_local_sgd_h(
+        _trial("16 found", "my_local_sgd_h", ret="h + 1")
+    ),
+    (16, "the number of averagings returned, not H"): lambda: check_local_sgd_h(
+        _trial("16 found", "my_local_sgd_h", ret="steps // h")
+    ),
     (19, "the rate in bytes divided by 8 again"): lambda: check_overlap_prediction(
         _trial("19 loop", "my_overlap_ms", rate="bytes_per_s / 8", last="buckets + 1", i="i"),
         **STEP19
@@ -414,6 +435,12 @@ CASES = {
     (19, "a bucket ready when its compute starts (i − 1)"): lambda: check_overlap_prediction(
         _trial("19 loop", "my_overlap_ms", rate="bytes_per_s", last="buckets + 1", i="i - 1"),
         **STEP19
+    ),
+    (19, "2h message steps (p for p − 1)"): lambda: check_overlap_prediction(
+        _trial("19 steps", "my_overlap_ms", steps="2 * hosts"), **STEP19
+    ),
+    (19, "one pass of the ring"): lambda: check_overlap_prediction(
+        _trial("19 steps", "my_overlap_ms", steps="hosts - 1"), **STEP19
     ),
     (19, "buckets − 1 all-reduces"): lambda: check_overlap_prediction(
         _trial("19 loop", "my_overlap_ms", rate="bytes_per_s", last="buckets", i="i"), **STEP19

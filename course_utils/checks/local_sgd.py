@@ -104,6 +104,10 @@ def _h_slip(answers: list, p_run: int) -> str:
          "run that spends exactly the budget fits"),
         (lambda n, p, s, b: max(_right(n, p, s, b) - 1, 1), "that is one below the answer, the "
          "largest H whose run does not fit: return the smallest H whose run does"),
+        (lambda n, p, s, b: _right(n, p, s, b) + 1, "that is one above the answer: the H before "
+         "it also fits; return the smallest H whose run fits"),
+        (lambda n, p, s, b: s // _right(n, p, s, b), "that is the number of averagings, "
+         "steps // H: return H itself"),
         (lambda n, p, s, b: _smallest_h(lambda h: s / h * ring(n, p), s, b), "a run averages "
          "steps // H times, a whole number (a round cut short is not averaged), not steps / H "
          "rounds"),
@@ -144,13 +148,15 @@ def _h_ignored(fn, got: int, args: tuple, p_run: int) -> str:
 
     nbytes, p, steps, budget = args
     mine = {_right(4 * padded_size(p_run), q, steps, budget) for q in (p, p_run)}
-    for name, other in (("nbytes", (2 * nbytes, p, steps, budget)),
-                        ("p", (nbytes, p + 1, steps, budget))):
+    probes = (("nbytes", [(2 * nbytes, p, steps, budget)]),  # p: a small change may not show
+              ("p", [(nbytes, p + 1, steps, budget), (nbytes, 2 * p + 1, steps, budget)]))
+    for name, others in probes:
         try:
-            again = number(fn(*other))
+            again = [number(fn(*other)) for other in others]
         except Exception:  # noqa: BLE001 - a probe only: the main call already ran
             continue
-        if _right(*other) == got or again is None or not np.isclose(again, got):
+        if (any(_right(*other) == got for other in others)
+                or any(a is None or not np.isclose(a, got) for a in again)):
             continue
         if name == "p":
             notebook = got == _right(nbytes, p_run, steps, budget)

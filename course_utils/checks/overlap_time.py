@@ -119,6 +119,11 @@ _SLIPS = {
         lambda *a: _with(*a, share=(a[3] - 1) / a[3]),
     "a rank never sends its own chunk: the ring moves 2(h-1)/h of the bucket":
         lambda *a: _with(*a, share=2),
+    "a ring over h ranks has 2(h-1) message steps, not 2h: p − 1, not p, in both α's steps "
+    "and the bytes' share": lambda *a: _with(*a, alpha_steps=2 * a[3], share=2.0),
+    "that is one pass of the ring (h − 1 steps, (h − 1)/h of the bucket): an all-reduce is two, "
+    "a reduce-scatter then an all-gather": lambda *a: _with(*a, alpha_steps=a[3] - 1,
+                                                            share=(a[3] - 1) / a[3]),
     "the buckets queue on the stream: each starts when it is ready AND the previous one has "
     "ended, so a slow link piles them up": lambda *a: a[0] + _send_ms(*a),
     "the first bucket is ready only after its layer's compute": lambda *a: _with(*a, first=0.0),

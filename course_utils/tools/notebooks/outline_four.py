@@ -53,6 +53,8 @@ PART_FOUR_STEPS = (
                 Mistake("a bucket ready when its compute starts (i − 1)",
                         "not when it starts"),
                 Mistake("buckets − 1 all-reduces", "yours sends buckets − 1"),
+                Mistake("2h message steps (p for p − 1)", "not 2h: p − 1, not p"),
+                Mistake("one pass of the ring", "that is one pass of the ring"),
             ),
         ),
     ),
