@@ -550,6 +550,9 @@ CASES = {
     (10, "fraction and 1 − fraction swapped"): lambda: check_bandwidth_fraction_size(
         lambda a, b, f: a * b * (1 - f) / f
     ),
+    (10, "S returned in MiB"): lambda: check_bandwidth_fraction_size(
+        lambda a, b, f: a * b * f / (1 - f) / 2**20
+    ),
     (16, "the notebook's n and p instead of the arguments"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: steps // (budget // (1.5 * 4 * 10752) + 1) + 1
     ),

@@ -38,6 +38,8 @@ def _slip(got: float, alpha_s: float, bytes_per_s: float, fraction: float) -> st
         (want * 8, "S is in bytes, not bits: do not multiply by 8"),
         (want / 8, "bytes_per_s is in bytes per second, not bits: do not divide by 8"),
         (want * 1e-9, "bytes_per_s is in bytes per second, not GB/s: give S in bytes"),
+        (want / 2**20, "return S in bytes, not MiB"),
+        (want / 1e6, "return S in bytes, not MB"),
         (want * 2, "the fixed cost is α once per call, not 2α"),
         (want / 2, "the fixed cost is α once per call: do not halve it"),
         (half * (1 - fraction) / fraction, "fraction and 1 − fraction are swapped"),

@@ -165,6 +165,7 @@ OUTLINE = (
                         "the bus factor multiplies the bus bandwidth and its limit alike"),
                 Mistake("fraction and 1 − fraction swapped",
                         "fraction and 1 − fraction are swapped"),
+                Mistake("S returned in MiB", "return S in bytes, not MiB"),
                 Mistake("the notebook's fit used instead of the arguments",
                         "does not change with the arguments alpha_s and bytes_per_s"),
             ),
