@@ -56,17 +56,18 @@ TRIAL = {
     "06 kernel": (
         "def two_state_kernel(x_block, y_block, w, m_slice, s_slice):\n"
         "    n_rows = {rows}\n"
-        "    partial = 2 * x_block.T @ (x_block @ w - y_block) / n_rows\n"
+        "    partial = {two} * x_block.T @ (x_block @ w - y_block) / n_rows\n"
         "    g = jax.lax.psum_scatter(partial, 'data', tiled=True)\n"
         "    k = g.shape[0]\n"
         "    w_slice = jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index('data') * k, k)\n"
         "    m_next = B1 * m_slice + (1 - B1) * g\n"
         "    s_next = B2 * s_slice + (1 - B2) * g**2\n"
-        "    w_next = jax.lax.all_gather(w_slice - LR * m_next / (jnp.sqrt(s_next) + EPS), "
+        "    w_next = jax.lax.all_gather(w_slice - LR * m_next / (jnp.sqrt(s_next) + {eps}), "
         "'data', tiled=True, to='invarying')\n"
         "    return w_next, m_next, s_next\n\n"
         "two_state_step = jax.jit(jax.shard_map(two_state_kernel, mesh=mesh, "
-        "in_specs=TWO_STATE_IN, out_specs=TWO_STATE_OUT))\n"),
+        "in_specs=TWO_STATE_IN, out_specs=TWO_STATE_OUT))\n"
+        "{wrap}"),
     "12 step time": (
         "def my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
         "backward_s):\n"
@@ -159,14 +160,16 @@ def _trial(key: str, name: str, page: dict | None = None, **fill):
     return run_cell(source.format(**fill) if fill else source, notebook)[name]
 
 
-def _sliced_update(rows: str):
-    """Exercise 06 answered with the global row count ``rows``, on the page's globals."""
+def _sliced_update(rows: str = "x_block.shape[0] * jax.lax.axis_size('data')", two: str = "2",
+                   eps: str = "EPS", wrap: str = ""):
+    """Exercise 06 answered with the global row count ``rows`` (a slip in ``two``, ``eps`` or
+    ``wrap`` otherwise), on the page's globals."""
     mesh = data_mesh()
-    xh, _, _ = toy_regression(4 * mesh.size, 2 * mesh.size)
+    xh, yh, _ = toy_regression(4 * mesh.size, 2 * mesh.size)
     specs = (jax.P("data", None), jax.P("data"), jax.P(), jax.P("data"), jax.P("data"))
-    page = dict(mesh=mesh, xh=xh, B1=0.9, B2=0.999, EPS=1e-3, LR=LR, TWO_STATE_IN=specs,
+    page = dict(mesh=mesh, xh=xh, yh=yh, B1=0.9, B2=0.999, EPS=1e-3, LR=LR, TWO_STATE_IN=specs,
                 TWO_STATE_OUT=(jax.P(), jax.P("data"), jax.P("data")))
-    step = _trial("06 kernel", "two_state_step", page, rows=rows)
+    step = _trial("06 kernel", "two_state_step", page, rows=rows, two=two, eps=eps, wrap=wrap)
     check_two_state_update(step, mesh, xh.shape, lr=LR, beta1=0.9, beta2=0.999, eps=1e-3)
 
 
@@ -383,6 +386,11 @@ CASES = {
     ),
     (6, "a row count typed in (n_rows = 16)"): lambda: _sliced_update("16"),
     (6, "the notebook's xh.shape[0] as the row count"): lambda: _sliced_update("xh.shape[0]"),
+    (6, "the gradient's factor 2 dropped"): lambda: _sliced_update(two="1"),
+    (6, "ε typed in (Adam's 1e-8)"): lambda: _sliced_update(eps="1e-8"),
+    (6, "the notebook's rows instead of the arguments"): lambda: _sliced_update(
+        wrap="_inner = two_state_step\n"
+             "two_state_step = lambda x_, y_, w_, m_, s_: _inner(xh, yh, w_, m_, s_)\n"),
     (7, "the columns of x reordered instead of its rows"): _permuted_columns,
     (10, "the notebook's fit used instead of the arguments"): lambda: (
         check_bandwidth_fraction_size(answer(

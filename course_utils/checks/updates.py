@@ -54,9 +54,12 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
     per_device = ("the gradient is p× too large: divide each device's share by the global row "
                   "count (x_block.shape[0] · p), not by its own rows")
     swapped = "m and s are swapped: m_next = β1·m + (1−β1)·g, s_next = β2·s + (1−β2)·g²"
+    half = ("the gradient is half the expected one: the mean squared error's gradient is "
+            "2·xᵀ(x·w − y)/n, with its factor 2")
     return {
         "m_next": {
             per_device: b1 * m + (1 - b1) * local,
+            half: b1 * m + (1 - b1) * g / 2,
             swapped: s_next,
             "β1 and 1−β1 are swapped: the old m keeps the weight β1": (1 - b1) * m + b1 * g,
             "the gradient's weight is 1−β1 (the momentum above adds g itself)": b1 * m + g,
@@ -72,7 +75,8 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
         "w_next": {
             "ε goes outside the square root: sqrt(s) + eps":
                 w - lr * m_next / np.sqrt(s_next + eps),
-            "ε is missing": w - lr * m_next / root,
+            "ε is missing, or much smaller than the eps given (use EPS, the argument the "
+            "page passes, not a value typed in)": w - lr * m_next / root,
             "ε belongs in the denominator, added to sqrt(s)": w - lr * m_next / root + eps,
             "the step goes the wrong way: subtract lr · m / (sqrt(s) + ε)":
                 w + lr * m_next / (root + eps),
@@ -203,10 +207,18 @@ def check_two_state_update(
             fail(exercise, f"{name}(x, y, w, m, s) must return (w_next, m_next, s_next), three "
                  f"arrays; got {type(out).__name__}")
         results.append((host, placed, out))
-    (host, placed, out), (_, _, other) = results
+    (host, placed, out), (_, other_placed, other) = results
     if all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, other)):
         fail(exercise, f"{name} returns the same arrays for different inputs: compute from its "
              "arguments x, y, w, m, s, not from arrays of the notebook (g_slices, m0, ...)")
+    try:  # the second run's rows with the first run's w, m, s: the states must change with them
+        rows_only = step(*other_placed[:2], *placed[2:])
+        ignored = np.array_equal(np.asarray(rows_only[1]), np.asarray(out[1]))
+    except Exception:  # noqa: BLE001 - a probe only: the main calls already ran
+        ignored = False
+    if ignored:
+        fail(exercise, f"{name}'s m_next does not change with the rows x, y it is given: compute "
+             "the gradient from its arguments x, y, not from the notebook's x, y")
     x, y, w, m, s = (a.astype(np.float64) for a in host)
     g = reference_gradient(x, y, w)
     mistakes = _two_state_mistakes(w, m, s, g, lr, beta1, beta2, eps, n_devices)
