@@ -53,6 +53,10 @@ TRIAL = {
         "def my_shares(x, y, w, p):\n"
         "    return np.stack([2 * xb.T @ (xb @ w - yb) / x.shape[0] for xb, yb in "
         "zip(np.split(x, p), np.split(y, p))]).astype(np.float16)\n"),
+    "02 globals": (
+        "def my_shares(x, y, w, p):\n"
+        "    return np.stack([2 * xb.T @ (xb @ wh - yb) / xh.shape[0] for xb, yb in "
+        "zip(np.split(xh, p), np.split(yh, p))])\n"),
     "06 kernel": (
         "def two_state_kernel(x_block, y_block, w, m_slice, s_slice):\n"
         "    n_rows = {rows}\n"
@@ -368,6 +372,9 @@ def _hiding(per_byte=8, whole=False, scales=True, steps=None):
 CASES = {
     (2, "the shares returned as float16"): lambda: check_shares(
         _trial("02 float16", "my_shares")
+    ),
+    (2, "the notebook's xh, yh, wh instead of the arguments"): lambda: check_shares(
+        _trial("02 globals", "my_shares", dict(zip(("xh", "yh", "wh"), toy_regression(16, 8))))
     ),
     (5, "values counted instead of bytes (÷ 4)"): lambda: check_stored_bytes_rule(
         lambda n, p: {"all_reduce": 2 * (n // 4), "reduce_scatter": n // 4 + n // 4 // p,

@@ -108,8 +108,9 @@ def check_shares(my_shares) -> None:
     exercise = "per-device shares"
     function_given(exercise, "my_shares", my_shares)
     own = ("gradient_share", "share_per_device")  # the notebook's: named as the student wrote
-    refusal = ("my_shares uses {}, which this exercise asks you not to call: write the gradient "
-               "formula for each block yourself")
+    refusal = ("my_shares uses {}, which this exercise asks you not to call (the page's "
+               "gradient_share is the package's local_contribution, the same code): write the "
+               "gradient formula for each block yourself")
     if (name := uses_forbidden(my_shares, own)) is not None:  # before its package twin's name
         fail(exercise, refusal.format(name))
     forbidden = (local_contribution, reference_gradient, *own)
@@ -132,10 +133,27 @@ def check_shares(my_shares) -> None:
         if (fixed := _fixed_row_count(my_shares, got, x, y, w, p)) is not None:
             fail(exercise, f"{call} divides by a fixed row count ({fixed:g} — the notebook's "
                  f"n_rows?): use the rows of the x you are given, whatever its length")
+        read = _notebook_arrays(my_shares)
+        if read and not _stacked_right(got, x, y, w, p):
+            fail(exercise, f"{call} reads the notebook's {', '.join(read)}: compute from its "
+                 "arguments x, y, w")
         _check_stacked(got, x, y, w, p, call)
         checked.append(p)
     passed(exercise, f"the shares of p = {', '.join(map(str, checked))} blocks add up to the "
            "gradient")
+
+
+def _notebook_arrays(fn) -> list[str]:
+    """The notebook's arrays ``fn``'s code reads as globals (``xh``, ``yh``, ``wh``, ...)."""
+    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is None:
+        return []
+    names, todo = [], [code]
+    while todo:
+        current = todo.pop()
+        todo += [c for c in current.co_consts if hasattr(c, "co_consts")]
+        names += [n for n in current.co_names if n not in names]
+    return [n for n in names if isinstance(scope.get(n), np.ndarray | jax.Array)]
 
 
 def _stacked_right(got, x, y, w, p: int) -> bool:

@@ -40,6 +40,8 @@ OUTLINE = (
             check="check_shares", minutes=10,
             mistakes=(
                 Mistake("the shares returned as float16", "has dtype float16"),
+                Mistake("the notebook's xh, yh, wh instead of the arguments",
+                        "reads the notebook's xh, yh, wh"),
             ),
         ),
     ),
