@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import pytest
 from notebook_cell import answer
 
-from course_utils import hierarchical_all_reduce, node_local_mesh
+from course_utils import hierarchical_all_reduce, node_local_mesh, ring_scatter_sum
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.hierarchy import check_two_level_scatter
 from course_utils.checks.mesh_order import run_on_two_by_three
@@ -49,6 +49,37 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
                                                                "hierarchical_all_reduce"),
 ])
 def test_each_slip_is_named(fn, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check_two_level_scatter(fn, node_local_mesh(2))
+
+
+_BUILT = hierarchical_all_reduce(node_local_mesh(2)).jitted  # a kernel the package built
+
+
+def _through_built(x):
+    total = _BUILT(x[None])[0]
+    c = total.shape[0] // jax.lax.axis_size(("node", "local"))
+    return jax.lax.dynamic_slice_in_dim(total, jax.lax.axis_index(("node", "local")) * c, c)
+
+
+def _package_ring_per_level(x):
+    nodes, local = jax.lax.axis_size("node"), jax.lax.axis_size("local")
+    x = x.reshape(nodes, local, -1).transpose(1, 0, 2).reshape(-1)
+    mine = ring_scatter_sum(x.reshape(local, -1), "local")
+    return ring_scatter_sum(mine.reshape(nodes, -1), "node")
+
+
+def _sizes_typed_in(x):
+    x = x.reshape(2, 2, -1).transpose(1, 0, 2).reshape(-1)
+    return jax.lax.psum_scatter(jax.lax.psum_scatter(x, "local", tiled=True), "node", tiled=True)
+
+
+@pytest.mark.parametrize("fn, message", [  # the student trial of 2026-12-06
+    (_through_built, "uses the package's kernels"),
+    (_package_ring_per_level, "uses the package's ring_scatter_sum"),
+    (_sizes_typed_in, "a size typed in"),
+])
+def test_the_trial_s_shortcuts_and_sizes_are_named(fn, message):
     with pytest.raises(ExerciseFailed, match=message):
         check_two_level_scatter(fn, node_local_mesh(2))
 

@@ -21,7 +21,7 @@ from course_utils.collectives.kernels import Kernel
 
 # the package's kernel builders: a student's kernel must not be, wrap or call what they build
 PACKAGE_KERNELS = ("all_reduce_gradient", "reduce_scatter_gradient", "all_gather_shards",
-                   "block_collective")
+                   "block_collective", "hierarchical_all_reduce")
 
 
 def package_kernel_in(fn) -> bool:
@@ -37,6 +37,13 @@ def package_kernel_in(fn) -> bool:
             return True
         fn = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
     return False
+
+
+def kernel_reached(fn) -> bool:
+    """Whether ``fn`` is, wraps, or names (in its globals, defaults or closure cells) a kernel the
+    package built (``package_kernel_in``): a ``Kernel``, or its ``.jitted`` program."""
+    reached = [fn, *_named_objects(fn)] if hasattr(fn, "__code__") else [fn]
+    return any(package_kernel_in(obj) for obj in reached)
 
 
 def runs_package_kernel(jitted, args: tuple) -> bool:

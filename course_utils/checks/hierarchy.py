@@ -9,11 +9,12 @@ import numpy as np
 from jax import P
 from jax.sharding import Mesh
 
-from course_utils.checks.forbidden import uses_forbidden
+from course_utils.checks.forbidden import kernel_reached, uses_forbidden
 from course_utils.checks.helpers import fail, function_given, not_verified, passed, tiled_hint
 from course_utils.checks.mesh_order import run_on_two_by_three
 from course_utils.collectives.hierarchy import hierarchical_all_reduce
 from course_utils.collectives.kernels import Kernel, reduce_scatter_gradient
+from course_utils.collectives.ring import ring_scatter_sum
 from course_utils.display import error_line
 from course_utils.observe.ir import collectives_in
 
@@ -41,8 +42,11 @@ def check_two_level_scatter(fn, mesh: Mesh) -> None:
     exercise = "two-level reduce-scatter"
     function_given(exercise, "my_two_level_scatter", fn)
     if isinstance(fn, Kernel) or (name := uses_forbidden(
-            fn, [hierarchical_all_reduce, reduce_scatter_gradient])) is not None:
+            fn, [hierarchical_all_reduce, reduce_scatter_gradient, ring_scatter_sum])) is not None:
         fail(exercise, _REFUSAL.format(name if not isinstance(fn, Kernel) else "kernels"))
+    if kernel_reached(fn):  # a kernel the package built, held in a global, a default or a cell
+        fail(exercise, _REFUSAL.format("kernels (one built by hierarchical_all_reduce or the "
+                                       "like)"))
     nodes, local = mesh.shape["node"], mesh.shape["local"]
     kernel, blocks, message = values_slip(fn, mesh)
     if message:
@@ -102,8 +106,11 @@ def values_slip(fn, mesh: Mesh):
                 "f32[m/p]; the check puts it in jax.shard_map on the mesh itself: pass the "
                 "plain per-device function, not a jax.shard_map (or jax.jit of one) of it "
                 f"({error_line(error)})")
+        sizes = ("; a size typed in? read them with jax.lax.axis_size('node') and "
+                 "jax.lax.axis_size('local')" if "reshape" in text and (nodes, local) != (2, 2)
+                 else "")
         return kernel, blocks, (f"running my_two_level_scatter on every device raised "
-                                f"{error_line(error)}{tiled_hint(error, 'local or node')}")
+                                f"{error_line(error)}{tiled_hint(error, 'local or node')}{sizes}")
     chunks = blocks.sum(axis=0).reshape(p, -1)  # chunk k: what device k should hold
     if got.shape != chunks.shape:
         return kernel, blocks, (
