@@ -369,6 +369,14 @@ def _hiding(per_byte=8, whole=False, scales=True, steps=None):
     return rate
 
 
+def _one_percent(g, residual, k):
+    """The trial's 15 W13: 1 % of the entries whatever k says."""
+    acc = g + residual
+    _, idx = jax.lax.top_k(jnp.abs(acc), round(0.01 * acc.shape[0]))
+    sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
+    return sent, acc - sent
+
+
 CASES = {
     (2, "the shares returned as float16"): lambda: check_shares(
         _trial("02 float16", "my_shares")
@@ -550,6 +558,7 @@ CASES = {
     (15, "the new residual forgets the old one"): lambda: check_error_feedback(
         _feedback(forget=True)
     ),
+    (15, "a fixed share of the entries, not k"): lambda: check_error_feedback(_one_percent),
     (16, "steps / H averagings, not steps // H"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: -(-steps // (budget // (2 * (p - 1) / p * nbytes)))
     ),

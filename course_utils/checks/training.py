@@ -176,6 +176,9 @@ def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, 
                         "order (sent holds the k entries, the residual the rest)")
     if len(chosen) > k:
         fail(exercise, f"{len(chosen)} entries are sent; send only k = {k}")
+    if 0 < len(chosen) < k and set(chosen) <= set(top):
+        fail(exercise, f"{len(chosen)} entries are sent, the largest of them: send k = {k}, the "
+                       "argument k (the check calls with several k)")
     if set(chosen) == set(np.argsort(-np.abs(g))[:k]) and set(chosen) != set(top):
         fail(exercise, "you send the top k of g alone: compress g + residual, so that what "
                         "was held back before gets its turn")

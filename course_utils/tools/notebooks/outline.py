@@ -283,6 +283,7 @@ OUTLINE = (
                         "you send the top k of g alone"),
                 Mistake("the new residual forgets the old one",
                         "the new residual forgets the old one"),
+                Mistake("a fixed share of the entries, not k", "send k = "),
                 Mistake("the page's top_k reused", "uses top_k, the page's helper above"),
             ),
         ),
