@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Run the unit tests and doctests at both ends of the supported range, and strict nbval at the
-# newest, each in a fresh virtual environment with the light `test` extra: Python 3.11 with the
-# oldest supported JAX, and Python 3.13 with the newest. (The oldest end's notebooks differ from
-# the main environment's only in JAX's patch release: the main environment's nbval runs them.) The browser, site and nbgrader tests (markers browser and
+# Run the unit tests and doctests at both ends of the supported range, and strict nbval and the
+# end-to-end tests at the newest, each in a fresh virtual environment with the light `test`
+# extra: Python 3.11 with the oldest supported JAX, and Python 3.13 with the newest. (The oldest
+# end differs from the main environment only in JAX's patch release: the main environment runs
+# its notebooks and end-to-end tests.) The browser, site and nbgrader tests (markers browser and
 # instructor) and the steps at another device count run in the main environment only (.ci/run);
-# as root (CI), the course cluster tests run here too: the cluster at both ends of the range.
+# as root (CI), the course cluster tests run at the newest end too.
 #   bash scripts/test_jax_range.sh [--prepare|--installed] [OLDEST] [NEWEST]  (default: 0.10.0 0.12.0.1)
 # --prepare only builds the environments, --installed only tests in them (CI builds them in the
 # background while the suite runs); with neither it does both.
@@ -57,13 +58,16 @@ for end in "${ends[@]}"; do
     # the notebooks start `course` from the kernel's own environment: put it first on PATH
     # (course student without nbgrader says how to install it before it looks for --folder)
     # the oldest end is the main environment's Python with an older patch release of the same
-    # JAX: its notebooks run in the main environment's strict nbval; the newest end runs them too
+    # JAX: its notebooks and end-to-end runs (the cluster's too) are the main environment's;
+    # the newest end runs them all
     skip=()
+    marks="not browser and not instructor"
     if [ "$version" = "${1:-0.10.0}" ] && [ "$py" = 3.11 ]; then
         skip=(--ignore=notebooks)
+        marks="not e2e and $marks"
     fi
     if PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pytest -q "${skip[@]}" \
-        -m "not browser and not instructor" \
+        -m "$marks" \
         --deselect "tests/test_notebooks.py::test_the_series_runs_green_with_other_device_counts" \
         --deselect "tests/test_bad_input.py::test_commands_outside_the_course_folder_say_where_to_run[argv1---folder]"
     then
