@@ -62,7 +62,7 @@ TRIAL = {
         "    n_rows = {rows}\n"
         "    partial = {two} * x_block.T @ (x_block @ w - y_block) / n_rows\n"
         "    g = jax.lax.psum_scatter(partial, 'data', tiled=True)\n"
-        "    k = g.shape[0]\n"
+        "    k = {k}\n"
         "    w_slice = jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index('data') * k, k)\n"
         "    m_next = B1 * m_slice + (1 - B1) * g\n"
         "    s_next = B2 * s_slice + (1 - B2) * g**2\n"
@@ -165,7 +165,7 @@ def _trial(key: str, name: str, page: dict | None = None, **fill):
 
 
 def _sliced_update(rows: str = "x_block.shape[0] * jax.lax.axis_size('data')", two: str = "2",
-                   eps: str = "EPS", wrap: str = ""):
+                   eps: str = "EPS", wrap: str = "", k: str = "g.shape[0]"):
     """Exercise 06 answered with the global row count ``rows`` (a slip in ``two``, ``eps`` or
     ``wrap`` otherwise), on the page's globals."""
     mesh = data_mesh()
@@ -173,7 +173,8 @@ def _sliced_update(rows: str = "x_block.shape[0] * jax.lax.axis_size('data')", t
     specs = (jax.P("data", None), jax.P("data"), jax.P(), jax.P("data"), jax.P("data"))
     page = dict(mesh=mesh, xh=xh, yh=yh, B1=0.9, B2=0.999, EPS=1e-3, LR=LR, TWO_STATE_IN=specs,
                 TWO_STATE_OUT=(jax.P(), jax.P("data"), jax.P("data")))
-    step = _trial("06 kernel", "two_state_step", page, rows=rows, two=two, eps=eps, wrap=wrap)
+    step = _trial("06 kernel", "two_state_step", page, rows=rows, two=two, eps=eps, wrap=wrap,
+                  k=k)
     check_two_state_update(step, mesh, xh.shape, lr=LR, beta1=0.9, beta2=0.999, eps=1e-3)
 
 
@@ -403,6 +404,8 @@ CASES = {
     (6, "the notebook's xh.shape[0] as the row count"): lambda: _sliced_update("xh.shape[0]"),
     (6, "the gradient's factor 2 dropped"): lambda: _sliced_update(two="1"),
     (6, "ε typed in (Adam's 1e-8)"): lambda: _sliced_update(eps="1e-8"),
+    (6, "the gradient's sign flipped"): lambda: _sliced_update(two="-2"),
+    (6, "the slice length typed in"): lambda: _sliced_update(k="2"),
     (6, "the notebook's rows instead of the arguments"): lambda: _sliced_update(
         wrap="_inner = two_state_step\n"
              "two_state_step = lambda x_, y_, w_, m_, s_: _inner(xh, yh, w_, m_, s_)\n"),

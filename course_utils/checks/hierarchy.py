@@ -149,7 +149,8 @@ def _judge_program(exercise: str, program, nodes: int, local: int, m: int) -> No
     inside = [list(range(n * local, (n + 1) * local)) for n in range(nodes)]
     across = [list(range(i, p, local)) for i in range(local)]
     ops = [(o.op, o.replica_groups, o.bytes) for o in program]
-    if any(groups in ([list(range(p))], []) for _, groups, _ in ops):
+    if any(groups == [] or (len(groups) == 1 and sorted(groups[0]) == list(range(p)))
+           for _, groups, _ in ops):  # one group of every device, in any order
         fail(exercise, "the right slices, but through one collective over all devices: that is "
                        "the flat schedule; use the axes 'local' and 'node' one at a time")
     crossing = [b for op, groups, b in ops if groups == across]

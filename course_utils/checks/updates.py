@@ -60,6 +60,8 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
         "m_next": {
             per_device: b1 * m + (1 - b1) * local,
             half: b1 * m + (1 - b1) * g / 2,
+            "the gradient has the wrong sign: 2·xᵀ(x·w − y)/n, prediction minus label":
+                b1 * m - (1 - b1) * g,
             swapped: s_next,
             "β1 and 1−β1 are swapped: the old m keeps the weight β1": (1 - b1) * m + b1 * g,
             "the gradient's weight is 1−β1 (the momentum above adds g itself)": b1 * m + g,
@@ -121,21 +123,17 @@ def _step_hint(error: BaseException, text: str, *, n_features: int, n_devices: i
     return ""
 
 
-def _other_row_count(exercise: str, name: str, step, mesh, shape: tuple, *, lr: float,
-                     beta1: float, beta2: float, eps: float) -> None:
-    """Fail unless ``step`` is also right on twice the rows of ``shape``: a global row count
-    typed in (``n_rows = 16``) or read from the notebook (``xh.shape[0]``) is right at the
-    notebook's shape only (step 03's check catches the same slip the same way)."""
-    rows = 2 * shape[0]
-    host, placed = _two_state_inputs(mesh, (rows, shape[1]), 63)
-    failure = None
+def _run_on(name: str, step, mesh, shape: tuple, *, lr: float, beta1: float, beta2: float,
+            eps: float):
+    """``step`` on fresh inputs of ``shape``: (its three results or ``None``, the expected three,
+    the state m and gradient g used, a one-line failure or ``""``)."""
+    host, placed = _two_state_inputs(mesh, shape, 63)
+    failure, out = "", None
     try:
         out = step(*placed)
     except Exception as error:  # noqa: BLE001 - the student's function failed: say how
-        failure = call_failed(name, f"x, y, w, m, s with x of {rows} rows", error,
+        failure = call_failed(name, f"x, y, w, m, s with x of shape {shape}", error,
                               lambda error, text: "")
-    if failure:
-        fail(exercise, f"{name} runs on x of {shape[0]} rows but not on {rows}: {failure}")
     x, y, w, m, s = (a.astype(np.float64) for a in host)
     g = reference_gradient(x, y, w)
     m_next = beta1 * m + (1 - beta1) * g
@@ -143,24 +141,49 @@ def _other_row_count(exercise: str, name: str, step, mesh, shape: tuple, *, lr: 
     w_next = w - lr * m_next / (np.sqrt(s_next) + eps)
     got = [np.asarray(a, dtype=np.float64) for a in out] if isinstance(out, (tuple, list)) and len(
         out) == 3 else None
-    expected = (w_next, m_next, s_next)
-    if got is not None and all(a.shape == b.shape and np.allclose(
-            a, b, atol=1e-5 * float(np.max(np.abs(b))), rtol=1e-5) for a, b in zip(got, expected)):
-        return
-    # the gradient the step used, read back from its momentum: g·(count it should divide by) /
-    # (count it divided by)
-    used = (got[1] - beta1 * m) / (1 - beta1) if got is not None and got[1].shape == m.shape \
-        else None
-    ratio = float(used @ g / (g @ g)) if used is not None else 1.0  # least squares: m is f32
-    if ratio > 0 and not np.isclose(ratio, 1, rtol=1e-3) and np.allclose(
-            used, ratio * g, rtol=0, atol=1e-3 * float(np.max(np.abs(g)))):
-        fail(exercise, f"{name} is right for x of {shape[0]} rows but its gradient is "
-             f"{ratio:.3g}× too large for x of {rows} rows: it divides by a fixed row count "
-             f"({rows / ratio:g}: typed in, or the notebook's xh.shape[0]?); take the global row "
-             "count from the arguments, x_block.shape[0] × p, as in sliced_momentum_kernel")
-    fail(exercise, f"{name} is right for x of {shape[0]} rows but wrong for x of {rows} rows: "
-         "compute everything from the arguments and their shapes, not from numbers typed in "
-         "or the notebook's arrays")
+    return got, (w_next, m_next, s_next), m, g, failure
+
+
+def _right(got, expected) -> bool:
+    return got is not None and all(a.shape == b.shape and np.allclose(
+        a, b, atol=1e-5 * float(np.max(np.abs(b))), rtol=1e-5) for a, b in zip(got, expected))
+
+
+def _other_row_count(exercise: str, name: str, step, mesh, shape: tuple, *, lr: float,
+                     beta1: float, beta2: float, eps: float) -> None:
+    """Fail unless ``step`` is also right on twice the rows of ``shape`` (a global row count
+    typed in, ``n_rows = 16``, or read from the notebook, ``xh.shape[0]``, is right at the
+    notebook's shape only: step 03's check catches the same slip the same way) and on twice its
+    features (a slice length typed in)."""
+    rows = 2 * shape[0]
+    got, expected, m, g, failure = _run_on(name, step, mesh, (rows, shape[1]), lr=lr,
+                                           beta1=beta1, beta2=beta2, eps=eps)
+    if failure:
+        fail(exercise, f"{name} runs on x of {shape[0]} rows but not on {rows}: {failure}")
+    if not _right(got, expected):
+        # the gradient the step used, read back from its momentum: g·(count it should divide
+        # by) / (count it divided by)
+        used = (got[1] - beta1 * m) / (1 - beta1) if got is not None and got[1].shape == m.shape \
+            else None
+        ratio = float(used @ g / (g @ g)) if used is not None else 1.0  # least squares: f32
+        if ratio > 0 and not np.isclose(ratio, 1, rtol=1e-3) and np.allclose(
+                used, ratio * g, rtol=0, atol=1e-3 * float(np.max(np.abs(g)))):
+            fail(exercise, f"{name} is right for x of {shape[0]} rows but its gradient is "
+                 f"{ratio:.3g}× too large for x of {rows} rows: it divides by a fixed row count "
+                 f"({rows / ratio:g}: typed in, or the notebook's xh.shape[0]?); take the global "
+                 "row count from the arguments, x_block.shape[0] × p, as in "
+                 "sliced_momentum_kernel")
+        fail(exercise, f"{name} is right for x of {shape[0]} rows but wrong for x of {rows} "
+             "rows: compute everything from the arguments and their shapes, not from numbers "
+             "typed in or the notebook's arrays")
+    features = 2 * shape[1]
+    got, expected, _, _, failure = _run_on(name, step, mesh, (shape[0], features), lr=lr,
+                                           beta1=beta1, beta2=beta2, eps=eps)
+    if failure or not _right(got, expected):
+        fail(exercise, f"{name} is right for {shape[1]} features but "
+             f"{'fails' if failure else 'wrong'} for {features}: a slice length or feature "
+             "count typed in? read it from the shapes (g.shape[0], w.shape[0] // p)"
+             + (f" ({failure})" if failure else ""))
 
 
 def check_two_state_update(

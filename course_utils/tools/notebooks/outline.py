@@ -108,6 +108,8 @@ OUTLINE = (
                         "it divides by a fixed row count"),
                 Mistake("the gradient's factor 2 dropped", "the gradient is half the expected one"),
                 Mistake("ε typed in (Adam's 1e-8)", "much smaller than the eps given"),
+                Mistake("the gradient's sign flipped", "the gradient has the wrong sign"),
+                Mistake("the slice length typed in", "a slice length or feature count typed in"),
                 Mistake("the notebook's rows instead of the arguments",
                         "does not change with the rows x, y it is given"),
             ),
