@@ -71,6 +71,17 @@ def _code_objects(code: types.CodeType):
             yield from _code_objects(const)
 
 
+def read_globals(fn) -> dict:
+    """The notebook's names ``fn``'s code (nested code too) reads as globals, with what they hold;
+    an attribute's name is read on its module (``jax.lax.top_k`` reads no global ``top_k``)."""
+    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is None:
+        return {}
+    read = [i.argval for c in _code_objects(code) for i in dis.get_instructions(c)
+            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+    return {n: scope[n] for n in dict.fromkeys(read) if n in scope}
+
+
 def _named_objects(fn) -> list:
     """What the names in ``fn``'s code (nested code too) refer to: the globals it reads (builtins
     excluded), the cells of its closure, its default and keyword-only default arguments (``def
@@ -78,15 +89,10 @@ def _named_objects(fn) -> list:
     name on a module among those or on a course module its strings name
     (``cu.overlapped_backward``, ``cu.overlap_runs.modelled``, ``getattr(cu, "modelled_time")``,
     ``importlib.import_module("course_utils.models.latency").bucketed_step_time``)."""
-    scope = getattr(fn, "__globals__", {})
     codes = list(_code_objects(fn.__code__))
     strings = [c for code in codes for c in code.co_consts if isinstance(c, str)]
     own = [n for code in codes for n in code.co_names]
-    # the notebook's names the code reads as globals; an attribute's name is read on its module
-    # (jax.lax.top_k is not the notebook's top_k)
-    read = [i.argval for code in codes for i in dis.get_instructions(code)
-            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
-    found = [scope[n] for n in dict.fromkeys(read) if n in scope]
+    found = list(read_globals(fn).values())
     # on a module, a name written as a string counts too (getattr(module, "name"))
     names = list(dict.fromkeys(own + [s for s in strings if s.isidentifier()]))
     found += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]

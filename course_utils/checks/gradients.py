@@ -11,6 +11,7 @@ import numpy as np
 
 from course_utils.checks.forbidden import (
     package_kernel_in,
+    read_globals,
     runs_package_kernel,
     through_package_kernel,
     uses_forbidden,
@@ -145,15 +146,7 @@ def check_shares(my_shares) -> None:
 
 def _notebook_arrays(fn) -> list[str]:
     """The notebook's arrays ``fn``'s code reads as globals (``xh``, ``yh``, ``wh``, ...)."""
-    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    if code is None:
-        return []
-    names, todo = [], [code]
-    while todo:
-        current = todo.pop()
-        todo += [c for c in current.co_consts if hasattr(c, "co_consts")]
-        names += [n for n in current.co_names if n not in names]
-    return [n for n in names if isinstance(scope.get(n), np.ndarray | jax.Array)]
+    return [n for n, v in read_globals(fn).items() if isinstance(v, np.ndarray | jax.Array)]
 
 
 def _stacked_right(got, x, y, w, p: int) -> bool:

@@ -8,7 +8,7 @@ import re
 import numpy as np
 from jax.sharding import Mesh
 
-from course_utils.checks.forbidden import uses_forbidden
+from course_utils.checks.forbidden import read_globals, uses_forbidden
 from course_utils.checks.helpers import (
     ExerciseFailed,
     fail,
@@ -69,17 +69,10 @@ _PACKAGE_STEPS = [reduce_scatter_step, encoded_step, ring_scatter_sum, ring_redu
 def _globals_naming(step, home: str) -> list[str]:
     """The notebook globals ``step``'s code reads that hold the mesh's axis name ``home``, or a
     mesh with that axis (``axis``, ``mesh``): the axis taken from the page, not the argument."""
-    fn = getattr(step, "__wrapped__", step)
-    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    if code is None:
-        return []
-    names, todo = [], [code]
-    while todo:
-        current = todo.pop()
-        todo += [c for c in current.co_consts if hasattr(c, "co_consts")]
-        names += [n for n in current.co_names if n in scope and n not in names]
-    return [n for n in names if scope[n] == home
-            or home in getattr(scope[n], "axis_names", ())]
+    return [n for n, v in read_globals(getattr(step, "__wrapped__", step)).items()
+            if v == home or home in getattr(v, "axis_names", ())]
+
+
 _REFUSAL = ("my_step uses the package's {0}: write the step yourself (jax.lax.ppermute, then "
             "add your own chunk)")
 
