@@ -149,7 +149,7 @@ def _right(got, expected) -> bool:
         a, b, atol=1e-5 * float(np.max(np.abs(b))), rtol=1e-5) for a, b in zip(got, expected))
 
 
-def _other_row_count(exercise: str, name: str, step, mesh, shape: tuple, *, lr: float,
+def _other_shapes(exercise: str, name: str, step, mesh, shape: tuple, *, lr: float,
                      beta1: float, beta2: float, eps: float) -> None:
     """Fail unless ``step`` is also right on twice the rows of ``shape`` (a global row count
     typed in, ``n_rows = 16``, or read from the notebook, ``xh.shape[0]``, is right at the
@@ -262,7 +262,7 @@ def check_two_state_update(
                     fail(exercise, f"{key}: {hint}")
         check_values(exercise, f"{key} (on the check's own inputs)", got, expected.astype(
             np.float32), atol=atol, rtol=1e-5)
-    _other_row_count(exercise, name, step, mesh, tuple(shape), lr=lr, beta1=beta1, beta2=beta2,
+    _other_shapes(exercise, name, step, mesh, tuple(shape), lr=lr, beta1=beta1, beta2=beta2,
                      eps=eps)
     slice_shape = (w.size // n_devices,)
     check_placement(exercise, "w_next", out[0], w.shape, n_devices)

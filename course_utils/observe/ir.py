@@ -345,14 +345,15 @@ def collective_schedule(entry: str) -> list[Scheduled]:
         [('all-reduce', True, 1, 1, 1)]
     """
     entry = entry_computation(entry)
-    steps = [m.groups() for line in entry.splitlines() if (m := _INSTRUCTION.match(line))]
+    matched = [m for line in entry.splitlines() if (m := _INSTRUCTION.match(line))]
+    steps = [m.groups() for m in matched]
     compute = [op in _COMPUTE for _, op, _ in steps]
     found = []
     for i, (name, op, _) in enumerate(steps):
         base = op.removesuffix("-start")
         if base not in HLO_OPS:
             continue
-        line = next(line for line in entry.splitlines() if f"%{name} = " in line)
+        line = matched[i].string  # the instruction's own line
         end = i
         if op.endswith("-start"):
             end = next((j for j, (_, o, rest) in enumerate(steps)
