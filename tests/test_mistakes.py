@@ -57,15 +57,21 @@ TRIAL = {
         "def my_shares(x, y, w, p):\n"
         "    return np.stack([2 * xb.T @ (xb @ wh - yb) / xh.shape[0] for xb, yb in "
         "zip(np.split(xh, p), np.split(yh, p))])\n"),
+    "02 features": (
+        "def my_shares(x, y, w, p):\n"
+        "    return np.stack([2 * xb.T @ (xb @ w - yb) / x.shape[1] for xb, yb in "
+        "zip(np.split(x, p), np.split(y, p))])\n"),
+    "02 check's answer": (
+        "my_shares = lambda x, y, w, p: checks.gradients._expected_shares(x, y, w, p)\n"),
     "06 kernel": (
         "def two_state_kernel(x_block, y_block, w, m_slice, s_slice):\n"
         "    n_rows = {rows}\n"
-        "    partial = {two} * x_block.T @ (x_block @ w - y_block) / n_rows\n"
+        "    partial = {partial}\n"
         "    g = jax.lax.psum_scatter(partial, 'data', tiled=True)\n"
         "    k = {k}\n"
-        "    w_slice = jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index('data') * k, k)\n"
-        "    m_next = B1 * m_slice + (1 - B1) * g\n"
-        "    s_next = B2 * s_slice + (1 - B2) * g**2\n"
+        "    w_slice = jax.lax.dynamic_slice_in_dim(w, {start}, k)\n"
+        "    m_next = {b1} * m_slice + (1 - {b1}) * g\n"
+        "    s_next = {b2} * s_slice + (1 - {b2}) * {square}\n"
         "    w_next = jax.lax.all_gather(w_slice - LR * m_next / (jnp.sqrt(s_next) + {eps}), "
         "'data', tiled=True, to='invarying')\n"
         "    return w_next, m_next, s_next\n\n"
@@ -114,6 +120,24 @@ TRIAL = {
         "        if ({rounds}) * ring <= budget:\n"
         "            return h\n"
         "    return steps + 1\n"),
+    "13 one node": (
+        "def my_two_level_scatter(x):\n"
+        "    n, l = jax.lax.axis_size('node'), jax.lax.axis_size('local')\n"
+        "    x = x.reshape(n, l, -1).transpose(1, 0, 2).reshape(-1)\n"
+        "    mine = jax.lax.psum_scatter(x, 'local', tiled=True)\n"
+        "    c = mine.shape[0] // n\n"
+        "    return jax.lax.dynamic_slice_in_dim(mine, jax.lax.axis_index('node') * c, c)\n"),
+    "16 check's answer": (
+        "def my_local_sgd_h(nbytes, p, steps, budget):\n"
+        "    return checks.local_sgd._right(nbytes, p, steps, budget)\n"),
+    "19 hierarchical": (
+        "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
+        "    t = cu.hierarchical_time(bucket_bytes, hosts, 1, alpha_s=alpha_s, "
+        "local_bytes_per_s=bytes_per_s, node_bytes_per_s=bytes_per_s).flat * 1e3\n"
+        "    done = 0.0\n"
+        "    for i in range(1, buckets + 1):\n"
+        "        done = max(compute_ms * i / buckets, done) + t\n"
+        "    return done\n"),
     "16 largest": (
         "def my_local_sgd_h(nbytes, p, steps, budget):\n"
         "    ring = 2 * (p - 1) / p * nbytes\n"
@@ -131,7 +155,7 @@ TRIAL = {
     "19 steps": (
         "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
         "    steps = {steps}\n"
-        "    t = steps * alpha_s + steps / hosts * bucket_bytes / bytes_per_s\n"
+        "    t = steps * alpha_s + {share} / hosts * bucket_bytes / bytes_per_s\n"
         "    done = 0.0\n"
         "    for i in range(1, buckets + 1):\n"
         "        done = max(compute_ms / 1e3 * i / buckets, done) + t\n"
@@ -165,16 +189,20 @@ def _trial(key: str, name: str, page: dict | None = None, **fill):
 
 
 def _sliced_update(rows: str = "x_block.shape[0] * jax.lax.axis_size('data')", two: str = "2",
-                   eps: str = "EPS", wrap: str = "", k: str = "g.shape[0]"):
-    """Exercise 06 answered with the global row count ``rows`` (a slip in ``two``, ``eps`` or
-    ``wrap`` otherwise), on the page's globals."""
+                   eps: str = "EPS", wrap: str = "", k: str = "g.shape[0]",
+                   start: str = "jax.lax.axis_index('data') * k", b1: str = "B1",
+                   b2: str = "B2", square: str = "g**2", partial: str = ""):
+    """Exercise 06 answered with the global row count ``rows`` (a slip in ``two``, ``eps``,
+    ``wrap``, the slice's ``start``, the betas, the ``square`` or the ``partial`` gradient
+    otherwise), on the page's globals."""
+    partial = partial or f"{two} * x_block.T @ (x_block @ w - y_block) / n_rows"
     mesh = data_mesh()
     xh, yh, _ = toy_regression(4 * mesh.size, 2 * mesh.size)
     specs = (jax.P("data", None), jax.P("data"), jax.P(), jax.P("data"), jax.P("data"))
     page = dict(mesh=mesh, xh=xh, yh=yh, B1=0.9, B2=0.999, EPS=1e-3, LR=LR, TWO_STATE_IN=specs,
                 TWO_STATE_OUT=(jax.P(), jax.P("data"), jax.P("data")))
-    step = _trial("06 kernel", "two_state_step", page, rows=rows, two=two, eps=eps, wrap=wrap,
-                  k=k)
+    step = _trial("06 kernel", "two_state_step", page, rows=rows, partial=partial, eps=eps,
+                  wrap=wrap, k=k, start=start, b1=b1, b2=b2, square=square)
     check_two_state_update(step, mesh, xh.shape, lr=LR, beta1=0.9, beta2=0.999, eps=1e-3)
 
 
@@ -296,11 +324,12 @@ def _link(flat=1.0, two=1.0):
     return times
 
 
-def _ring_step(add=True, forwards=False):
-    """A step of exercise 11's ring (device i sends to i - 1); ``forwards``: the page's ring."""
+def _ring_step(add=True, forwards=False, p_from=lambda chunks: chunks.shape[0]):
+    """A step of exercise 11's ring (device i sends to i - 1); ``forwards``: the page's ring;
+    ``p_from``: where the step reads p."""
 
     def step(partial, chunks, s, axis_name):
-        p, i = chunks.shape[0], jax.lax.axis_index(axis_name)
+        p, i = p_from(chunks), jax.lax.axis_index(axis_name)
         pairs = ring_permutation(p) if forwards else [(j, (j - 1) % p) for j in range(p)]
         received = jax.lax.ppermute(partial, axis_name, pairs)
         mine = chunks[(i - s - 2) % p] if forwards else chunks[(i + s + 2) % p]
@@ -385,6 +414,12 @@ CASES = {
     (2, "the notebook's xh, yh, wh instead of the arguments"): lambda: check_shares(
         _trial("02 globals", "my_shares", dict(zip(("xh", "yh", "wh"), toy_regression(16, 8))))
     ),
+    (2, "x's feature count taken for the rows"): lambda: check_shares(
+        _trial("02 features", "my_shares")
+    ),
+    (2, "the check's own answer called"): lambda: check_shares(
+        _trial("02 check's answer", "my_shares", dict(checks=cu.checks))
+    ),
     (5, "values counted instead of bytes (÷ 4)"): lambda: check_stored_bytes_rule(
         lambda n, p: {"all_reduce": 2 * (n // 4), "reduce_scatter": n // 4 + n // 4 // p,
                       "all_gather": n // 4 // p + n // 4},
@@ -409,6 +444,15 @@ CASES = {
     (6, "the notebook's rows instead of the arguments"): lambda: _sliced_update(
         wrap="_inner = two_state_step\n"
              "two_state_step = lambda x_, y_, w_, m_, s_: _inner(xh, yh, w_, m_, s_)\n"),
+    (6, "β1 and β2 swapped"): lambda: _sliced_update(b1="B2", b2="B1"),
+    (6, "s from each device's squared partial gradient"): lambda: _sliced_update(
+        square="jax.lax.psum_scatter(partial**2, 'data', tiled=True)"),
+    (6, "w's slice cut at axis_index, not axis_index · k"): lambda: _sliced_update(
+        start="jax.lax.axis_index('data')"),
+    (6, "the row count read from the features' axis"): lambda: _sliced_update(
+        "x_block.shape[1] * jax.lax.axis_size('data')"),
+    (6, "jax.grad with respect to the replicated w"): lambda: _sliced_update(
+        partial="jax.grad(lambda v: jnp.sum((x_block @ v - y_block) ** 2) / n_rows)(w)"),
     (7, "the columns of x reordered instead of its rows"): _permuted_columns,
     (10, "the notebook's fit used instead of the arguments"): lambda: (
         check_bandwidth_fraction_size(answer(
@@ -463,10 +507,10 @@ CASES = {
         **STEP19
     ),
     (19, "2h message steps (p for p − 1)"): lambda: check_overlap_prediction(
-        _trial("19 steps", "my_overlap_ms", steps="2 * hosts"), **STEP19
+        _trial("19 steps", "my_overlap_ms", steps="2 * hosts", share="steps"), **STEP19
     ),
     (19, "one pass of the ring"): lambda: check_overlap_prediction(
-        _trial("19 steps", "my_overlap_ms", steps="hosts - 1"), **STEP19
+        _trial("19 steps", "my_overlap_ms", steps="hosts - 1", share="steps"), **STEP19
     ),
     (19, "buckets − 1 all-reduces"): lambda: check_overlap_prediction(
         _trial("19 loop", "my_overlap_ms", rate="bytes_per_s", last="buckets", i="i"), **STEP19
@@ -525,6 +569,9 @@ CASES = {
     (11, "the page's ring copied: sent to i + 1"): lambda: check_ring_step(
         _ring_step(forwards=True), data_mesh()
     ),
+    (11, "p read from a chunk's length (chunks.shape[1])"): lambda: check_ring_step(
+        _ring_step(p_from=lambda chunks: chunks.shape[1]), data_mesh()
+    ),
     (12, "a bucket's ready time counted in gradients, not bytes"): lambda: check_bucket_model(
         _bucket(ready_by_count=True)
     ),
@@ -562,6 +609,33 @@ CASES = {
         _feedback(forget=True)
     ),
     (15, "a fixed share of the entries, not k"): lambda: check_error_feedback(_one_percent),
+    (13, "the sum across the nodes forgotten"): lambda: check_two_level_scatter(
+        _trial("13 one node", "my_two_level_scatter", _page_13()), node_local_mesh(2)
+    ),
+    (16, "the bytes of every device counted"): lambda: check_local_sgd_h(
+        _trial("16 loop", "my_local_sgd_h", rounds="p * (steps // h)")
+    ),
+    (16, "one averaging too many (steps // H + 1)"): lambda: check_local_sgd_h(
+        _trial("16 loop", "my_local_sgd_h", rounds="steps // h + 1")
+    ),
+    (16, "the check's own answer called"): lambda: check_local_sgd_h(
+        _trial("16 check's answer", "my_local_sgd_h", dict(checks=cu.checks))
+    ),
+    (19, "the whole bucket at every message step (no ÷ hosts)"): lambda: (
+        check_overlap_prediction(_trial("19 steps", "my_overlap_ms", steps="2 * (hosts - 1)",
+                                        share="steps * hosts"), **STEP19)
+    ),
+    (19, "bucket_bytes divided by the buckets"): lambda: check_overlap_prediction(
+        lambda c, nbytes, n, h, rate, alpha: max(
+            c + (t := _ring_ms(nbytes / n, h, rate, alpha)), c / n + n * t), **STEP19
+    ),
+    (19, "the hosts typed in"): lambda: check_overlap_prediction(
+        lambda c, nbytes, n, h, rate, alpha: max(
+            c + (t := _ring_ms(nbytes, 4, rate, alpha)), c / n + n * t), **STEP19
+    ),
+    (19, "the package's hierarchical_time for a bucket"): lambda: check_overlap_prediction(
+        _trial("19 hierarchical", "my_overlap_ms", dict(cu=cu)), **STEP19
+    ),
     (16, "steps / H averagings, not steps // H"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: -(-steps // (budget // (2 * (p - 1) / p * nbytes)))
     ),

@@ -161,12 +161,13 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
 
     ``forbidden`` holds functions, each caught as itself or as any function whose code has the
     same shape (``_shape``: a copy, one recompiled from its source, a ``functools.wraps``/
-    ``partial``/``jax.jit`` wrapper), and names of the notebook's own
-    functions, caught when the function of that name was defined in another cell than ``fn`` (a
-    student's own helper of the same name, in the same cell, is theirs). The names ``fn``'s code
-    uses are resolved through its globals and closure, and the functions it reaches that were
-    defined beside it (same globals: the notebook) are followed, ``depth`` calls deep; what else
-    it reaches is ``_named_objects``' (defaults, closure cells, course modules named in strings)."""
+    ``partial``/``jax.jit`` wrapper), and names of the notebook's own functions, caught when the
+    function of that name was defined in another cell than ``fn`` (a student's own helper of the
+    same name, in the same cell, is theirs). Every check module's own functions are forbidden
+    too (``check_answer_name``). The names ``fn``'s code uses are resolved through its globals
+    and closure, and the functions it reaches that were defined beside it (same globals: the
+    notebook) are followed, ``depth`` calls deep; what else it reaches is ``_named_objects``'
+    (defaults, closure cells, course modules named in strings)."""
     banned = [f for f in forbidden if not isinstance(f, str)]
     codes = {_shape(f.__code__): f.__name__ for f in banned if hasattr(f, "__code__")}
     names = {f for f in forbidden if isinstance(f, str)}
@@ -182,6 +183,8 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
             code = getattr(obj, "__code__", None)
             if (hit := next((f for f in banned if obj is f), None)) is not None:
                 return getattr(hit, "__name__", repr(hit))
+            if code is not None and (answer := check_answer_name(obj)) is not None:
+                return answer  # a check's own answer is every exercise's forbidden function
             if code is not None and (copied := codes.get(_shape(code))) is not None:
                 return copied  # the package's name, not the copy's
             if (code is not None and code.co_name in names and code.co_filename != home
@@ -201,6 +204,21 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
         return None
 
     return search(fn, 0)
+
+
+def check_answer_name(fn) -> str | None:
+    """``checks.<module>.<name>`` when ``fn`` is a function of a check module (a check's own
+    reference answer, reachable from the ``checks`` name every page imports), else ``None``.
+
+    Examples:
+        >>> from course_utils.checks import local_sgd
+        >>> check_answer_name(local_sgd._right), check_answer_name(len)
+        ('checks.local_sgd._right', None)
+    """
+    module = getattr(fn, "__module__", None) or ""
+    if not module.startswith("course_utils.checks."):
+        return None
+    return f"checks.{module.removeprefix('course_utils.checks.')}.{fn.__name__}"
 
 
 def _shape(code: types.CodeType) -> tuple:

@@ -109,11 +109,11 @@ def check_shares(my_shares) -> None:
     exercise = "per-device shares"
     function_given(exercise, "my_shares", my_shares)
     own = ("gradient_share", "share_per_device")  # the notebook's: named as the student wrote
-    refusal = ("my_shares uses {}, which this exercise asks you not to call (the page's "
-               "gradient_share is the package's local_contribution, the same code): write the "
+    refusal = ("my_shares uses {}, which this exercise asks you not to call{}: write the "
                "gradient formula for each block yourself")
+    twin = " (the page's gradient_share is the package's local_contribution, the same code)"
     if (name := uses_forbidden(my_shares, own)) is not None:  # before its package twin's name
-        fail(exercise, refusal.format(name))
+        fail(exercise, refusal.format(name, twin if name in own else ""))
     forbidden = (local_contribution, reference_gradient, *own)
     p_run = jax.device_count()
     checked = []
@@ -124,7 +124,7 @@ def check_shares(my_shares) -> None:
         call = f"my_shares(x, y, w, {p})"
         got = call_without(
             exercise, my_shares, (x.copy(), y.copy(), w.copy(), p), forbidden=forbidden,
-            refusal=refusal,
+            refusal=refusal.format("{}", ""),
             call=f"{call}, with x of shape {x.shape},")
         if got is None:
             fail(exercise, f"{call} returned None: return the stacked shares")
@@ -132,6 +132,9 @@ def check_shares(my_shares) -> None:
             fail(exercise, f"{call} gives the shares for p = {p_run}: use the argument p, not "
                  "N_DEVICES")
         if (fixed := _fixed_row_count(my_shares, got, x, y, w, p)) is not None:
+            if math.isclose(fixed, x.shape[1], rel_tol=1e-3):
+                fail(exercise, f"{call} divides by {fixed:g}, x's feature count (axis 1): the "
+                     "rows are x's axis 0")
             fail(exercise, f"{call} divides by a fixed row count ({fixed:g} — the notebook's "
                  f"n_rows?): use the rows of the x you are given, whatever its length")
         read = _notebook_arrays(my_shares)

@@ -136,6 +136,13 @@ def values_slip(fn, mesh: Mesh):
             "every device holds a slice of the sum, but not its own: nodes and local swapped "
             "in the reorder (the vector's slices are indexed [node, local] before you reorder "
             "them)")
+    node_sums = np.concatenate([  # device (i, j): its slice summed over node i's devices only
+        blocks[i * local:(i + 1) * local].sum(axis=0).reshape(p, -1)[i * local:(i + 1) * local]
+        for i in range(nodes)])
+    if close(got, node_sums):
+        return kernel, blocks, (
+            "every device holds its own slice summed over its node only: the sum across the "
+            "nodes is missing; after the scatter inside the node, reduce-scatter across 'node'")
     if close(got * nodes, chunks) or close(got * p, chunks) or close(got * local, chunks):
         return kernel, blocks, "every device holds a mean, not the sum: use psum_scatter, not pmean"
     return kernel, blocks, ("the values are wrong on some devices: each device must end with "

@@ -54,7 +54,9 @@ def check_local_sgd_h(fn) -> None:
         if sent > args[3] + 0.5:
             what = f"H = {got} sends {sent:.0f} bytes, above the budget of {args[3]}"
         else:
-            what = "a smaller H also stays within the budget: return the smallest"
+            what = ("a smaller H also stays within the budget: return the smallest"
+                    + ("" if why else "; if your search does, your run's bytes are counted too "
+                       "high (per device: steps // H averagings of 2(p−1)/p · N)"))
         fail(exercise, f"my_local_sgd_h{args}: {what}" + (f"; {why}" if why else ""))
     for args in (_scaled(p, *_BELOW) for p in ps):  # last: a slip dividing by m fails above
         if whole(args, answer(args)) != _right(*args):
@@ -134,6 +136,10 @@ def _h_slip(answers: list, p_run: int) -> str:
          "(× 8)"),
         (per_round(lambda n, p: 2 * p / (p - 1) * n), "the ring's factor is (p−1)/p, not p/(p−1)"),
         (per_round(lambda n, p: ring(n, p_run)), "use the argument p, not N_DEVICES"),
+        (per_round(lambda n, p: p * ring(n, p)), "that counts the bytes of every device: the "
+         "budget is one device's, 2(p−1)/p·N per averaging"),
+        (lambda n, p, s, b: _smallest_h(lambda h: (s // h + 1) * ring(n, p), s, b), "a run "
+         "averages steps // H times, no extra averaging at the start or the end"),
     )
     for slip, why in slips:
         if p_run > 1 or "N_DEVICES" not in why:

@@ -155,9 +155,10 @@ def check_ring_step(step, mesh: Mesh) -> None:
     except ExerciseFailed:
         fewer = False
     if not fewer:  # outside the except: no traceback chained into the package
-        fail(exercise, f"right on {p} devices but wrong on {p - 1}: your step takes p from "
-                       "somewhere else than its arguments (the notebook's N_DEVICES or "
-                       "mesh?); read it from chunks.shape[0] or jax.lax.axis_size(axis_name)")
+        fail(exercise, f"right on {p} devices but wrong on {p - 1}: your step's p is not the "
+                       "ring's size; read it from chunks.shape[0] (one chunk per device) or "
+                       "jax.lax.axis_size(axis_name), not from the notebook (N_DEVICES, mesh) "
+                       "nor from chunks.shape[1] (a chunk's length)")
     detail += f"; right on {p - 1} devices too"
     passed(exercise, detail)
 

@@ -44,12 +44,18 @@ def _two_state_inputs(mesh, shape: tuple, seed: int):
     return (x, y, w, m, s), placed
 
 
-def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
+def _two_state_mistakes(x, y, w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
     """The likely wrong forms of each result, each with what to say (checked in this order)."""
     m_next, s_next = b1 * m + (1 - b1) * g, b2 * s + (1 - b2) * g * g
     root = np.sqrt(s_next)
     k = w.size // n_devices
     first_slice = np.tile(w[:k], n_devices)  # every device took the first slice of w
+    # each device cut k entries of w from offset axis_index, not axis_index · k
+    offset_slices = np.concatenate([w[d:d + k] for d in range(n_devices)])
+    # each device's partial gradient squared before the reduce-scatter: a sum of squares
+    partials = [reference_gradient(xb, yb, w) * len(yb) / len(y)
+                for xb, yb in zip(np.split(x, n_devices), np.split(y, n_devices))]
+    squares = sum(p * p for p in partials)
     local = n_devices * g  # each device divided its share by its own rows, not all rows
     per_device = ("the gradient is p× too large: divide each device's share by the global row "
                   "count (x_block.shape[0] · p), not by its own rows")
@@ -64,6 +70,8 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
                 b1 * m - (1 - b1) * g,
             swapped: s_next,
             "β1 and 1−β1 are swapped: the old m keeps the weight β1": (1 - b1) * m + b1 * g,
+            "β1 and β2 are swapped: the momentum m uses β1, the second moment s uses β2":
+                b2 * m + (1 - b2) * g,
             "the gradient's weight is 1−β1 (the momentum above adds g itself)": b1 * m + g,
             "that is the gradient itself: m_next mixes the old m with g": g,
         },
@@ -72,6 +80,11 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
             swapped: m_next,
             "the gradient must be squared (g**2), not g": b2 * s + (1 - b2) * g,
             "β2 and 1−β2 are swapped: the old s keeps the weight β2": (1 - b2) * s + b2 * g * g,
+            "β1 and β2 are swapped: the second moment s uses β2, the momentum m uses β1":
+                b1 * s + (1 - b1) * g * g,
+            "s_next sums each device's squared partial gradient: reduce-scatter the gradient "
+            "first, then square this device's summed slice (a square of a sum is not the sum "
+            "of the squares)": b2 * s + (1 - b2) * squares,
             "the squared gradient's weight is 1−β2": b2 * s + g * g,
         },
         "w_next": {
@@ -96,6 +109,9 @@ def _two_state_mistakes(w, m, s, g, lr, b1, b2, eps, n_devices: int) -> dict:
             "every device updated the first slice of w: cut this device's own slice, at "
             "jax.lax.axis_index('data') · features/p":
                 first_slice - lr * m_next / (root + eps),
+            "each device's slice of w starts at axis_index · features/p, not at axis_index: "
+            "jax.lax.dynamic_slice_in_dim(w, i * k, k)":
+                offset_slices - lr * m_next / (root + eps),
         },
     }
 
@@ -142,6 +158,43 @@ def _run_on(name: str, step, mesh, shape: tuple, *, lr: float, beta1: float, bet
     got = [np.asarray(a, dtype=np.float64) for a in out] if isinstance(out, (tuple, list)) and len(
         out) == 3 else None
     return got, (w_next, m_next, s_next), m, g, failure
+
+
+def _gradient_ratio(name: str, step, mesh, shape: tuple, **hyper) -> float | None:
+    """The gradient ``step`` used on fresh inputs of ``shape`` over the right one, read back from
+    its momentum (least squares), or ``None`` if it fails there."""
+    got, _, m, g, failure = _run_on(name, step, mesh, shape, **hyper)
+    if failure or got is None or got[1].shape != m.shape:
+        return None
+    used = (got[1] - hyper["beta1"] * m) / (1 - hyper["beta1"])
+    return float(used @ g / (g @ g))
+
+
+def _gradient_scale(exercise: str, name: str, step, placed, shape: tuple, hint: str,
+                    **hyper) -> None:
+    """Before a gradient off by a factor (p× or half) is blamed on the divisor: fail with the
+    cause the program shows, an all-reduce (``jax.grad`` with respect to the replicated ``w``
+    sums over the devices), or a factor that changes with the features (the row count read
+    from the features' axis)."""
+    mesh = placed[0].sharding.mesh
+    ratio = _gradient_ratio(name, step, mesh, shape, **hyper)
+    wider = _gradient_ratio(name, step, mesh, (shape[0], 2 * shape[1]), **hyper)
+    if ratio and wider and not np.isclose(ratio, wider, rtol=1e-2):
+        fail(exercise, f"m_next: the gradient's scale changes with the features ({ratio:.3g}× "
+             f"with {shape[1]}, {wider:.3g}× with {2 * shape[1]}): the row count is "
+             "x_block.shape[0] (axis 0) × p, not a count read from axis 1")
+    if hint.startswith("the gradient is p×"):
+        jitted = step if hasattr(step, "lower") else jax.jit(step)
+        try:
+            written = {op.op for op in collectives_in(jitted, *placed).hlo}
+        except Exception:  # noqa: BLE001 - a probe only: the hint below still holds
+            written = set()
+        if "all-reduce" in written:
+            fail(exercise, "m_next: the gradient is p× too large and the program all-reduces "
+                 "it: jax.grad with respect to w, the same on every device (P()), sums the "
+                 "devices' gradients inside shard_map; write the block's gradient "
+                 "2·x_blockᵀ(x_block·w − y_block)/n yourself, as the page's kernel does, and "
+                 "reduce-scatter it")
 
 
 def _right(got, expected) -> bool:
@@ -244,7 +297,7 @@ def check_two_state_update(
              "the gradient from its arguments x, y, not from the notebook's x, y")
     x, y, w, m, s = (a.astype(np.float64) for a in host)
     g = reference_gradient(x, y, w)
-    mistakes = _two_state_mistakes(w, m, s, g, lr, beta1, beta2, eps, n_devices)
+    mistakes = _two_state_mistakes(x, y, w, m, s, g, lr, beta1, beta2, eps, n_devices)
     m_next = beta1 * m + (1 - beta1) * g
     s_next = beta2 * s + (1 - beta2) * g * g
     w_next = w - lr * m_next / (np.sqrt(s_next) + eps)
@@ -259,6 +312,10 @@ def check_two_state_update(
                 finite = np.isfinite(got_host)  # a nan where the wrong formula has a sqrt(< 0)
                 if finite.any() and np.allclose(got_host[finite], wrong[finite], atol=atol,
                                                 rtol=1e-5):
+                    if key == "m_next" and hint.startswith(("the gradient is p×",
+                                                           "the gradient is half")):
+                        _gradient_scale(exercise, name, step, placed, tuple(shape), hint,
+                                        lr=lr, beta1=beta1, beta2=beta2, eps=eps)
                     fail(exercise, f"{key}: {hint}")
         check_values(exercise, f"{key} (on the check's own inputs)", got, expected.astype(
             np.float32), atol=atol, rtol=1e-5)
