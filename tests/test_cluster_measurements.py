@@ -49,14 +49,14 @@ def test_the_measurements_write_different_files():
 
 
 def test_an_unknown_measurement_gets_one_line_listing_the_known_ones(capsys):
-    with pytest.raises(ValueError, match="no cluster measurement is called 'latency'") as error:
-        measurement("latency")
+    with pytest.raises(ValueError, match="no cluster measurement is called 'jitter'") as error:
+        measurement("jitter")
     assert "\n" not in str(error.value)
     assert all(name in str(error.value) for name in MEASUREMENTS)
     with pytest.raises(SystemExit):
-        main(["cluster", "--measure", "latency"])
+        main(["cluster", "--measure", "jitter"])
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith("course cluster: error: argument --measure: invalid choice: 'latency'")
+    assert line.startswith("course cluster: error: argument --measure: invalid choice: 'jitter'")
     assert all(repr(name) in line for name in MEASUREMENTS)
 
 

@@ -53,6 +53,33 @@ def check_rate(rate: str) -> str:
     return rate
 
 
+MAX_DELAY_MS = 1000.0  # a one-way delay longer than a second is a typo, not a link
+
+
+def check_delay(delay: str) -> float:
+    """A one-way delay in milliseconds (``25``, ``25ms`` or ``0.5``) if it is above 0 and at most
+    ``MAX_DELAY_MS``, else a one-line ``ValueError``.
+
+    Examples:
+        >>> check_delay("25"), check_delay("0.5ms")
+        (25.0, 0.5)
+        >>> check_delay("-5")
+        Traceback (most recent call last):
+        ...
+        ValueError: --delay must be above 0 ms and at most 1000 ms, got '-5'
+    """
+    text = delay.strip().removesuffix("ms") if isinstance(delay, str) else ""
+    try:
+        ms = float(text)
+    except ValueError:
+        raise ValueError(f"--delay must be a one-way delay in milliseconds like 25 or 0.5ms, "
+                         f"got {delay!r}") from None
+    if not 0 < ms <= MAX_DELAY_MS:
+        raise ValueError(f"--delay must be above 0 ms and at most {MAX_DELAY_MS:.0f} ms, "
+                         f"got {delay!r}")
+    return ms
+
+
 # tbf's bucket, one rule for every measurement: the bytes the link carries in ``BUCKET_MS``
 # milliseconds, at least one full Ethernet frame (``FRAME_BYTES``). A bucket is credit: after an
 # idle gap a message up to its size leaves at the machine's speed, not the link's, so it is kept

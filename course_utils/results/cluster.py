@@ -123,8 +123,10 @@ class ClusterRun:
 class ClusterSetup:
     """The cluster a ``course cluster`` measurement ran on (any ``--measure``): hosts × devices
     per host, the plan, the TCP congestion control set between the hosts (``--tcp``) and the
-    machine's default (/proc/sys/net/ipv4/tcp_congestion_control), and the links' tbf bucket in
-    milliseconds of their bytes (``models.links.bucket_bytes``; ``None``: 256 KiB)."""
+    machine's default (/proc/sys/net/ipv4/tcp_congestion_control), the links' tbf bucket in
+    milliseconds of their bytes (``models.links.bucket_bytes``; ``None``: 256 KiB), and with
+    ``--delay`` the delay line's kind (``netem`` or ``tun``) and its one-way delay in ms (when
+    the run used one; a run of several delays keeps each in its rows)."""
 
     hosts: int
     devices_per_host: int
@@ -132,6 +134,8 @@ class ClusterSetup:
     tcp: str
     default_tcp: str
     bucket_ms: float | None = None
+    delay_line: str | None = None
+    delay_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -40,14 +40,15 @@ WORKER = ("-m", "course_utils.tools.cluster.worker")
 Record = TypeVar("Record")
 
 
-def _host_result(args: argparse.Namespace, rate: str, deadline: float) -> dict:
-    """One cluster shaped at ``rate``: set up, one worker per host, host 0's results, torn
-    down."""
+def _host_result(args: argparse.Namespace, rate: str, deadline: float,
+                 delay_ms: float | None = None, line: str = "netem") -> dict:
+    """One cluster shaped at ``rate`` (with a one-way delay ``delay_ms`` made by the delay
+    line ``line``): set up, one worker per host, host 0's results, torn down."""
     from course_utils.tools.cluster.netns import Cluster, host_command
 
     popens, files = [], []
     cluster = Cluster(args.hosts, None if rate == UNSHAPED else rate,
-                      congestion_control=args.tcp)
+                      congestion_control=args.tcp, delay_ms=delay_ms, line=line)
     try:
         with cluster as hosts, tempfile.TemporaryDirectory() as logs:
             coordinator = f"{hosts[0].address}:{PORT}"
@@ -85,21 +86,29 @@ def run_cluster(chosen: Measurement[Record], args: argparse.Namespace, say) -> R
         CourseError: bad arguments, no root, a host's process failed or hung past
             ``--timeout``, or Ctrl-C / SIGTERM (the message says everything was removed).
     """
-    from course_utils.models.links import check_rate
-    from course_utils.tools.cluster.netns import check_can_run, check_congestion_control
+    from course_utils.models.links import check_delay, check_rate
+    from course_utils.tools.cluster.delay import choose_line
+    from course_utils.tools.cluster.netns import PREFIX, check_can_run, check_congestion_control
 
     try:  # bad input first, before asking for root or building anything
         rates = [r if r == UNSHAPED else check_rate(r) for r in args.link_rate.split(",")]
         if UNSHAPED in rates and not chosen.unshaped:
             raise ValueError(f"--link-rate {UNSHAPED} is for --measure links; give rates like "
                              "200mbit")
+        delays = () if args.delay is None else tuple(map(check_delay, args.delay.split(",")))
+        _check_delays(chosen, delays)
     except ValueError as exc:
         raise usage(exc) from None
     problem = check_can_run()
     if problem:
         raise usage(problem)
+    try:
+        line = choose_line(f"{PREFIX}probe") if delays else None
+    except ValueError as exc:
+        raise usage(exc) from None
     setup = Setup(hosts=args.hosts, devices_per_host=args.devices_per_host, plan=args.plan,
-                  tcp=args.tcp, runs=args.runs, started=time.monotonic())
+                  tcp=args.tcp, runs=args.runs, started=time.monotonic(), delays=delays,
+                  line=line)
     try:
         check_congestion_control(args.tcp)
         if not 2 <= args.hosts <= 200:
@@ -111,12 +120,17 @@ def run_cluster(chosen: Measurement[Record], args: argparse.Namespace, say) -> R
         raise usage(exc) from None
     # SIGTERM leaves through the same cleanup as Ctrl-C
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    for warning in _above_ceiling(line, rates):
+        say(warning)
     host_runs = []
+    cells = [(r, d, rate) for r in range(args.runs) for d in (delays or (None,)) for rate in rates]
     try:
-        for run, rate in ((r, rate) for r in range(args.runs) for rate in rates):
-            host_runs.append(HostRun(run, rate, _host_result(args, rate,
-                                                             setup.started + args.timeout)))
-            say(f"{rate}: done" + (f" (run {run + 1} of {args.runs})" if args.runs > 1 else ""))
+        for run, delay_ms, rate in cells:
+            result = _host_result(args, rate, setup.started + args.timeout, delay_ms,
+                                  line or "netem")
+            host_runs.append(HostRun(run, rate, result, delay_ms))
+            say(f"{rate}" + ("" if delay_ms is None else f", {delay_ms:g} ms one way")
+                + ": done" + (f" (run {run + 1} of {args.runs})" if args.runs > 1 else ""))
     except TimeoutError:
         raise CourseError(f"the plan ran past --timeout {args.timeout:.0f} s; the processes "
                           "were stopped and everything was removed (try --plan quick or a "
@@ -129,6 +143,31 @@ def run_cluster(chosen: Measurement[Record], args: argparse.Namespace, say) -> R
     finally:
         signal.signal(signal.SIGTERM, previous)
     return chosen.assemble(host_runs, setup)
+
+
+def _check_delays(chosen: Measurement, delays: tuple[float, ...]) -> None:
+    """A ``ValueError`` if ``chosen`` cannot take that many delays."""
+    takes = MEASUREMENTS[chosen.name].delays
+    if delays and not takes:
+        named = [name for name, a in MEASUREMENTS.items() if a.delays]
+        raise ValueError(f"--measure {chosen.name} cannot use a delay line; --delay is for "
+                         f"--measure {' or '.join(named)}")
+    if len(delays) > takes:
+        raise ValueError(f"--measure {chosen.name} takes "
+                         + ("one delay at a time" if takes == 1 else f"at most {takes} delays")
+                         + f", got {len(delays)}")
+
+
+def _above_ceiling(line: str | None, rates: list[str]) -> list[str]:
+    """A warning for each rate above the relay's measured ceiling (``delay.TUN_CEILING``)."""
+    from course_utils.models.links import rate_bytes_per_s
+    from course_utils.tools.cluster.delay import TUN_CEILING
+
+    if line != "tun":
+        return []
+    return [f"warning: {rate} is above the relay's ceiling of {TUN_CEILING} (every link busy "
+            "at once): the links may deliver less than it" for rate in rates
+            if rate == UNSHAPED or rate_bytes_per_s(rate) > rate_bytes_per_s(TUN_CEILING)]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -175,6 +214,12 @@ def add_cluster_parser(sub) -> None:
                          help="each host's outgoing link, in tc units (default 200mbit); "
                          "several, comma-separated, run the plan at each rate; "
                          f"{UNSHAPED}: not shaped (--measure links)")
+    cluster.add_argument("--delay", default=None, metavar="MS",
+                         help="a one-way delay between any two hosts, in milliseconds, applied "
+                         "once per direction (netem where the kernel has it, else TUN devices "
+                         "and a relay); several, comma-separated, run the plan at each "
+                         "(--measure " + " and ".join(
+                             name for name, a in about if a.delays) + ")")
     cluster.add_argument("--plan", choices=PLAN_NAMES, default="quick",
                          help="quick (the default) or full: " + "; ".join(
                              f"{name}: {a.quick}, or {a.full}" for name, a in about))

@@ -26,8 +26,8 @@ from course_utils.tools.cluster.timing import Timed
 class About(NamedTuple):
     """What ``course cluster --help`` says of a measurement, beside where its description
     (``Measurement``) is: what it times, its quick and full plans, the files it writes (its
-    ``output`` first), and whether its file keeps every run of ``--runs`` (its readers take the
-    median) rather than their median."""
+    ``output`` first), whether its file keeps every run of ``--runs`` (its readers take the
+    median) rather than their median, and how many delays ``--delay`` may give it."""
 
     where: str
     what: str
@@ -35,6 +35,7 @@ class About(NamedTuple):
     full: str
     files: tuple[str, ...]
     keeps_runs: bool = False
+    delays: int = 0  # how many one-way delays --delay may give it (0: it takes no delay line)
 
 
 # A description's module imports JAX: only the measurement being run is imported (as
@@ -61,12 +62,18 @@ MEASUREMENTS = {
         "course_utils.tools.cluster.links:MEASUREMENT",
         "every host sending to the next at once: the rate each link delivers against the "
         "configured one (tbf's bucket rule), and the unshaped ceiling (--link-rate unshaped)",
-        "2 s a rate", "6 s a rate", ("links.json",), keeps_runs=True),
+        "2 s a rate", "6 s a rate", ("links.json",), keeps_runs=True, delays=1),
     "diloco": About(
         "course_utils.tools.cluster.diloco:MEASUREMENT",
         "part five's DiLoCo and Streaming DiLoCo rounds against data parallelism (needs "
         "--devices-per-host 2)",
         "H = 16", "H = 16 and 32", ("diloco_cluster.json",), keeps_runs=True),
+    "latency": About(
+        "course_utils.tools.cluster.latency:MEASUREMENT",
+        "what a one-way delay (--delay) costs a message: the idle round trip, a ppermute "
+        "ping-pong and a ring message step, with α fitted per step",
+        "3 sizes up to 256 KiB", "6 sizes up to 1 MiB", ("latency.json",), keeps_runs=True,
+        delays=16),
 }
 PLAN_NAMES = ("quick", "full")  # every measurement has these plans
 
@@ -74,18 +81,21 @@ Record = TypeVar("Record")
 
 
 class HostRun(NamedTuple):
-    """What host 0 reported (``result``, its JSON) for one run of the plan at one link rate."""
+    """What host 0 reported (``result``, its JSON) for one run of the plan at one link rate and
+    one-way delay (``None``: no delay line)."""
 
     run: int  # from 0
     link_rate: str
     result: dict
+    delay_ms: float | None = None
 
 
 @dataclass(frozen=True)
 class Setup:
     """How the runs were made: the cluster's shape, the plan, the TCP congestion control between
-    the hosts, how many times the plan ran (every rate each time), and when the command
-    started (``time.monotonic()``)."""
+    the hosts, how many times the plan ran (every rate each time), when the command started
+    (``time.monotonic()``), and the one-way delays of ``--delay`` with the kind of delay line
+    that made them (``delay.LINES``; none without ``--delay``)."""
 
     hosts: int
     devices_per_host: int
@@ -93,6 +103,8 @@ class Setup:
     tcp: str
     runs: int
     started: float
+    delays: tuple[float, ...] = ()
+    line: str | None = None
 
     def run_meta(self, name: str) -> RunMeta:
         """How measurement ``name`` was made: the command, the machine the hosts ran on (this
@@ -103,12 +115,14 @@ class Setup:
 
     def cluster(self) -> ClusterSetup:
         """The cluster it ran on: the shape, the plan, the TCP congestion control between the
-        hosts and the machine's default, and the links' bucket (``links.BUCKET_MS``)."""
+        hosts and the machine's default, the links' bucket (``links.BUCKET_MS``), and the delay
+        line's kind and its delay (when the run used one delay; rows carry several)."""
         from course_utils.models.links import BUCKET_MS
         from course_utils.tools.cluster.netns import default_congestion_control
 
         return ClusterSetup(self.hosts, self.devices_per_host, self.plan, self.tcp,
-                            default_congestion_control(), BUCKET_MS)
+                            default_congestion_control(), BUCKET_MS, self.line,
+                            self.delays[0] if len(self.delays) == 1 else None)
 
 
 def any_setup(setup: Setup) -> str | None:

@@ -9,7 +9,12 @@ hosts uses the congestion control named for the cluster (``reno`` unless told ot
 ``/etc/netns/d03hI/hosts`` mapping this machine's hostname to the host's address (``ip netns
 exec`` bind-mounts it over ``/etc/hosts``, so a JAX process finds its own address through the
 public API alone). On exit, on an error and on Ctrl-C, ``teardown()`` kills whatever still runs in
-the namespaces and removes every namespace, link and file with the prefix.
+the namespaces and removes every namespace, link and file with the prefix; if the parent process
+is killed, a guard process it started (``guard``) does it.
+
+With a one-way delay (``Cluster(…, delay_ms=25, line=…)``, ``delay``), the packets between hosts
+are held for it: by ``netem`` on each veth, or by a relay process between TUN devices that are
+the hosts' ``eth0`` (``relay``; ``teardown`` kills it too).
 
 Needs root (``CAP_NET_ADMIN``) and the ``ip``, ``tc`` and ``setpriv`` programs. A host's
 processes start through ``host_command``, with every capability dropped.
@@ -20,14 +25,19 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import select
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from course_utils.models.links import bucket_bytes, check_rate
+from course_utils.tools.cluster import delay
+from course_utils.tools.cluster.relay import pid_file
 from course_utils.tools.errors import CourseError
 
 PREFIX = "d03"
@@ -93,9 +103,22 @@ def _folders(prefix: str) -> list[Path]:
     return list(NETNS_ETC.glob(f"{prefix}*")) if NETNS_ETC.is_dir() else []
 
 
+def _relay_pid(prefix: str) -> int | None:
+    """The process id of the running relay of ``prefix``'s delay line, if one runs."""
+    try:
+        pid = int(pid_file(prefix).read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"cluster.relay" in cmdline else None
+
+
 def leftovers(prefix: str = PREFIX) -> list[str]:
-    """Everything with ``prefix`` that exists: namespaces, root links, /etc/netns folders."""
-    return names(prefix) + _links(prefix) + [str(f) for f in _folders(prefix)]
+    """Everything with ``prefix`` that exists: namespaces, root links, /etc/netns folders, a
+    delay line's relay."""
+    relay = _relay_pid(prefix)
+    return (names(prefix) + _links(prefix) + [str(f) for f in _folders(prefix)]
+            + ([f"relay process {relay}"] if relay else []))
 
 
 def teardown(prefix: str = PREFIX) -> None:
@@ -109,6 +132,11 @@ def teardown(prefix: str = PREFIX) -> None:
 
 
 def _remove(prefix: str) -> None:
+    relay = _relay_pid(prefix)
+    if relay:  # its TUN devices go with it
+        os.kill(relay, signal.SIGKILL)
+        _wait_gone(relay)
+    pid_file(prefix).unlink(missing_ok=True)
     for namespace in names(prefix):
         for pid in _ip("netns", "pids", namespace, check=False).split():
             try:
@@ -120,6 +148,18 @@ def _remove(prefix: str) -> None:
         _ip("link", "del", link, check=False)
     for folder in _folders(prefix):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> None:
+    """Wait until process ``pid`` no longer exists (a killed process may take a moment)."""
+    deadline = time.monotonic() + seconds
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        try:  # our own child: reap it
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            pass
+        time.sleep(0.01)
 
 
 def check_congestion_control(name: str) -> str:
@@ -155,13 +195,18 @@ class Cluster:
     well below the link's rate for part of each call (``course cluster --tcp bbr``; step 17)."""
 
     def __init__(self, hosts: int, rate: str | None, prefix: str = PREFIX,
-                 congestion_control: str = "reno"):
+                 congestion_control: str = "reno", delay_ms: float | None = None,
+                 line: str = "netem"):
         if not isinstance(hosts, int) or not 2 <= hosts <= 200:
             raise ValueError(f"--hosts must be from 2 to 200, got {hosts!r}")
+        if line not in delay.LINES:
+            raise ValueError(f"a delay line is one of {', '.join(delay.LINES)}, got {line!r}")
         self.rate = None if rate is None else check_rate(rate)
         self.congestion_control = check_congestion_control(congestion_control)
         self.bucket = None if rate is None else bucket_bytes(rate)  # tbf's burst, bytes
         self.prefix = prefix
+        self.delay_ms = delay_ms  # one way, between any two hosts (None: no delay line)
+        self.line = line if delay_ms else None
         self.hosts = [Host(f"{prefix}h{i}", f"{SUBNET}.{i + 1}") for i in range(hosts)]
 
     def __enter__(self) -> list[Host]:
@@ -173,6 +218,8 @@ class Cluster:
             raise CourseError("another course cluster is running; wait for it to end") from None
         self._made_netns_etc = not NETNS_ETC.exists()
         teardown(self.prefix)  # what a killed run may have left (no other run holds the lock)
+        self._guard = _start(["-m", "course_utils.tools.cluster.guard", self.prefix],
+                             pass_fds=(self._lock.fileno(),))
         try:
             self._create()
         except BaseException:
@@ -182,40 +229,82 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         teardown(self.prefix)
+        for helper in (self._guard, getattr(self, "_relay", None)):
+            if helper is not None:  # the guard's work is done; the relay was killed
+                helper.kill()
+                helper.communicate()
         if self._made_netns_etc and NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
             NETNS_ETC.rmdir()
         self._lock.close()  # releases the lock
 
     def _create(self) -> None:
-        switch = f"{self.prefix}sw"
-        _ip("netns", "add", switch)
-        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
-        _ip("-n", switch, "link", "set", "br0", "up")
+        if self.line == "tun":
+            self._relay = _start(["-m", "course_utils.tools.cluster.relay", "--prefix",
+                                  self.prefix, "--hosts", str(len(self.hosts)), "--delay-ms",
+                                  str(self.delay_ms), "--subnet", SUBNET])
+        else:
+            switch = f"{self.prefix}sw"
+            _ip("netns", "add", switch)
+            _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+            _ip("-n", switch, "link", "set", "br0", "up")
         hostname = socket.gethostname()
         for i, host in enumerate(self.hosts):
             _ip("netns", "add", host.namespace)
-            inside, outside = f"{self.prefix}v{i}a", f"{self.prefix}v{i}b"
-            _ip("link", "add", inside, "type", "veth", "peer", "name", outside)
-            _ip("link", "set", inside, "netns", host.namespace)
-            _ip("link", "set", outside, "netns", switch)
-            _ip("-n", host.namespace, "link", "set", inside, "name", "eth0")
-            _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
-            for link in ("lo", "eth0"):
-                _ip("-n", host.namespace, "link", "set", link, "up")
+            if self.line == "tun":
+                for command in delay.tun_commands(f"{self.prefix}t{i}", host.namespace,
+                                                  host.address, SUBNET):
+                    _ip(*command[1:])
+            else:
+                self._veth(i, host, switch)
             _ip("-n", host.namespace, "route", "replace", f"{SUBNET}.0/24", "dev", "eth0",
                 "congctl", "lock", self.congestion_control)
-            _ip("-n", switch, "link", "set", outside, "master", "br0")
-            _ip("-n", switch, "link", "set", outside, "up")
-            if self.rate is not None:
-                shaped = subprocess.run(
-                    ["ip", "netns", "exec", host.namespace, "tc", "qdisc", "add", "dev", "eth0",
-                     "root", "tbf", "rate", self.rate, "burst", str(self.bucket), "latency",
-                     "500ms"],
-                    capture_output=True, text=True)
-                if shaped.returncode != 0:
-                    raise CourseError(f"tc could not shape the link: {shaped.stderr.strip()}")
+            if self.line == "netem":
+                shaping = delay.netem_commands(host.namespace, "eth0", self.delay_ms, self.rate,
+                                               self.bucket)
+            elif self.rate is not None:
+                shaping = [["ip", "netns", "exec", host.namespace, "tc", "qdisc", "add", "dev",
+                            "eth0", "root", "tbf", "rate", self.rate, "burst", str(self.bucket),
+                            "latency", "500ms"]]
+            else:
+                shaping = []
+            if self.delay_ms:
+                shaping += delay.sysctl_commands(
+                    host.namespace, delay.socket_buffer_bytes(self.rate, self.delay_ms))
+            for command in shaping:
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise CourseError(f"could not shape the link ({' '.join(command[4:7])}): "
+                                      f"{done.stderr.strip()}")
             folder = NETNS_ETC / host.namespace
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "hosts").write_text(
                 f"127.0.0.1 localhost\n{host.address} {hostname}\n")
 
+    def _veth(self, i: int, host: Host, switch: str) -> None:
+        """Host ``i``'s ``eth0``: one end of a veth pair whose other end is on the bridge."""
+        inside, outside = f"{self.prefix}v{i}a", f"{self.prefix}v{i}b"
+        _ip("link", "add", inside, "type", "veth", "peer", "name", outside)
+        _ip("link", "set", inside, "netns", host.namespace)
+        _ip("link", "set", outside, "netns", switch)
+        _ip("-n", host.namespace, "link", "set", inside, "name", "eth0")
+        _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
+        for link in ("lo", "eth0"):
+            _ip("-n", host.namespace, "link", "set", link, "up")
+        _ip("-n", switch, "link", "set", outside, "master", "br0")
+        _ip("-n", switch, "link", "set", outside, "up")
+
+
+def _start(argv: list[str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """A helper process of the cluster (``python`` ``argv``) in its own session, so that Ctrl-C
+    reaches only the command, once it printed ``ready``; a one-line ``CourseError`` if it
+    does not within 20 s."""
+    popen = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True, pass_fds=pass_fds)
+    ready, _, _ = select.select([popen.stdout], [], [], 20.0)
+    if not ready or popen.stdout.readline().strip() != "ready":
+        popen.kill()
+        _, err = popen.communicate()
+        tail = err.strip().splitlines()[-1:] or ["no answer in 20 s"]
+        raise CourseError(f"{argv[1].rsplit('.', 1)[-1]} did not start: {tail[0]}")
+    return popen

@@ -1,0 +1,35 @@
+"""The guard of a cluster: a process ``netns.Cluster`` starts that removes everything the
+cluster made if the command that made it is killed (``kill -9``), when no code of the command
+can run. The kernel sends it SIGTERM when its parent dies (``PR_SET_PDEATHSIG``); it then runs
+``netns.teardown``. It holds the cluster's lock (an inherited file) until it is done, so no other
+cluster starts meanwhile. On a normal exit the command tears down itself and kills its guard.
+
+``python -m course_utils.tools.cluster.guard PREFIX``
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    (prefix,) = sys.argv[1:] if argv is None else argv
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == parent:  # else the parent died before the request was made
+        print("ready", flush=True)
+        signal.sigwait({signal.SIGTERM})
+    from course_utils.tools.cluster.netns import teardown
+
+    teardown(prefix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
