@@ -17,9 +17,10 @@ from course_utils.results.latency import (
     goals,
     latency_lines,
     round_trip_held,
+    saved_latency_results,
 )
-from course_utils.results.links import saved_link_results
-from course_utils.results.records import from_json, load, to_json
+from course_utils.results.links import LinkResults, saved_link_results
+from course_utils.results.records import from_json, load, load_saved, to_json
 from course_utils.tools.cli import main
 from course_utils.tools.cluster import delay, netns
 from course_utils.tools.cluster.command import _above_ceiling
@@ -151,6 +152,24 @@ def test_host_0_s_reports_of_every_run_and_delay_become_one_record():
     assert results.cluster.delay_line == "tun" and results.cluster.delay_ms is None
     assert results.delays() == [1.0, 25.0] and len(results.rows) == 4
     assert from_json(LatencyResults, to_json(results)) == results
+
+
+def test_the_saved_runs_carry_the_line_the_delays_and_their_command():
+    latency = saved_latency_results()
+    assert latency.cluster.delay_line in delay.LINES and latency.meta.runs == 3
+    assert latency.meta.commit and not latency.meta.dirty
+    assert sorted(latency.delays()) == [1.0, 5.0, 25.0, 50.0] and len(latency.rates()) == 3
+    links = load_saved(LinkResults, "links_delay.json", "course cluster --measure links")
+    assert links.cluster.delay_line == latency.cluster.delay_line and links.cluster.delay_ms
+    assert links.meta.runs == 3 and links.cluster.hosts == 4
+    # the stated ceiling: every rate up to it held with every link busy; the next one measured
+    # above it not
+    above = [r for r in links.rates()
+             if rate_bytes_per_s(r) > rate_bytes_per_s(delay.TUN_CEILING)]
+    assert above and not links.held(above[0])
+    assert all(links.held(r) for r in links.rates()
+               if rate_bytes_per_s(r) <= rate_bytes_per_s(delay.TUN_CEILING))
+    assert rate_bytes_per_s(delay.TUN_CEILING) >= rate_bytes_per_s("200mbit")  # the goal
 
 
 @needs_root
