@@ -9,7 +9,8 @@ Modules: ``accelerator``: part four's step timed on a TPU chip; ``bench``: cours
 topology; ``curves``: held-out
 curves, their one runner and readers; ``diloco``: part five's saved sweep; ``diloco_cluster``: part
 five's timed runs; ``diloco_figures``: the sweep's figure; ``latency``: what the delay line's
-one-way delay costs a message; ``links``: the links' rates and ceiling; ``meta``: how a run was made;
+one-way delay costs a message; ``links``: the links' rates and ceiling; ``meta``: how a run was
+made;
 ``overlap``: step 19's measurements; ``records``: the one reader and writer; ``strategies``: part
 three's strategies; ``streaming``: Streaming DiLoCo's held-out curves; ``training``: part four's
 measurements; ``training_figures``: part four's figures.
