@@ -104,9 +104,13 @@ def test_a_hung_process_meets_the_time_limit_and_everything_is_removed(tmp_path)
 
 
 @needs_root
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
-def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status):
-    popen = subprocess.Popen(as_from_a_terminal([*FAULTY, "hang", *SMALL, "--out", str(tmp_path)]),
+@pytest.mark.parametrize("sig, status, extra", [
+    (signal.SIGINT, 130, []), (signal.SIGTERM, 130, []),
+    (signal.SIGINT, 130, ["--measure", "links", "--delay", "5"]),  # the delay line's relay too
+], ids=["ctrl-c", "sigterm", "ctrl-c with a delay line"])
+def test_ctrl_c_and_sigterm_remove_everything(tmp_path, sig, status, extra):
+    popen = subprocess.Popen(as_from_a_terminal([*FAULTY, "hang", *SMALL, *extra, "--out",
+                                                 str(tmp_path)]),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
