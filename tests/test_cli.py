@@ -5,6 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_utils import format_bytes
 from course_utils.tools.cli import COMMANDS, main
 from course_utils.tools.notebooks import run as run_module
 from course_utils.tools.notebooks.run import find_notebooks, merge_streams, run_one, set_parameters
@@ -199,6 +200,8 @@ PLAN_FACTS = {  # what each plan's help says, read from the plan itself
     "overlap": lambda plan: [f"{plan['tower'].layers}-layer tower of width {plan['tower'].width}"],
     "diloco": lambda plan: [f"H = {spoken(plan['local_steps'])}"],
     "links": lambda plan: [f"{plan['seconds']:g} s a rate"],
+    "latency": lambda plan: [f"{len(plan['sizes'])} sizes up to "
+                             f"{format_bytes(max(plan['sizes']))}"],
 }
 
 
@@ -216,4 +219,4 @@ def test_course_cluster_help_is_written_from_every_measurement(capsys):
         for plan, text in (("quick", about.quick), ("full", about.full)):
             facts = PLAN_FACTS[name](chosen.plans[plan])
             assert all(fact in text for fact in facts), (name, plan, text)
-    assert "(overlap, links and diloco keep every run" in shown
+    assert "(overlap, links, diloco and latency keep every run" in shown

@@ -72,8 +72,8 @@ def test_a_bad_measure_gets_one_line(capsys):
     from course_utils.tools.cli import main
 
     with pytest.raises(SystemExit):
-        main(["cluster", "--measure", "latency"])
-    assert "invalid choice: 'latency'" in capsys.readouterr().err
+        main(["cluster", "--measure", "jitter"])
+    assert "invalid choice: 'jitter'" in capsys.readouterr().err
 
 
 def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():

@@ -40,7 +40,7 @@ def netem_commands(namespace: str, device: str, delay_ms: float, rate: str | Non
     Examples:
         >>> for c in netem_commands("d03h0", "eth0", 25.0, "200mbit", 50000):
         ...     print(" ".join(c[4:]))
-        tc qdisc add dev eth0 root handle 1: netem delay 25.0ms limit 7667
+        tc qdisc add dev eth0 root handle 1: netem delay 25.0ms limit 2000
         tc qdisc add dev eth0 parent 1:1 handle 10: tbf rate 200mbit burst 50000 latency 500ms
     """
     inside = ["ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device]
