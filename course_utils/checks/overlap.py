@@ -5,6 +5,7 @@ in which it dispatched the programs."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 import jax
@@ -19,8 +20,12 @@ from course_utils.collectives import overlap as ov
 TOWER = ov.Tower(width=32, layers=4, rows=8)  # small: the check runs in a second
 
 
-# How long the check holds the labels back: a loop that waits for a result waits this long
-_GATE_S = 5.0
+# How long the labels take to compute: while a loop only dispatches, its calls come milliseconds
+# apart; a loop that reads a result waits about this long for it. A suspected wait is confirmed
+# with labels ``_CONFIRM_S`` slow, so that a slow machine's pause is not taken for one.
+_DELAY_S, _CONFIRM_S = 0.3, 2.0
+_WAIT_SHARE = 0.5  # a pause of this share of the labels' time, or more, is a wait
+_MIN_WAIT_S = 0.05
 
 
 class _Misplaced(BaseException):
@@ -30,60 +35,73 @@ class _Misplaced(BaseException):
 
 @dataclass
 class _Log:
-    """What the student's function dispatched, in order (``top``, ``backward``, ``send``, and
-    ``held`` when the gate gave up waiting), the layer of each backward program (the index of
-    its weights in ``ws``, ``None`` for another array) and what each send returned."""
+    """What the student's function dispatched, in order (``top``, ``backward``, ``send``) and
+    when (``time.perf_counter()``), the layer of each backward program (the index of its
+    weights in ``ws``, ``None`` for another array) and what each send returned."""
 
     calls: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
     layers: list = field(default_factory=list)
     sent: list = field(default_factory=list)
+    labels_s: float = 0.0  # how long the labels took, from their dispatch (``_Gate``)
 
     def wrap(self, name, fn):
         def logged(*args, **kwargs):
             self.calls.append(name)
+            self.times.append(time.perf_counter())
             return fn(*args, **kwargs)
 
         return logged
 
+    def waited(self) -> bool:
+        """Whether two of the calls up to the last send came a pause apart that only a wait
+        for a result explains: ``_WAIT_SHARE`` of the labels' time or more."""
+        if "send" not in self.calls:
+            return False
+        last = len(self.calls) - 1 - self.calls[::-1].index("send")
+        pauses = np.diff(self.times[:last + 1])
+        return bool(pauses.size) and float(pauses.max()) >= max(_MIN_WAIT_S,
+                                                                _WAIT_SHARE * self.labels_s)
+
 
 class _Gate:
-    """The labels ``y``, held on the compute devices (a callback inside the program) until the
-    student's function returns: every result depends on them, so a loop that reads one before it
-    has dispatched everything (``np.asarray``, ``float``, ``print``, ``block_until_ready``) waits
-    here, and after ``_GATE_S`` the gate logs ``held`` and lets it go on."""
+    """The labels ``y`` again, computed slowly on the compute devices (a loop of products that
+    depend on them): every result of the student's loop depends on them, so a loop that reads
+    one before it has dispatched everything (``np.asarray``, ``float``, ``print``,
+    ``block_until_ready``) pauses until they are computed (``_Log.waited``). The loop's length is
+    measured once, so that the delay is about the seconds asked on any machine; a thread records
+    when the labels are ready. (A host callback that holds the labels until the loop returns
+    says it at once, but from JAX 0.12.1 on the CPU client runs a program with a callback in the
+    thread that dispatches it.)"""
 
-    def __init__(self, compute: Mesh, log: _Log):
-        self.opened, self.log = threading.Event(), log
-
-        def hold(a):
-            if not self.opened.wait(_GATE_S):
-                log.calls.append("held")
-            return a
-
-        def body(a):
-            return jax.pure_callback(hold, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
-
-        def delay(a):  # a again, after about 0.1 s of products that depend on it
+    def __init__(self, compute: Mesh):
+        def delay(a, steps):  # a again, after ``steps`` products that depend on it
             m = jnp.full((128, 128), 0.01 + 0 * jnp.sum(a))
-            return a + 0 * jnp.sum(jax.lax.fori_loop(0, 300, lambda _, m: jnp.tanh(m @ m), m))
+            return a + 0 * jnp.sum(jax.lax.fori_loop(0, steps, lambda _, m: jnp.tanh(m @ m), m))
 
         rows = P("host", None)
-        self.program, self.delay = (
-            jax.jit(jax.shard_map(f, mesh=compute, in_specs=rows, out_specs=rows))
-            for f in (body, delay))
+        self.program = jax.jit(jax.shard_map(delay, mesh=compute, in_specs=(rows, P()),
+                                             out_specs=rows))
+        self.seconds_per_step = None
 
-    def held(self, y):
-        """``y`` again, computed only once the gate is opened (the programs compiled first).
-        The gate's input comes from ``delay``, so it is not ready when the gate is dispatched:
-        the CPU client then queues the gate (a one-device program with a callback and ready
-        inputs runs in the calling thread, which the gate would hold)."""
-        self.opened.set()
-        jax.block_until_ready(self.program(self.delay(y)))
-        self.opened.clear()
-        y = self.program(self.delay(y))
-        if "held" in self.log.calls:  # it ran in this thread after all: no wait can be told
-            self.log.calls.remove("held")
-        return y
+    def delayed(self, y, seconds: float, log: _Log):
+        """``y`` again, ready about ``seconds`` after this call (dispatched, not waited for); a
+        thread writes how long it took into ``log.labels_s``."""
+        if self.seconds_per_step is None:
+            jax.block_until_ready(self.program(y, 1))  # compiles
+            start = time.perf_counter()
+            jax.block_until_ready(self.program(y, 100))
+            self.seconds_per_step = max((time.perf_counter() - start) / 100, 1e-6)
+        start = time.perf_counter()
+        labels = self.program(y, max(1, round(seconds / self.seconds_per_step)))
+
+        def ready():
+            jax.block_until_ready(labels)
+            log.labels_s = time.perf_counter() - start
+
+        self.thread = threading.Thread(target=ready, daemon=True)
+        self.thread.start()
+        return labels
 
 
 def check_overlapped_backward(fn, mesh: Mesh) -> None:
@@ -101,43 +119,51 @@ def check_overlapped_backward(fn, mesh: Mesh) -> None:
     wss = [jax.device_put(w, NamedSharding(compute, P())) for w in ws]
     progs = ov.programs(compute, stream, len(x))
     hs = progs.forward(wss, xs)
-    log = _Log()
-    gate = _Gate(compute, log)
+    gate = _Gate(compute)
     stream_ids = {d.id for d in stream.devices.flat}
-
-    def backward(*args, **kwargs):
-        w = args[3] if len(args) > 3 else kwargs.get("w")
-        log.layers.append(next((i for i, v in enumerate(wss) if v is w), None))
-        return progs.backward(*args, **kwargs)
-
-    def all_reduce(grad):
-        where = {d.id for d in getattr(getattr(grad, "sharding", None), "device_set", ())}
-        if where != stream_ids:
-            raise _Misplaced(f"progs.all_reduce got an array on devices {sorted(where)}; it "
-                             f"runs on the stream, devices {sorted(stream_ids)}: move each "
-                             "gradient there first, jax.device_put(grad, progs.stream)")
-        log.sent.append(progs.all_reduce(grad))
-        return log.sent[-1]
-
-    logged = progs._replace(backward=log.wrap("backward", backward),
-                            all_reduce=log.wrap("send", all_reduce),
-                            top=log.wrap("top", progs.top))
     forbidden = (ov.overlapped_backward, ov.serial_backward, ov.one_program_backward)
     package = jax.block_until_ready(ov.overlapped_backward(progs, hs, wss, ys))  # compiles
-    held = gate.held(ys)
-    try:
-        got = call_without(exercise, fn, (logged, hs, wss, held), forbidden=forbidden,
-                           refusal="my_overlapped_backward calls the package's {}: write "
-                                   "the loop yourself with progs' programs",
-                           call="my_overlapped_backward(progs, hs, ws, y)")
-    except _Misplaced as misplaced:
-        failure = str(misplaced)
-    else:
-        failure = None
-    finally:
-        gate.opened.set()
-    if failure:
-        fail(exercise, failure)
+
+    def run(seconds: float):
+        """The student's function on labels ready about ``seconds`` after it starts: its
+        result and its log."""
+        log = _Log()
+
+        def backward(*args, **kwargs):
+            w = args[3] if len(args) > 3 else kwargs.get("w")
+            log.layers.append(next((i for i, v in enumerate(wss) if v is w), None))
+            return progs.backward(*args, **kwargs)
+
+        def all_reduce(grad):
+            where = {d.id for d in getattr(getattr(grad, "sharding", None), "device_set", ())}
+            if where != stream_ids:
+                raise _Misplaced(f"progs.all_reduce got an array on devices {sorted(where)}; "
+                                 f"it runs on the stream, devices {sorted(stream_ids)}: move "
+                                 "each gradient there first, jax.device_put(grad, progs.stream)")
+            log.sent.append(progs.all_reduce(grad))
+            return log.sent[-1]
+
+        logged = progs._replace(backward=log.wrap("backward", backward),
+                                all_reduce=log.wrap("send", all_reduce),
+                                top=log.wrap("top", progs.top))
+        labels = gate.delayed(ys, seconds, log)
+        try:
+            got = call_without(exercise, fn, (logged, hs, wss, labels), forbidden=forbidden,
+                               refusal="my_overlapped_backward calls the package's {}: write "
+                                       "the loop yourself with progs' programs",
+                               call="my_overlapped_backward(progs, hs, ws, y)")
+        except _Misplaced as misplaced:
+            failure = str(misplaced)
+        else:
+            failure = None
+        gate.thread.join()  # the labels' time, for log.waited
+        if failure:  # outside the except: no traceback chained into the package
+            fail(exercise, failure)
+        return got, log
+
+    got, log = run(_DELAY_S)
+    if log.waited():  # confirmed with slower labels: a slow machine's pause is not a wait
+        got, log = run(_CONFIRM_S)
     if not isinstance(got, (list, tuple)) or len(got) != TOWER.layers:
         fail(exercise, f"return a list of {TOWER.layers} gradients, one per layer (this check's "
                        f"tower has {TOWER.layers} layers), first layer first; got "
@@ -210,8 +236,7 @@ def _check_order(exercise: str, log: _Log) -> None:
     if work != ["backward", "send"] * TOWER.layers:
         fail(exercise, "send each bucket as soon as its gradient's program is dispatched, "
                        "before the next layer's backward program")
-    last_send = len(calls) - 1 - calls[::-1].index("send")
-    if "held" in calls[:last_send]:
+    if log.waited():
         fail(exercise, "your loop waits for a result before the last program is dispatched "
                        "(np.asarray, float, print, jax.device_get and block_until_ready all "
                        "wait): nothing more is dispatched until it is computed, so the two "
