@@ -5,7 +5,7 @@ this machine's host name resolves to, and JAX has no public option for that addr
 launch`` keeps every byte on 127.0.0.1, so it re-registers the CPU backend factory (before any JAX
 operation) with gloo collectives made for that address, through ``jax._src`` names.
 
-Tested on jax 0.10.0, 0.10.2 and 0.12.0.1. On other versions the names may be gone:
+Tested on jax 0.10.0, 0.10.2, 0.12.0.1 and 0.12.1. On other versions the names may be gone:
 ``bind_gloo_to`` then raises ``RuntimeError`` with what to do. (Hosts that are network
 namespaces, each with its own ``/etc/hosts``, need none of this: the host name already resolves
 to the right address.)
@@ -13,7 +13,7 @@ to the right address.)
 
 from __future__ import annotations
 
-TESTED_JAX = ("0.10.0", "0.10.2", "0.12.0.1")
+TESTED_JAX = ("0.10.0", "0.10.2", "0.12.0.1", "0.12.1")
 
 
 def bind_gloo_to(host: str) -> None:
