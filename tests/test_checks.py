@@ -1,5 +1,6 @@
 """Each self-check passes the reference answer and names what is wrong in typical wrong answers."""
 
+import math
 import re
 
 import jax
@@ -21,7 +22,6 @@ from course_utils import (
 )
 from course_utils.checks import (
     ExerciseFailed,
-    check_budget_row,
     check_joint_permutation,
     check_predicted_shard_shapes,
     check_reduce_scatter,
@@ -29,7 +29,7 @@ from course_utils.checks import (
     check_stored_bytes_rule,
     check_two_state_update,
 )
-from course_utils.checks.budget import _check_row
+from course_utils.checks.budget import _crossing
 from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.gradients import _check_stacked
 
@@ -130,7 +130,7 @@ def test_a_forbidden_function_read_at_the_call_site_is_named():
         assert uses_forbidden(notebook["own"], [ring_payload, modelled]) is None
     assert (public_name(ring_payload), public_name(modelled)) == (
         "ring_payload", "overlap_runs.modelled")
-    assert public_name(_check_row) == "_check_row"  # not public: its own name
+    assert public_name(_crossing) == "_crossing"  # not public: its own name
 
 
 # the routes a student trial took to a forbidden function (issue 52): each one is named
@@ -849,119 +849,57 @@ def test_joint_permutation_checks_the_placed_inputs(setup, capsys):
         check(y2=None)
 
 
-def _budget_row(nbytes, p):
-    sent = 2 * (p - 1) * nbytes // p
-    return {"ranks": p, "all_reduce_bytes": sent, "scatter_gather_bytes": sent,
-            "shard_storage_bytes": nbytes // p}
+def _closed_form(p, alpha_s, bytes_per_s):
+    extra_bytes = math.log2(p) - 2 * (p - 1) / p
+    if extra_bytes <= 0:
+        return math.inf
+    return alpha_s * bytes_per_s * (2 * (p - 1) - math.log2(p)) / extra_bytes
 
 
-def test_budget_row_function_is_called_at_sizes_and_p_the_notebook_never_used(capsys):
-    import course_utils
-    from course_utils import communication_budget, ring_bytes
+def _by_search(p, alpha_s, bytes_per_s):  # both times written out, the crossing bisected
+    def ring(n):
+        return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * n / bytes_per_s
 
-    check_budget_row(_budget_row, table_nbytes=2**20)
-    assert capsys.readouterr().out.startswith("PASSED: budget_row (rows for p = 4, 2, 3, 8)")
+    def doubling(n):
+        return math.log2(p) * (alpha_s + n / bytes_per_s)
 
-    def with_ring_bytes(nbytes, p):  # step 5's ring_bytes is allowed
-        ring = ring_bytes(nbytes, p)
-        return {"ranks": p, "all_reduce_bytes": ring.all_reduce,
-                "scatter_gather_bytes": ring.reduce_scatter + ring.all_gather,
-                "shard_storage_bytes": nbytes / p}
+    if doubling(1e30) <= ring(1e30):
+        return float("inf")
+    low, high = 0.0, 1e15
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if doubling(mid) < ring(mid) else (low, mid)
+    return low
 
-    check_budget_row(with_ring_bytes)
-    notebook_row = _budget_row(786432, 4)
+
+def test_the_crossover_passes_in_any_right_form_and_refuses_the_package_s_models(capsys):
+    import course_utils as cu
+    from course_utils.checks import check_rd_crossover
+
+    page = dict(alpha_s=5e-6, bytes_per_s=12.5e9)
+    for right in (_closed_form, _by_search,
+                  lambda p, a, b: np.float64(_closed_form(p, a, b)),  # a NumPy number
+                  lambda p, a, b: np.inf if p == 2 else _closed_form(p, a, b)):
+        check_rd_crossover(right, **page)
+        assert "PASSED: the ring against recursive doubling" in capsys.readouterr().out
+
+    def with_models(p, alpha_s, bytes_per_s):
+        times = [cu.collective_time(n, p, alpha_s=alpha_s, bandwidth_bytes_per_s=bytes_per_s,
+                                    algorithm=a) for n in (0, 1e9)
+                 for a in ("ring", "recursive_doubling")]
+        return _closed_form(p, alpha_s, bytes_per_s) + 0 * sum(times)
+
     wrong = [
-        (None, "budget_row is not defined"),
-        (notebook_row, "not a function"),
-        (lambda nbytes, p: notebook_row, "budget for p = 4: all_reduce_bytes"),
-        (lambda nbytes, p: dict(communication_budget(nbytes, (p,))[0]),
-         "calls communication_budget, which this exercise"),
-        (lambda nbytes, p: dict(course_utils.communication_budget(nbytes, (p,))[0]),
-         "calls communication_budget, which this exercise"),  # named on the module
-        (lambda nbytes, p: _budget_row(nbytes, 4), "use the argument p, not N_DEVICES"),
-        (lambda nbytes, p: _budget_row(2**20, p), "use the argument nbytes"),
-        (lambda nbytes: {}, r"budget_row\(655376, 4\) raised TypeError"),
+        (None, "rd_crossover_bytes is not defined"),
+        (with_models, "uses the package's collective_time"),
+        (lambda p, a, b: -1.0, "must return one number of bytes ≥ 0"),
+        (lambda p, a, b: _closed_form(p, a, b) if p > 2 else 0.0, "never slower"),
+        (lambda p, a, b: _closed_form(4, a, b), "use the argument p"),
+        (lambda p, a, b: _closed_form(p, 5e-6, 12.5e9), "a case the page never shows"),
     ]
     for fn, match in wrong:
         with pytest.raises(ExerciseFailed, match=match):
-            check_budget_row(fn, table_nbytes=2**20)
-
-
-def test_budget_row_names_the_likely_slip():
-    from course_utils import communication_budget
-
-    good = {
-        "ranks": 16,
-        "all_reduce_bytes": 1966080,
-        "scatter_gather_bytes": 1966080,
-        "shard_storage_bytes": 65536,
-    }
-    _check_row(good, 2**20, 16)
-    _check_row({k: np.int64(v) for k, v in good.items()}, 2**20, 16)
-    _check_row({k: jnp.asarray(v) for k, v in good.items()}, 2**20, 16)  # JAX int32
-    # whole numbers in every natural form: floats from `/`, NumPy and JAX float scalars
-    _check_row({**good, "ranks": jnp.asarray(16.0), "shard_storage_bytes": 2**20 / 16},
-                     2**20, 16)
-    _check_row({k: np.float64(v) for k, v in good.items()}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match=r"ranks: give a whole number \(an int\)"):
-        _check_row({**good, "ranks": "16"}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match=r"give a whole number of bytes, got 65536.5"):
-        _check_row({**good, "shard_storage_bytes": 65536.5}, 2**20, 16)
-    renamed = {k.replace("_bytes", ""): v for k, v in good.items()}  # the table's headers
-    with pytest.raises(ExerciseFailed, match="it lacks 'all_reduce_bytes', .*'all_reduce', "):
-        _check_row(renamed, 2**20, 16)
-    with pytest.raises(
-        ExerciseFailed, match=r"all_reduce_bytes: it is 6.7 % too large; the factor \(p-1\)/p"
-    ):
-        _check_row({**good, "all_reduce_bytes": 2**21}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="count both passes") as failed:
-        _check_row({**good, "scatter_gather_bytes": 1966080 // 2}, 2**20, 16)
-    assert "1966080" not in str(failed.value)  # the answer is not given away
-    with pytest.raises(ExerciseFailed, match=r"count bytes \(4 per float32 value\)"):
-        _check_row({**good, "shard_storage_bytes": 65536 // 4}, 2**20, 16)
-    with pytest.raises(ExerciseFailed, match="1024× too small; that looks like KiB; the row asks"):
-        _check_row({**good, "shard_storage_bytes": 65536 // 1024}, 2**20, 16)  # 64 KiB
-    with pytest.raises(ExerciseFailed, match="that looks like MiB; the row asks for bytes"):
-        _check_row({**good, "all_reduce_bytes": 1966080 / 2**20}, 2**20, 16)  # 1.875 MiB
-    with pytest.raises(ExerciseFailed, match="that is N, the whole gradient; after reduce"):
-        _check_row({**good, "shard_storage_bytes": 2**20}, 2**20, 16)
-    # the table's N = 2**20 used instead of this exercise's nbytes = 786432, on p = 4
-    table_n = {"ranks": 4, "all_reduce_bytes": 1572864, "scatter_gather_bytes": 1572864,
-               "shard_storage_bytes": 262144}
-    with pytest.raises(ExerciseFailed, match="for N = 1048576 bytes, .* nbytes = 786432 bytes: "
-                       r"use the argument nbytes; or the factor \(p-1\)/p is missing"):
-        _check_row(table_n, 786432, 4, table_nbytes=2**20)
-    right_sent = {**table_n, "all_reduce_bytes": 1179648, "scatter_gather_bytes": 1179648}
-    with pytest.raises(ExerciseFailed, match=r"shard_storage_bytes: .*p-1; or .* N = 1048576 "):
-        _check_row(right_sent, 786432, 4, table_nbytes=2**20)
-    with pytest.raises(ExerciseFailed, match="it is 0, but it should not be .p = 4"):
-        _check_row({**right_sent, "shard_storage_bytes": 0}, 786432, 4)
-    # N/(p-1) at p = 4 is also the table's N / p: the p-1 slip is the hint, not the other N
-    with pytest.raises(ExerciseFailed, match=r"too large; a device keeps 1 of p slices: divide by p"
-                       r", not p-1; or that is the value for N = 1048576"):
-        _check_row({**right_sent, "shard_storage_bytes": 786432 // 3}, 786432, 4,
-                         table_nbytes=2**20)
-    # a wrong formula whose implied N is some other power of two is not called a wrong N
-    with pytest.raises(ExerciseFailed, match="it is 6× too small; that is N/p, the one") as failed:
-        _check_row({**right_sent, "all_reduce_bytes": 786432 // 4}, 786432, 4,
-                         table_nbytes=2**20)
-    assert "value for N" not in str(failed.value)
-    with pytest.raises(ExerciseFailed, match="it is 8× too large; count bytes, not bits"):
-        _check_row({**right_sent, "all_reduce_bytes": 8 * 1179648}, 786432, 4)
-    with pytest.raises(ExerciseFailed, match="too small; that is N; in each of its two passes"):
-        _check_row({**right_sent, "all_reduce_bytes": 786432}, 786432, 4)
-    eight = communication_budget(786432, (8,))[0]  # 786432 / 7 is not whole: rounded down
-    with pytest.raises(ExerciseFailed, match="divide by p, not p-1"):
-        _check_row({**eight, "shard_storage_bytes": 786432 // 7}, 786432, 8)
-    with pytest.raises(ExerciseFailed, match="row is None: return the row"):
-        _check_row(None, 786432, 4)
-    with pytest.raises(ExerciseFailed, match=r"what a ring rank sends in the reduce-scatter; a "
-                       "device stores N/p"):  # named, not only "3× too large"
-        _check_row({**right_sent, "shard_storage_bytes": 3 * 786432 // 4}, 786432, 4)
-    one = {"ranks": 1, "all_reduce_bytes": 2 * 786432, "scatter_gather_bytes": 0,
-           "shard_storage_bytes": 786432}
-    with pytest.raises(ExerciseFailed, match="all_reduce_bytes: it should be 0"):
-        _check_row(one, 786432, 1)
+            check_rd_crossover(fn, **page)
 
 
 @pytest.mark.parametrize(

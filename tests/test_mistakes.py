@@ -25,12 +25,12 @@ from course_utils.checks import (
     check_bandwidth_fraction_size,
     check_break_even,
     check_bucket_model,
-    check_budget_row,
     check_error_feedback,
     check_joint_permutation,
     check_local_sgd_h,
     check_memory_prediction,
     check_overlap_prediction,
+    check_rd_crossover,
     check_reduce_scatter_times,
     check_ring_step,
     check_shares,
@@ -338,6 +338,24 @@ def _ring_step(add=True, forwards=False, p_from=lambda chunks: chunks.shape[0]):
     return step
 
 
+STEP8 = dict(alpha_s=5e-6, bytes_per_s=12.5e9)
+
+
+def _crossover(rd_steps=math.log2, rd_share=1.0, ring_steps=lambda p: 2 * (p - 1),
+               ring_share=lambda p: 2 * (p - 1) / p, scale=1.0):
+    """Exercise 08 answered with one thing changed: recursive doubling's steps or the share of
+    N each sends, the ring's α steps or its share of N, or the answer scaled (a unit slip)."""
+
+    def crossover(p, alpha_s, bytes_per_s):
+        extra_bytes = rd_steps(p) * rd_share - ring_share(p)
+        extra_alpha = ring_steps(p) - rd_steps(p)
+        if extra_bytes <= 1e-12:
+            return math.inf
+        return max(0.0, scale * alpha_s * bytes_per_s * extra_alpha / extra_bytes)
+
+    return crossover
+
+
 STEP19 = dict(compute_ms=667.0, bucket_bytes=2**20, buckets=16, hosts=2, bytes_per_s=2.39e7,
               alpha_s=4.5e-4)
 
@@ -545,15 +563,23 @@ CASES = {
                       "all_gather": n / (p - 1) + n},
         jax.devices(),
     ),
-    (8, "one pass of the ring counted for the all-reduce"): lambda: check_budget_row(
-        lambda nbytes, p: {
-            "ranks": p,
-            "all_reduce_bytes": (p - 1) * nbytes // p,
-            "scatter_gather_bytes": 2 * (p - 1) * nbytes // p,
-            "shard_storage_bytes": nbytes // p,
-        },
-        table_nbytes=2**20,
+    (8, "recursive doubling's steps sending half the vector"): lambda: check_rd_crossover(
+        _crossover(rd_share=0.5), **STEP8
     ),
+    (8, "p − 1 steps for recursive doubling"): lambda: check_rd_crossover(
+        _crossover(rd_steps=lambda p: p - 1), **STEP8
+    ),
+    (8, "the natural log for log₂"): lambda: check_rd_crossover(
+        _crossover(rd_steps=math.log), **STEP8
+    ),
+    (8, "the ring's 2(p − 1) steps taken as 2p"): lambda: check_rd_crossover(
+        _crossover(ring_steps=lambda p: 2 * p, ring_share=lambda p: 2.0), **STEP8
+    ),
+    (8, "one pass of the ring"): lambda: check_rd_crossover(
+        _crossover(ring_steps=lambda p: p - 1, ring_share=lambda p: (p - 1) / p), **STEP8
+    ),
+    (8, "α in µs"): lambda: check_rd_crossover(_crossover(scale=1e6), **STEP8),
+    (8, "the answer in MiB"): lambda: check_rd_crossover(_crossover(scale=2**-20), **STEP8),
     (7, "reversal, which leaves the middle device its own rows when p is odd"): lambda: _permuted(
         lambda n, p: np.arange(n)[::-1]
     ),

@@ -14,21 +14,21 @@ kernel (nbgrader's autograde; ``course check-submission``, which runs the instru
 the submission's solution cells and grades ``NOT VERIFIED`` as "not verified", not passed) and on
 reading the solution cells.
 
-Modules: ``algorithms``: steps 12 and 13: buckets, the two-level all-reduce; ``budget``: step
-8's communication budget; ``compute``: step 18's break-even batch size; ``diloco``: step 21's
-smallest H; ``forbidden``: what a student's function is, calls or runs; ``gradients``: steps 2 and
-3: the shares and the reduce-scatter; ``helpers``: what every check shares; ``hierarchy``: step 13's
-two-level reduce-scatter; ``lab``: step 10's bandwidth fraction; ``links``: step 17's predicted
-reduce-scatter times; ``local_sgd``: step 16's H for a byte budget; ``mesh_order``: step 13's check
-in a subprocess with 6 devices; ``overlap``: step 19's overlapped backward pass; ``overlap_time``:
-step 19's predicted time; ``permutation``: step 7's joint permutation; ``ring``: step 11's ring
-step; ``storage``: steps 4 and 5: shard shapes and stored bytes; ``streaming``: step 22's slowest
-hidden rate; ``training``: steps 14–16: memory, error feedback, local SGD's bytes; ``updates``:
-step 6's sliced update.
+Modules: ``algorithms``: steps 12 and 13: buckets, the two-level all-reduce; ``budget``: step 8's
+ring against recursive doubling; ``compute``: step 18's break-even batch size; ``diloco``: step
+21's smallest H; ``forbidden``: what a student's function is, calls or runs; ``gradients``: steps 2
+and 3: the shares and the reduce-scatter; ``helpers``: what every check shares; ``hierarchy``: step
+13's two-level reduce-scatter; ``lab``: step 10's bandwidth fraction; ``links``: step 17's
+predicted reduce-scatter times; ``local_sgd``: step 16's H for a byte budget; ``mesh_order``: step
+13's check in a subprocess with 6 devices; ``overlap``: step 19's overlapped backward pass;
+``overlap_time``: step 19's predicted time; ``permutation``: step 7's joint permutation; ``ring``:
+step 11's ring step; ``storage``: steps 4 and 5: shard shapes and stored bytes; ``streaming``: step
+22's slowest hidden rate; ``training``: steps 14–16: memory, error feedback, local SGD's bytes;
+``updates``: step 6's sliced update.
 """
 
 from course_utils.checks.algorithms import check_bucket_model, check_two_level
-from course_utils.checks.budget import check_budget_row
+from course_utils.checks.budget import check_rd_crossover
 from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.diloco import check_smallest_h
 from course_utils.checks.gradients import check_reduce_scatter, check_shares
@@ -52,7 +52,7 @@ __all__ = [
     "check_bandwidth_fraction_size",
     "check_break_even",
     "check_bucket_model",
-    "check_budget_row",
+    "check_rd_crossover",
     "check_error_feedback",
     "check_joint_permutation",
     "check_local_sgd_h",

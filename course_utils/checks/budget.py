@@ -1,4 +1,6 @@
-"""Self-check of step 08: one row of the communication budget, in whole bytes."""
+"""Self-check of step 08: the gradient size below which recursive doubling's all-reduce is faster
+than the ring's, in the α-β model (the page gives the ring's time and describes recursive
+doubling; the student writes its time and solves for the crossing)."""
 
 from __future__ import annotations
 
@@ -6,124 +8,124 @@ import math
 
 import jax
 
-from course_utils.checks.helpers import (
-    ExerciseFailed,
-    call_without,
-    check_keys,
-    fail,
-    function_given,
-    number,
-    off_by,
-    passed,
-    scalar,
-    unit_causes,
-)
-from course_utils.models.cost import communication_budget, divisible_size
+from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
+
+TOLERANCE = 1e-3  # relative: every slip below is farther off than this in some case
 
 
-def check_budget_row(budget_row, *, table_nbytes: int | None = None) -> None:
-    """Exercise 08: the student's ``budget_row(nbytes, p)``, one row of the communication budget
-    predicted from the ring's formulas, called for this run's p and for p = 2, 3 and 8, at
-    gradient sizes the notebook never used. It must not be or call ``communication_budget``
-    (``ring_bytes`` of step 5 is allowed). ``table_nbytes``: the N of the notebook's table, named
-    when a row was computed for it instead of the argument ``nbytes``."""
-    exercise = "budget_row"
-    function_given(exercise, "budget_row", budget_row)
+def crossover_bytes(p: int, alpha_s: float, bytes_per_s: float) -> float:
+    """The size N (bytes) below which recursive doubling (log₂ p steps, each sending the whole
+    vector: L·α + L·N/B) beats the ring (2(p−1)·α + 2(p−1)/p·N/B); ``math.inf`` where it is
+    never slower (p = 2: the same bytes, fewer steps).
+
+    Examples:
+        >>> crossover_bytes(2, 5e-6, 12.5e9), round(crossover_bytes(8, 5e-6, 12.5e9))
+        (inf, 550000)
+    """
+    return _crossing(p, alpha_s, bytes_per_s)
+
+
+def _crossing(p, a, b, *, rd_steps=None, rd_share=1.0, ring_steps=None, ring_share=None,
+              log=math.log2) -> float:
+    """The crossover with one thing changed (the slips): recursive doubling's step count and
+    the share of N each of its steps sends, the ring's α steps and the share of N it sends."""
+    steps = log(p) if rd_steps is None else rd_steps
+    ring_steps = 2 * (p - 1) if ring_steps is None else ring_steps
+    ring_share = 2 * (p - 1) / p if ring_share is None else ring_share
+    per_byte = steps * rd_share - ring_share  # recursive doubling's extra bytes, per N
+    extra_alpha = ring_steps - steps  # the ring's extra messages
+    if per_byte <= 1e-12:
+        return math.inf if extra_alpha > 0 else 0.0
+    return max(0.0, a * b * extra_alpha / per_byte)
+
+
+# (p, α, B): the page's numbers are added first; the rest the page never shows
+_CASES = ((8, 2e-5, 1.25e9), (64, 1e-6, 2.5e10), (1024, 3e-6, 5e10), (16, 1e-5, 1e9),
+          (2, 5e-6, 12.5e9))
+
+_SLIPS = {
+    "recursive doubling sends the whole vector at each of its log₂ p steps (a rank exchanges "
+    "everything it has), not half of it: that is recursive halving":
+        lambda p, a, b: _crossing(p, a, b, rd_share=0.5),
+    "recursive doubling takes log₂ p steps, not p − 1": lambda p, a, b: _crossing(
+        p, a, b, rd_steps=p - 1),
+    "the logarithm is base 2: log₂ p steps (math.log2), not the natural log":
+        lambda p, a, b: _crossing(p, a, b, log=math.log),
+    "the logarithm is base 2: log₂ p steps (math.log2), not log₁₀":
+        lambda p, a, b: _crossing(p, a, b, log=math.log10),
+    "the ring takes 2(p − 1) steps, not 2p: p − 1, not p": lambda p, a, b: _crossing(
+        p, a, b, ring_steps=2 * p, ring_share=2.0),
+    "the ring all-reduce is two passes: 2(p − 1) steps and 2(p − 1)/p of N, not one":
+        lambda p, a, b: _crossing(p, a, b, ring_steps=p - 1, ring_share=(p - 1) / p),
+    "the ring's bytes are 2(p − 1)/p of N per rank (the factor (p − 1)/p is missing)":
+        lambda p, a, b: _crossing(p, a, b, ring_share=2.0),
+    "the ring pays α at each of its 2(p − 1) steps, not once": lambda p, a, b: _crossing(
+        p, a, b, ring_steps=1),
+    "give bytes, not bits: bytes_per_s is already in bytes per second":
+        lambda p, a, b: 8 * _crossing(p, a, b),
+    "bytes_per_s is already in bytes per second: do not divide it by 8":
+        lambda p, a, b: _crossing(p, a, b) / 8,
+    "alpha_s is already in seconds": lambda p, a, b: _crossing(p, a, b) * 1e6,
+    "give bytes, not MiB": lambda p, a, b: _crossing(p, a, b) / 2**20,
+    "that is a time in seconds (the crossing's size over bytes_per_s): return the size N in "
+    "bytes": lambda p, a, b: _crossing(p, a, b) / b,
+}
+
+
+def check_rd_crossover(fn, *, alpha_s: float, bytes_per_s: float) -> None:
+    """Exercise 08: ``fn(p, alpha_s, bytes_per_s)`` → the gradient size in bytes below which
+    recursive doubling's all-reduce is faster than the ring's (``crossover_bytes``), within
+    ``TOLERANCE``, at the page's α and B for this run's p (or 4) and at cases the page never
+    shows, p = 2 (``math.inf``: never slower) included. The package's time models are refused."""
+    from course_utils.models.cost_model import modelled_time, ring_time
+    from course_utils.models.latency import collective_time
+
+    exercise = "the ring against recursive doubling"
+    function_given(exercise, "rd_crossover_bytes", fn)
     p_run = jax.device_count()
-    checked = False
-    for p in dict.fromkeys((p_run, 2, 3, 8)):  # this run's p first
-        nbytes = 4 * divisible_size(5 * 2**15 + 3, p)  # not the notebook's sizes
-        row = call_without(
-            exercise, budget_row, (nbytes, p), forbidden=(communication_budget,),
-            refusal="budget_row calls {}, which this exercise asks you not to call: write each "
-            "entry from the formulas for p and N (ring_bytes is allowed)",
-            call=f"budget_row({nbytes}, {p})")
-        failure = None
-        try:
-            _check_row(row, nbytes, p, table_nbytes=table_nbytes, call=f"budget_row({nbytes}, {p})")
-        except ExerciseFailed as error:
-            failure = str(error)
-        if failure and checked and _right_row(row, nbytes, p_run):
-            failure = (f"budget for p = {p}: budget_row({nbytes}, {p}) gives the row for "
-                       f"p = {p_run}: use the argument p, not N_DEVICES")
-        if failure:
-            raise ExerciseFailed(failure)  # outside the except: no traceback into the package
-        checked = True
-    passed(exercise, f"rows for p = {', '.join(map(str, dict.fromkeys((p_run, 2, 3, 8))))}")
+    page = (p_run if p_run >= 4 and p_run & (p_run - 1) == 0 else 4, alpha_s, bytes_per_s)
+    forbidden = (collective_time, modelled_time, ring_time, crossover_bytes)
+    answers = []
+    for case in (page, *_CASES):
+        call = "rd_crossover_bytes({}, {:g}, {:g})".format(*case)
+        got = call_without(exercise, fn, case, forbidden=forbidden, call=call,
+                           refusal="rd_crossover_bytes uses the package's {}: write both "
+                                   "algorithms' times from the α-β model and solve for N")
+        value = number(got)
+        if value is None or math.isnan(value) or value < 0:
+            fail(exercise, f"{call} must return one number of bytes ≥ 0 (math.inf where "
+                 f"recursive doubling is never slower); got {got!r}")
+        answers.append((case, call, value))
+    for case, call, value in answers:
+        want = crossover_bytes(*case)
+        if math.isinf(want) or math.isinf(value):
+            if math.isinf(want) != math.isinf(value):
+                fail(exercise, f"{call} gives {value:g}, but at p = {case[0]} "
+                     + ("recursive doubling is never slower: the same bytes (2(p − 1)/p = 1 "
+                        "of N, log₂ 2 = 1 step's whole vector) in fewer steps; return math.inf"
+                        if math.isinf(want) else "the two cross at a finite size")
+                     + _slip(answers))
+            continue
+        if not math.isclose(value, want, rel_tol=TOLERANCE):
+            where = "" if case is page else " (a case the page never shows)"
+            fail(exercise, f"{call}: {off_by(value, want)}{where}{_slip(answers)}")
+    passed(exercise, f"{crossover_bytes(*page):,.0f} bytes at p = {page[0]} with the page's α "
+                     f"and B; right at {len(_CASES)} cases more, p = 2 (never slower) included")
 
 
-def _right_row(row, nbytes: int, p: int) -> bool:
-    """Whether ``row``'s bytes are those of ``nbytes`` on ``p`` ranks, to within a byte of
-    rounding (``nbytes`` need not divide by ``p``)."""
-    sent = 2 * (p - 1) * nbytes / p
-    expected = {"all_reduce_bytes": sent, "scatter_gather_bytes": sent,
-                "shard_storage_bytes": nbytes / p}
-    if not isinstance(row, dict):
-        return False
-    got = {k: number(row.get(k)) for k in expected}
-    return all(g is not None and abs(g - v) < 1 for (k, v), g in zip(expected.items(),
-                                                                     got.values()))
+def _slip(answers: list) -> str:
+    """``"; "`` and the slip that explains the answers in every finite case, or a hint."""
+    for why, slip in _SLIPS.items():
+        if all(_close(value, slip(*case)) for case, _, value in answers):
+            return f"; {why}"
+    p0 = answers[0][0][0]
+    if all(_close(value, crossover_bytes(p0, *case[1:])) for case, _, value in answers):
+        return f"; that is the crossover for p = {p0} in every case: use the argument p"
+    return ("; write each algorithm's time, α per step and N/B per byte sent, set them equal "
+            "and solve for N")
 
 
-def _check_row(
-    row: dict, nbytes: int, ranks: int, *, table_nbytes: int | None = None, call: str = "row"
-) -> None:
-    """One row of the budget against the ring model, naming the likely slip.
-
-    Whole numbers count in every natural form (int, a float such as ``1179648.0`` from ``/``,
-    NumPy or 0-d JAX scalars)."""
-    exercise = f"budget for p = {ranks}"
-    (expected,) = communication_budget(nbytes, (ranks,))
-    if row is None:
-        fail(exercise, f"{call} is None: return the row, a dict")
-    check_keys(exercise, call, row, expected)
-    for key, value in expected.items():
-        raw = scalar(row[key])  # a 0-d NumPy or JAX number counts as a number
-        as_float = number(raw)
-        if as_float is None or not math.isfinite(as_float):
-            fail(exercise, f"{key}: give a whole number (an int), got {raw!r}")
-        if key != "ranks" and (units := unit_causes(as_float, value)) and as_float != value:
-            binary = [name for name, scale in (("MiB", 2**20), ("KiB", 2**10))
-                      if math.isclose(as_float * scale, value)]
-            unit = (f"that looks like {binary[0]}; the row asks for bytes" if binary
-                    else "; or ".join(units))
-            fail(exercise, f"{key}: {off_by(as_float, value)}; {unit} (p = {ranks}, "
-                 f"N = {nbytes} bytes)")
-        if not as_float.is_integer():
-            fail(exercise, f"{key}: give a whole number of bytes, got {raw!r}")
-        got = int(as_float)
-        if got != value:
-            sent = key != "shard_storage_bytes" and key != "ranks"
-            slips = []
-            if key == "shard_storage_bytes" and ranks > 1 and got == nbytes // (ranks - 1):
-                slips.append("a device keeps 1 of p slices: divide by p, not p-1")
-            if (key == "shard_storage_bytes" and ranks > 2
-                    and got == (ranks - 1) * nbytes // ranks):
-                slips.append("(p-1)/p·N is what a ring rank sends in the reduce-scatter; a "
-                             "device stores N/p")
-            other_n = got * nbytes // value if value else 0
-            if (  # after the p-1 slip: at p = 4, N/(p-1) is also the table's N over p
-                key != "ranks"
-                and other_n == table_nbytes != nbytes
-                and other_n * value == got * nbytes
-            ):
-                slips.append(
-                    f"that is the value for N = {other_n} bytes, but the gradient asked for "
-                    f"is nbytes = {nbytes} bytes: use the argument nbytes"
-                )
-            if sent and got == 2 * nbytes:
-                slips.append("the factor (p-1)/p is missing")
-            elif sent and got == nbytes:
-                slips.append("that is N; in each of its two passes a ring rank sends p-1 chunks "
-                             "of N/p")
-            elif sent and 2 * got == value:
-                slips.append("count both passes, reduce-scatter and all-gather")
-            elif sent and ranks > 1 and got == nbytes // ranks:
-                slips.append("that is N/p, the one slice a device keeps; count what it sends")
-            elif key == "shard_storage_bytes" and ranks > 1 and got == nbytes:
-                slips.append("that is N, the whole gradient; after reduce-scatter a device "
-                             "keeps one slice of it")
-            hint = off_by(got, value)
-            if slips:
-                hint += "; " + "; or ".join(slips)
-            fail(exercise, f"{key}: {hint} (p = {ranks}, N = {nbytes} bytes)")
+def _close(a: float, b: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return math.isinf(a) and math.isinf(b)
+    return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-9)

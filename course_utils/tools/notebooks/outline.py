@@ -153,12 +153,20 @@ OUTLINE = (
         title="The communication budget for 2, 4 and 8 ranks",
         line="bytes per rank for p = 2, 4, 8 at 2^20 bytes",
         exercise=Exercise(
-            task="a function that predicts a budget row for any size and p, then the row read off "
-                 "the compiled program",
-            check="check_budget_row", minutes=15,
+            task="the gradient size below which recursive doubling's all-reduce beats the "
+                 "ring's: its time written from its description, the crossing solved",
+            check="check_rd_crossover", minutes=15,
+            judges="within 0.1 %, at the page's α and B and at p, α and B the page never shows; "
+                   "p = 2 (never slower) included; the package's time models refused",
             mistakes=(
-                Mistake("one pass of the ring counted for the all-reduce",
-                        "count both passes, reduce-scatter and all-gather"),
+                Mistake("recursive doubling's steps sending half the vector",
+                        "not half of it: that is recursive halving"),
+                Mistake("p − 1 steps for recursive doubling", "takes log₂ p steps, not p − 1"),
+                Mistake("the natural log for log₂", "not the natural log"),
+                Mistake("the ring's 2(p − 1) steps taken as 2p", "p − 1, not p"),
+                Mistake("one pass of the ring", "the ring all-reduce is two passes"),
+                Mistake("α in µs", "alpha_s is already in seconds"),
+                Mistake("the answer in MiB", "give bytes, not MiB"),
             ),
         ),
     ),
