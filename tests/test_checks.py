@@ -169,7 +169,7 @@ def test_the_trial_s_disguised_shortcuts_are_refused_by_their_checks():
 
     from notebook_cell import answer
 
-    from course_utils.checks import check_bucket_model, check_error_feedback
+    from course_utils.checks import check_bucket_model, check_int8_feedback
     from course_utils.models.latency import bucketed_step_time
 
     model = answer("def my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
@@ -179,31 +179,12 @@ def test_the_trial_s_disguised_shortcuts_are_refused_by_their_checks():
                    bucketed_step_time=bucketed_step_time)
     with pytest.raises(ExerciseFailed, match="uses the package's bucketed_step_time"):
         check_bucket_model(model)
-    feedback = answer("def my_error_feedback(g, residual, k):\n    c = importlib.import_module("
-                      "'course_utils.collectives.compression')\n    sent = c.topk_select(g + "
-                      "residual, k)[0]\n    return sent, g + residual - sent\n",
-                      "my_error_feedback", importlib=importlib)
-    with pytest.raises(ExerciseFailed, match="calls the package's topk_select"):
-        check_error_feedback(feedback)
-
-
-def test_jax_lax_top_k_is_not_the_page_s_top_k(capsys):
-    # step 15: the page's top_k (a cell above) is refused, jax.lax.top_k beside it is not; an
-    # attribute's name is read on its module, not in the notebook's globals
-    from notebook_cell import run_cell
-
-    from course_utils.checks import check_error_feedback
-
-    notebook = run_cell("def top_k(values, k):\n"
-                        "    _, indices = jax.lax.top_k(jnp.abs(values), k)\n"
-                        "    return values[indices], indices\n", {})
-    run_cell("def my_error_feedback(g, residual, k):\n"
-             "    acc = g + residual\n"
-             "    _, indices = jax.lax.top_k(jnp.abs(acc), k)\n"
-             "    sent = jnp.zeros_like(acc).at[indices].set(acc[indices])\n"
-             "    return sent, acc - sent\n", notebook)
-    check_error_feedback(notebook["my_error_feedback"])
-    assert capsys.readouterr().out.startswith("PASSED: error feedback")
+    feedback = answer("def my_int8_feedback(g, residual):\n    c = importlib.import_module("
+                      "'course_utils.collectives.compression')\n    sent = c.dequantize_int8("
+                      "*c.quantize_int8(g + residual))\n    return sent, g + residual - sent\n",
+                      "my_int8_feedback", importlib=importlib)
+    with pytest.raises(ExerciseFailed, match="calls the package's (de)?quantize_int8"):
+        check_int8_feedback(feedback)
 
 
 def test_strings_and_defaults_that_name_nothing_forbidden_are_not_refused():
@@ -976,34 +957,23 @@ def test_memory_prediction_of_zero1_counted_like_data_parallel():
         check_memory_prediction(zero1_like_dp, MEASURED, N, P)
 
 
-def test_error_feedback_that_compresses_g_alone():
-    from course_utils.checks import check_error_feedback
-
-    def feedback_of_g(g, residual, k):  # step 15's wrong answer: the top k of g, not g + residual
-        _, idx = jax.lax.top_k(jnp.abs(g), k)
-        sent = jnp.zeros_like(g).at[idx].set(g[idx])
-        return sent, g + residual - sent
-
-    with pytest.raises(ExerciseFailed, match="you send the top k of g alone: compress g \\+ resid"):
-        check_error_feedback(feedback_of_g)
-
-
 @pytest.mark.parametrize("returned", [
     lambda sent, residual: (sent, residual, sent),  # three things
     lambda sent, residual: sent,  # the dense vector alone
 ])
-def test_error_feedback_returning_the_wrong_number_of_things(returned):
-    from course_utils.checks import check_error_feedback
+def test_int8_feedback_returning_the_wrong_number_of_things(returned):
+    from course_utils.checks import check_int8_feedback
 
-    def feedback(g, residual, k):
+    def feedback(g, residual):
         acc = g + residual
-        _, idx = jax.lax.top_k(jnp.abs(acc), k)
-        sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
+        buckets = acc.reshape(-1, 64)
+        scale = jnp.max(jnp.abs(buckets), axis=1, keepdims=True) / 127
+        sent = (jnp.round(buckets / scale) * scale).reshape(-1)
         return returned(sent, acc - sent)
 
     expected = "return two vectors, \\(sent, new_residual\\)"
     with pytest.raises(ExerciseFailed, match=expected) as info:
-        check_error_feedback(feedback)
+        check_int8_feedback(feedback)
     assert "unpack" not in str(info.value)
 
 

@@ -25,7 +25,7 @@ from course_utils.checks import (
     check_bandwidth_fraction_size,
     check_break_even,
     check_bucket_model,
-    check_error_feedback,
+    check_int8_feedback,
     check_joint_permutation,
     check_local_sgd_h,
     check_memory_prediction,
@@ -104,15 +104,6 @@ TRIAL = {
         "tiled=True)\n"
         "my_two_level_scatter = jax.jit(jax.shard_map(lambda b: _k(b[0])[None], mesh=mesh, "
         "in_specs=rows, out_specs=rows))\n"),
-    "15 page's top_k": (  # cell 8 of the page, then the answer in the exercise's cell
-        "def top_k(values, k):\n"
-        "    _, indices = jax.lax.top_k(jnp.abs(values), k)\n"
-        "    return values[indices], indices\n",
-        "def my_error_feedback(g, residual, k):\n"
-        "    acc = g + residual\n"
-        "    kept, indices = top_k(acc, k)\n"
-        "    sent = jnp.zeros_like(acc).at[indices].set(kept)\n"
-        "    return sent, acc - sent\n"),
     "16 loop": (
         "def my_local_sgd_h(nbytes, p, steps, budget):\n"
         "    ring = 2 * (p - 1) / p * nbytes\n"
@@ -303,12 +294,18 @@ def _memory(values=False, zero1_whole=False):
     return predicted
 
 
-def _feedback(forget=False, g_alone=False):
-    def fb(g, residual, k):
-        acc = g if g_alone else g + residual
-        _, idx = jax.lax.top_k(jnp.abs(acc), k)
-        sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
-        return sent, (g - sent if forget else g + residual - sent)
+def _feedback(forget=False, g_alone=False, bucket=64, rounding=jnp.round, scaled=True,
+              levels=127):
+    """Exercise 15 answered with one thing changed (``bucket=0``: one scale for the vector)."""
+
+    def fb(g, residual):
+        acc = g + residual
+        source = g if g_alone else acc
+        buckets = source.reshape(-1, bucket or source.shape[0])
+        scale = jnp.max(jnp.abs(buckets), axis=1, keepdims=True) / levels
+        codes = rounding(buckets / scale)
+        sent = (codes * scale if scaled else codes).reshape(-1).astype(jnp.float32)
+        return sent, (g - sent if forget else acc - sent)
 
     return fb
 
@@ -417,14 +414,6 @@ def _hiding(per_byte=8, whole=False, scales=True, steps=None):
     return rate
 
 
-def _one_percent(g, residual, k):
-    """The trial's 15 W13: 1 % of the entries whatever k says."""
-    acc = g + residual
-    _, idx = jax.lax.top_k(jnp.abs(acc), round(0.01 * acc.shape[0]))
-    sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
-    return sent, acc - sent
-
-
 CASES = {
     (2, "the shares returned as float16"): lambda: check_shares(
         _trial("02 float16", "my_shares")
@@ -497,9 +486,6 @@ CASES = {
     (13, "a jitted shard_map passed instead of the per-device function"): lambda: (
         check_two_level_scatter(_trial("13 jitted", "my_two_level_scatter", _page_13()),
                                 node_local_mesh(2))
-    ),
-    (15, "the page's top_k reused"): lambda: check_error_feedback(
-        _trial("15 page's top_k", "my_error_feedback")
     ),
     (16, "steps / H rounds, H tried one by one"): lambda: check_local_sgd_h(
         _trial("16 loop", "my_local_sgd_h", rounds="steps / h")
@@ -628,13 +614,20 @@ CASES = {
     (14, "ZeRO-1 counted with its momentum whole"): lambda: check_memory_prediction(
         _memory(zero1_whole=True), MEASURED, N, P
     ),
-    (15, "the top k of g alone, not of g + residual"): lambda: check_error_feedback(
+    (15, "g quantized alone, not g + residual"): lambda: check_int8_feedback(
         _feedback(g_alone=True)
     ),
-    (15, "the new residual forgets the old one"): lambda: check_error_feedback(
+    (15, "the new residual forgets the old one"): lambda: check_int8_feedback(
         _feedback(forget=True)
     ),
-    (15, "a fixed share of the entries, not k"): lambda: check_error_feedback(_one_percent),
+    (15, "one scale for the whole vector"): lambda: check_int8_feedback(_feedback(bucket=0)),
+    (15, "the codes cut toward zero (astype)"): lambda: check_int8_feedback(
+        _feedback(rounding=lambda x: x.astype(jnp.int8))
+    ),
+    (15, "the codes sent without their scale"): lambda: check_int8_feedback(
+        _feedback(scaled=False)
+    ),
+    (15, "255 levels for int8's 127"): lambda: check_int8_feedback(_feedback(levels=255)),
     (13, "the sum across the nodes forgotten"): lambda: check_two_level_scatter(
         _trial("13 one node", "my_two_level_scatter", _page_13()), node_local_mesh(2)
     ),

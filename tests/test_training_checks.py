@@ -9,7 +9,7 @@ import pytest
 
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.local_sgd import check_local_sgd_h
-from course_utils.checks.training import check_error_feedback, check_memory_prediction
+from course_utils.checks.training import check_int8_feedback, check_memory_prediction
 from course_utils.training.run import Memory
 
 N, P = 1024, 4
@@ -79,66 +79,72 @@ def test_memory_typed_in_or_read_off_the_run_is_caught():
             check_memory_prediction(answer, MEASURED, N, P)
 
 
-def _right(g, residual, k):
+def _right(g, residual):
     acc = g + residual
-    _, idx = jax.lax.top_k(jnp.abs(acc), k)
-    sent = jnp.zeros_like(acc).at[idx].set(acc[idx])
+    buckets = acc.reshape(-1, 64)
+    scale = jnp.max(jnp.abs(buckets), axis=1, keepdims=True) / 127
+    sent = (jnp.round(buckets / jnp.where(scale > 0, scale, 1.0)) * scale).reshape(-1)
     return sent, acc - sent
 
 
-def test_error_feedback_right_and_wrong(capsys):
-    check_error_feedback(_right)
-    assert "bit for bit" in capsys.readouterr().out
+def _as_int8(g, residual):  # another right form: codes as int8, clipped, a scale without 0s
+    acc = g + residual
+    buckets = acc.reshape(acc.shape[0] // 64, 64)
+    scale = jnp.abs(buckets).max(axis=-1)[:, None] / 127.0
+    codes = jnp.clip(jnp.rint(buckets / scale), -127, 127).astype(jnp.int8)
+    sent = (codes.astype(jnp.float32) * scale).ravel()
+    return sent, acc - sent
 
-    def keeps_old_residual(g, residual, k):
-        return _right(g, residual, k)[0], residual
 
-    def sends_everything(g, residual, k):
-        return g + residual, 0 * g
+def test_int8_feedback_right_and_wrong(capsys):
+    for right in (_right, _as_int8):
+        check_int8_feedback(right)
+        assert "to float rounding" in capsys.readouterr().out
 
-    def raises(g, residual, k):
+    def keeps_old_residual(g, residual):
+        return _right(g, residual)[0], residual
+
+    def raises(g, residual):
         raise ValueError("shapes do not match")
 
     cases = [  # (the page's common wrong answers: tests/test_mistakes.py)
-        (None, "my_error_feedback is not defined"),
+        (None, "my_int8_feedback is not defined"),
         (3, "is an object of type int, not a function"),
         (keeps_old_residual, "the residual is returned unchanged"),
-        (sends_everything, "512 entries are sent; send only k = 16"),
-        (lambda g, r, k: _right(g, r, 16), "entries are sent; send only k = 7"),
+        (lambda g, r: (g + r, 0 * g), "that is g \\+ residual itself: nothing was quantized"),
+        (lambda g, r: (_right(g, r)[0], 0 * g), "a zero residual drops what was not sent"),
+        (lambda g, r: (_right(g, r)[0], _right(g, r)[0] - g - r), "the sign is flipped"),
         (raises, "raised ValueError: shapes do not match"),
-        (lambda g, r, k: (g[:k], r), "return two vectors shaped like g"),
-        (lambda g, r, k: _right(g, r, k)[::-1], r"swapped: return \(sent, new_residual\), in"),
+        (lambda g, r: (g[:64], r), "return two vectors shaped like g"),
+        (lambda g, r: _right(g, r)[::-1], r"swapped: return \(sent, new_residual\)"),
     ]
     for fn, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
-            check_error_feedback(fn)
+            check_int8_feedback(fn)
 
 
+def test_int8_feedback_refuses_the_package_quantizers_and_tells_numpy_to_trace():
+    from course_utils.collectives.compression import dequantize_int8, quantize_int8
 
-def test_error_feedback_refuses_the_package_selection():
-    from course_utils.collectives.compression import topk_select
-
-    def through_package(g, residual, k):
+    def through_package(g, residual):
         acc = g + residual
-        sent, _, _ = topk_select(acc, k)
+        sent = dequantize_int8(*quantize_int8(acc))
         return sent, acc - sent
 
-    with pytest.raises(ExerciseFailed, match="calls the package's topk_select, which this"):
-        check_error_feedback(through_package)
-    with pytest.raises(ExerciseFailed, match=r"my_error_feedback raised ZeroDivisionError"):
-        check_error_feedback(lambda g, residual, k: 1 / 0)
+    with pytest.raises(ExerciseFailed, match="calls the package.s (de)?quantize_int8, which"):
+        check_int8_feedback(through_package)
 
-
-def test_error_feedback_in_numpy_in_place_is_told_to_trace():
-    def in_numpy(g, residual, k):
+    def in_numpy(g, residual):
         acc = np.asarray(g) + np.asarray(residual)
         sent = np.zeros_like(acc)
-        top = np.argsort(-np.abs(acc))[:k]
-        sent[top] = acc[top]
+        for i in range(0, acc.size, 64):  # a loop over the values, in place
+            scale = np.abs(acc[i:i + 64]).max() / 127
+            sent[i:i + 64] = np.round(acc[i:i + 64] / scale) * scale
         return sent, acc - sent
 
     with pytest.raises(ExerciseFailed, match="must also run on traced JAX arrays"):
-        check_error_feedback(in_numpy)
+        check_int8_feedback(in_numpy)
+
 
 def _h_right(nbytes, p, steps, budget):
     averagings = budget // (2 * (p - 1) / p * nbytes)  # whole averagings the budget pays for

@@ -23,8 +23,8 @@ predicted reduce-scatter times; ``local_sgd``: step 16's H for a byte budget; ``
 13's check in a subprocess with 6 devices; ``overlap``: step 19's overlapped backward pass;
 ``overlap_time``: step 19's predicted time; ``permutation``: step 7's joint permutation; ``ring``:
 step 11's ring step; ``storage``: steps 4 and 5: shard shapes and stored bytes; ``streaming``: step
-22's slowest hidden rate; ``training``: steps 14–16: memory, error feedback, local SGD's bytes;
-``updates``: step 6's sliced update.
+22's slowest hidden rate; ``training``: steps 14–16: memory, error feedback around int8, local
+SGD's bytes; ``updates``: step 6's sliced update.
 """
 
 from course_utils.checks.algorithms import check_bucket_model, check_two_level
@@ -43,7 +43,7 @@ from course_utils.checks.permutation import check_joint_permutation
 from course_utils.checks.ring import check_ring_step
 from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
 from course_utils.checks.streaming import check_slowest_hidden_rate
-from course_utils.checks.training import check_error_feedback, check_memory_prediction
+from course_utils.checks.training import check_int8_feedback, check_memory_prediction
 from course_utils.checks.updates import check_two_state_update
 
 __all__ = [
@@ -53,7 +53,7 @@ __all__ = [
     "check_break_even",
     "check_bucket_model",
     "check_rd_crossover",
-    "check_error_feedback",
+    "check_int8_feedback",
     "check_joint_permutation",
     "check_local_sgd_h",
     "check_memory_prediction",

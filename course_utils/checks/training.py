@@ -1,5 +1,5 @@
-"""Self-checks for steps 14–15: memory per ZeRO stage, error feedback (step 16's H for a byte
-budget is in ``local_sgd``)."""
+"""Self-checks for steps 14–15: memory per ZeRO stage, error feedback around int8 (step 16's H
+for a byte budget is in ``local_sgd``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.helpers import (
     call_without,
     check_keys,
@@ -18,6 +17,7 @@ from course_utils.checks.helpers import (
     passed,
     unit_causes,
 )
+from course_utils.constants import SCALE_BUCKET
 from course_utils.display import error_line
 from course_utils.training.run import Memory
 from course_utils.training.strategies import ZERO_STAGES, spec
@@ -114,83 +114,127 @@ def _slicing_hint(stage: str, got: float, measured: Mapping[str, Memory]) -> str
     return None
 
 
-def check_error_feedback(fn) -> None:
-    """Exercise 15: ``fn(g, residual, k) -> (sent, new_residual)``: top-k of ``g + residual``
-    sent, the rest kept; checked on random vectors, with the identity to the last bit. The page's
-    ``top_k`` (a cell above the exercise), the package's ``topk_select`` and
-    ``sparse_all_gather`` are refused."""
-    exercise = "error feedback"
-    function_given(exercise, "my_error_feedback", fn)
-    if uses_forbidden(fn, ("top_k",)) is not None:  # the page's helper (cell 8), in another cell
-        fail(exercise, "my_error_feedback uses top_k, the page's helper above, which this "
-                       "exercise asks you not to reuse: select the k entries yourself with "
-                       "jax.lax.top_k")
-    rng = np.random.default_rng(15)
-    for n, k in ((512, 16), (300, 7)):  # two sizes: a k written into the function fails one
-        g, residual = rng.standard_normal((2, n)).astype(np.float32)
-        _one_error_feedback(exercise, fn, g, residual, k)
-    _traces(exercise, fn)
-    passed(exercise, "top k sent; sent + new residual = g + old residual, bit for bit")
+def int8_feedback(g: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Error feedback around int8 quantization, one device's view: ``acc = g + residual``, each
+    bucket of ``SCALE_BUCKET`` values sent as codes ``round(acc / s)`` with ``s = max |acc| /
+    127`` over the bucket; ``sent`` is what the receiver rebuilds (codes · s), and the new
+    residual ``acc − sent`` what was not sent.
+
+    Examples:
+        >>> g = np.linspace(-1, 1, 64, dtype=np.float32)
+        >>> sent, kept = int8_feedback(g, np.zeros(64, np.float32))
+        >>> float(np.max(np.abs(kept))) <= 1 / 127 / 2 + 1e-7, bool(np.allclose(sent + kept, g))
+        (True, True)
+    """
+    return _int8_feedback(g, residual)
 
 
-def _traces(exercise: str, fn) -> None:
-    """``fn`` also runs traced, as inside the exchange's ``shard_map`` (NumPy in place does not)."""
+def _int8_feedback(g, residual, *, compress_g=False, bucket=SCALE_BUCKET, levels=127,
+                   rounding=np.round, codes_only=False):
+    """``int8_feedback`` with one thing changed (the slips): ``g`` compressed without the
+    residual, another bucket or number of levels, another rounding, the codes sent unscaled."""
+    acc = (g + residual).astype(np.float32)
+    source = g if compress_g else acc
+    buckets = source.reshape(-1, bucket)
+    scales = np.max(np.abs(buckets), axis=1, keepdims=True) / levels
+    codes = rounding(buckets / np.where(scales > 0, scales, 1.0))
+    sent = (codes if codes_only else codes * scales).reshape(-1).astype(np.float32)
+    return sent, acc - sent
+
+
+def check_int8_feedback(fn) -> None:
+    """Exercise 15: ``fn(g, residual) -> (sent, new_residual)``, error feedback around int8
+    quantization (``int8_feedback``), within float rounding, on random vectors of two sizes
+    (multiples of ``SCALE_BUCKET``), as JAX arrays and traced inside ``jax.jit``. The package's
+    quantizers and int8 collectives are refused."""
     import jax
-
-    g = np.ones(64, np.float32)
-    try:
-        jax.jit(fn, static_argnums=2)(g, g, 4)
-    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
-        fail(exercise, "my_error_feedback must also run on traced JAX arrays, as inside "
-                       "jax.shard_map (use jax.numpy and .at[...].set, not NumPy or assignment "
-                       f"in place): {error_line(error)}")
-
-
-def _one_error_feedback(exercise: str, fn, g: np.ndarray, residual: np.ndarray, k: int) -> None:
     import jax.numpy as jnp
 
-    from course_utils.collectives.compression import sparse_all_gather, topk_select
+    from course_utils.collectives.compression import dequantize_int8, int8_all_reduce, quantize_int8
+    from course_utils.training.quantize import quantize, quantized_all_reduce
 
-    result = call_without(  # JAX arrays, as inside a training step (immutable: inputs stay)
-        exercise, fn, (jnp.asarray(g), jnp.asarray(residual), k),
-        forbidden=(topk_select, sparse_all_gather),
-        refusal="my_error_feedback calls the package's {}, which this exercise asks you not "
-                "to call: select the top k yourself with jax.lax.top_k",
-        call="my_error_feedback")
+    exercise = "error feedback around int8"
+    function_given(exercise, "my_int8_feedback", fn)
+    forbidden = (quantize_int8, dequantize_int8, int8_all_reduce, quantize, quantized_all_reduce)
+    rng = np.random.default_rng(15)
+    for n in (512, 320):  # two sizes: a size written into the function fails one
+        g = rng.standard_normal(n).astype(np.float32)
+        residual = (0.01 * rng.standard_normal(n)).astype(np.float32)
+        result = call_without(
+            exercise, fn, (jnp.asarray(g), jnp.asarray(residual)), forbidden=forbidden,
+            refusal="my_int8_feedback calls the package's {}, which this exercise asks you not "
+                    "to call: quantize each bucket yourself",
+            call=f"my_int8_feedback(g, residual) with n = {n}")
+        _judge_int8(exercise, result, g, residual)
+    try:
+        g = np.linspace(-1, 1, 128, dtype=np.float32)
+        jax.jit(fn)(g, np.zeros_like(g))
+    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
+        fail(exercise, "my_int8_feedback must also run on traced JAX arrays, as inside "
+                       "jax.shard_map (use jax.numpy, no NumPy on the arrays and no Python "
+                       f"loop over their values): {error_line(error)}")
+    passed(exercise, f"every bucket of {SCALE_BUCKET} sent as int8 codes times its scale; "
+                     "sent + new residual = g + old residual, to float rounding")
+
+
+def _judge_int8(exercise: str, result, g: np.ndarray, residual: np.ndarray) -> None:
+    """Fail with the likely slip unless ``result`` is ``int8_feedback(g, residual)``."""
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         what = f"{len(result)} things" if isinstance(result, (tuple, list)) else "one value"
-        fail(exercise, f"my_error_feedback returned {what}: return two vectors, "
-                        "(sent, new_residual), e.g. `return sent, acc - sent`")
+        fail(exercise, f"my_int8_feedback returned {what}: return two vectors, "
+                       "(sent, new_residual)")
     try:
-        sent, new_residual = (np.asarray(a, dtype=np.float32) for a in result)
+        sent, kept = (np.asarray(a, dtype=np.float32) for a in result)
     except (TypeError, ValueError) as error:
         fail(exercise, f"sent and new_residual must be vectors of numbers ({error_line(error)})")
+    if sent.shape != g.shape or kept.shape != g.shape:
+        fail(exercise, f"return two vectors shaped like g {g.shape}: sent (what the receiver "
+                       f"rebuilds, codes × scale) and the new residual; got {sent.shape} and "
+                       f"{kept.shape}")
     acc = g + residual
-    if sent.shape != g.shape or new_residual.shape != g.shape:
-        fail(exercise, f"return two vectors shaped like g {g.shape}: the dense sent vector "
-                        "(zeros where nothing is sent) and the new residual")
-    chosen = np.flatnonzero(sent)
-    top = np.argsort(-np.abs(acc))[:k]
-    if set(np.flatnonzero(new_residual)) == set(top) and np.array_equal(sent + new_residual, acc):
-        fail(exercise, "the two vectors come back swapped: return (sent, new_residual), in that "
-                        "order (sent holds the k entries, the residual the rest)")
-    if len(chosen) > k:
-        fail(exercise, f"{len(chosen)} entries are sent; send only k = {k}")
-    if 0 < len(chosen) < k and set(chosen) <= set(top):
-        fail(exercise, f"{len(chosen)} entries are sent, the largest of them: send k = {k}, the "
-                       "argument k (the check calls with several k)")
-    if set(chosen) == set(np.argsort(-np.abs(g))[:k]) and set(chosen) != set(top):
-        fail(exercise, "you send the top k of g alone: compress g + residual, so that what "
-                        "was held back before gets its turn")
-    if set(chosen) != set(top) or not np.array_equal(sent[top], acc[top]):
-        fail(exercise, "sent must hold the k entries of g + residual of largest magnitude, "
-                        "unchanged, and zeros elsewhere (jax.lax.top_k of the absolute values)")
-    if not np.array_equal(sent + new_residual, acc):
-        if np.array_equal(new_residual, residual):
+    want_sent, want_kept = int8_feedback(g, residual)
+    tol = 1e-5 * float(np.max(np.abs(acc)))
+
+    def near(a, b):
+        return a.shape == b.shape and np.allclose(a, b, rtol=0, atol=tol)
+
+    def mostly(a, b):  # a slip: nine entries in ten agree (a code on a rounding edge may not)
+        return a.shape == b.shape and float(np.mean(np.abs(a - b) <= tol)) >= 0.9
+
+    if near(sent, want_kept) and near(kept, want_sent):
+        fail(exercise, "the two vectors come back swapped: return (sent, new_residual)")
+    if not near(sent, want_sent):
+        slips = {
+            "you quantize g alone: compress g + residual, so that what was held back before "
+            "gets its turn": _int8_feedback(g, residual, compress_g=True)[0],
+            f"one scale per bucket of {SCALE_BUCKET} values (max |value| of the bucket / 127), "
+            "not one for the whole vector": _int8_feedback(g, residual, bucket=g.size)[0],
+            "int8 codes run from −127 to 127: the scale is max |value| / 127":
+                _int8_feedback(g, residual, levels=128)[0],
+            "int8 codes run from −127 to 127, not 255 levels: the scale is max |value| / 127":
+                _int8_feedback(g, residual, levels=255)[0],
+            "round to the nearest code (jnp.round): astype(jnp.int8) cuts toward zero":
+                _int8_feedback(g, residual, rounding=np.trunc)[0],
+            "round to the nearest code (jnp.round), not down (floor)":
+                _int8_feedback(g, residual, rounding=np.floor)[0],
+            "sent is what the receiver rebuilds: the codes times their bucket's scale, not the "
+            "codes": _int8_feedback(g, residual, codes_only=True)[0],
+            "that is g + residual itself: nothing was quantized": acc,
+        } | {f"the buckets hold {SCALE_BUCKET} values, not {b}": _int8_feedback(
+            g, residual, bucket=b)[0] for b in (16, 32, 128) if g.size % b == 0}
+        why = next((w for w, wrong in slips.items() if mostly(sent, wrong)),
+                   "each bucket of 64 values of g + residual: codes round(x / s), s = max |x| / "
+                   "127, and sent = codes · s")
+        fail(exercise, f"sent is not what int8 with a scale per bucket sends: {why}")
+    if not near(kept, want_kept):
+        if near(kept, residual):
             why = "the residual is returned unchanged: it must become what was not sent"
-        elif np.allclose(new_residual, g - sent):
+        elif near(kept, g - sent):
             why = "the new residual forgets the old one: it is (g + residual) − sent"
+        elif near(kept, sent - acc):
+            why = "the sign is flipped: the new residual is (g + residual) − sent"
+        elif near(kept, np.zeros_like(kept)):
+            why = "a zero residual drops what was not sent: keep (g + residual) − sent"
         else:
             why = "the new residual must be (g + residual) − sent"
-        fail(exercise, f"sent + new_residual ≠ g + residual: {why}")
-
+        fail(exercise, f"new_residual is wrong: {why}")

@@ -5,8 +5,8 @@ answers).
 Everything that lists the steps reads it: the site's landing and instructor pages
 (``pages.py``), the README's series table and ``docs/exercises.md``'s table (written from it by
 ``scripts/write_outline_tables.py``, a test keeps them equal) and the tests' step lists. Adding a
-step is its notebook, its check and one entry here (part four's: in ``outline_four.py``; part
-five's: in ``outline_five.py``).
+step is its notebook, its check and one entry here (part three's: in ``outline_three.py``; part
+four's: in ``outline_four.py``; part five's: in ``outline_five.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from course_utils.tools.errors import usage
 from course_utils.tools.notebooks.outline_five import PART_FIVE, PART_FIVE_STEPS
 from course_utils.tools.notebooks.outline_four import PART_FOUR, PART_FOUR_STEPS
+from course_utils.tools.notebooks.outline_three import PART_THREE, PART_THREE_STEPS
 from course_utils.tools.notebooks.records import Exercise, Mistake, StepOutline
 
 __all__ = ["CAPSTONE", "OUTLINE", "PART_FIVE", "PART_FOUR", "PART_ONE", "PART_THREE", "PART_TWO",
@@ -21,7 +22,6 @@ __all__ = ["CAPSTONE", "OUTLINE", "PART_FIVE", "PART_FOUR", "PART_ONE", "PART_TH
 
 PART_ONE = "Part one: one gradient, three ways to communicate it"
 PART_TWO = "Part two: the ring by hand, latency and buckets, hierarchy"
-PART_THREE = "Part three: ZeRO and FSDP, compression, local SGD"
 CAPSTONE = "Capstone: a cluster on one machine"
 WHERE = "OUTLINE in course_utils/tools/notebooks/outline.py"
 
@@ -275,80 +275,7 @@ OUTLINE = (
             ),
         ),
     ),
-    StepOutline(
-        14, "14_zero_stages", PART_THREE,
-        title="ZeRO stages and FSDP: sharding what data parallelism repeats",
-        line="one training run under data parallelism and ZeRO-1/2/3: the same loss, the memory "
-             "per device read from the shards, the bytes from the compiled program; `jax.grad` "
-             "through an all-gather gives a reduce-scatter; ZeRO-3's second gather, merged by XLA "
-             "or kept",
-        exercise=Exercise(
-            task="predict the bytes per device of data parallelism and ZeRO-1/2/3",
-            check="check_memory_prediction", minutes=25,
-            judges="against the memory read from the shards of each run",
-            mistakes=(
-                Mistake("values counted instead of bytes",
-                        "count bytes (4 per float32 value), not values"),
-                Mistake("ZeRO-1 counted with its momentum whole",
-                        "zero1 keeps the momentum (optimizer state) in slices of n/p"),
-            ),
-        ),
-    ),
-    StepOutline(
-        15, "15_compressed_communication", PART_THREE,
-        title="Compressed communication: fewer bytes per gradient, and what they cost",
-        line="bf16 compiled to f32 on CPU, and sent as u16; int8, top-k with and without error "
-             "feedback, PowerSGD: bytes, gradient error, loss against steps and bytes",
-        exercise=Exercise(
-            task="error feedback around top-k: what is sent, what is kept for the next step",
-            check="check_error_feedback", minutes=25,
-            judges="your function on gradients whose top-k is known",
-            mistakes=(
-                Mistake("the top k of g alone, not of g + residual",
-                        "you send the top k of g alone"),
-                Mistake("the new residual forgets the old one",
-                        "the new residual forgets the old one"),
-                Mistake("a fixed share of the entries, not k", "send k = "),
-                Mistake("the page's top_k reused", "uses top_k, the page's helper above"),
-            ),
-        ),
-    ),
-    StepOutline(
-        16, "16_local_sgd", PART_THREE,
-        title="Local SGD: communicating less often",
-        line="H local steps, then `pmean`: bytes divided by H; drift on skewed shards; every "
-             "strategy of the unit on one picture",
-        exercise=Exercise(
-            task="the smallest H whose run of local SGD stays within a byte budget: the bytes "
-                 "of a run derived, then turned round",
-            check="check_local_sgd_h", minutes=25,
-            judges="your H against the package's byte model on sizes, p, run lengths and "
-                   "budgets the notebook never used; calling `local_sgd_bytes` or `train` is "
-                   "refused",
-            mistakes=(
-                Mistake("steps / H averagings, not steps // H",
-                        "a run averages steps // H times (a round cut short is not averaged)"),
-                Mistake("one pass of the ring counted", "count both passes of the ring all-reduce"),
-                Mistake("the notebook's n and p instead of the arguments",
-                        "does not change with the argument nbytes: use the arguments"),
-                Mistake("a run that spends exactly the budget refused",
-                        "at most the budget: a run that spends exactly the budget fits"),
-                Mistake("steps / H rounds, H tried one by one",
-                        "a whole number (a round cut short is not averaged)"),
-                Mistake("one step's bytes held against the run's budget",
-                        "the budget is for the whole run"),
-                Mistake("the largest H that does not fit", "one below the answer"),
-                Mistake("one above the smallest H that fits", "one above the answer"),
-                Mistake("the number of averagings returned, not H",
-                        "that is the number of averagings"),
-                Mistake("the bytes of every device counted",
-                        "that counts the bytes of every device"),
-                Mistake("one averaging too many (steps // H + 1)",
-                        "no extra averaging at the start or the end"),
-                Mistake("the check's own answer called", "checks.local_sgd._right"),
-            ),
-        ),
-    ),
+    *PART_THREE_STEPS,
     StepOutline(
         17, "17_simulated_cluster", CAPSTONE,
         title="A cluster on one machine: when the link costs time",
