@@ -184,7 +184,7 @@ def test_the_trial_s_disguised_shortcuts_are_refused_by_their_checks():
                       "*c.quantize_int8(g + residual))\n    return sent, g + residual - sent\n",
                       "my_int8_feedback", importlib=importlib)
     with pytest.raises(ExerciseFailed, match="calls the package's (de)?quantize_int8"):
-        check_int8_feedback(feedback)
+        check_int8_feedback(feedback, 0.5)
 
 
 def test_strings_and_defaults_that_name_nothing_forbidden_are_not_refused():
@@ -973,7 +973,7 @@ def test_int8_feedback_returning_the_wrong_number_of_things(returned):
 
     expected = "return two vectors, \\(sent, new_residual\\)"
     with pytest.raises(ExerciseFailed, match=expected) as info:
-        check_int8_feedback(feedback)
+        check_int8_feedback(feedback, 0.5)
     assert "unpack" not in str(info.value)
 
 

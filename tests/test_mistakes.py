@@ -295,7 +295,7 @@ def _memory(values=False, zero1_whole=False):
 
 
 def _feedback(forget=False, g_alone=False, bucket=64, rounding=jnp.round, scaled=True,
-              levels=127):
+              levels=127, guard=True):
     """Exercise 15 answered with one thing changed (``bucket=0``: one scale for the vector)."""
 
     def fb(g, residual):
@@ -303,7 +303,7 @@ def _feedback(forget=False, g_alone=False, bucket=64, rounding=jnp.round, scaled
         source = g if g_alone else acc
         buckets = source.reshape(-1, bucket or source.shape[0])
         scale = jnp.max(jnp.abs(buckets), axis=1, keepdims=True) / levels
-        codes = rounding(buckets / scale)
+        codes = rounding(buckets / (jnp.where(scale > 0, scale, 1.0) if guard else scale))
         sent = (codes * scale if scaled else codes).reshape(-1).astype(jnp.float32)
         return sent, (g - sent if forget else acc - sent)
 
@@ -615,19 +615,30 @@ CASES = {
         _memory(zero1_whole=True), MEASURED, N, P
     ),
     (15, "g quantized alone, not g + residual"): lambda: check_int8_feedback(
-        _feedback(g_alone=True)
+        _feedback(g_alone=True), 0.5
     ),
     (15, "the new residual forgets the old one"): lambda: check_int8_feedback(
-        _feedback(forget=True)
+        _feedback(forget=True), 0.5
     ),
-    (15, "one scale for the whole vector"): lambda: check_int8_feedback(_feedback(bucket=0)),
+    (15, "one scale for the whole vector"): lambda: check_int8_feedback(
+        _feedback(bucket=0), 0.5
+    ),
     (15, "the codes cut toward zero (astype)"): lambda: check_int8_feedback(
-        _feedback(rounding=lambda x: x.astype(jnp.int8))
+        _feedback(rounding=lambda x: x.astype(jnp.int8)), 0.5
     ),
     (15, "the codes sent without their scale"): lambda: check_int8_feedback(
-        _feedback(scaled=False)
+        _feedback(scaled=False), 0.5
     ),
-    (15, "255 levels for int8's 127"): lambda: check_int8_feedback(_feedback(levels=255)),
+    (15, "255 levels for int8's 127"): lambda: check_int8_feedback(_feedback(levels=255), 0.5),
+    (15, "a bucket of zeros divided by its zero scale"): lambda: check_int8_feedback(
+        _feedback(guard=False), 0.5
+    ),
+    (15, "the bound as a whole step of the codes"): lambda: check_int8_feedback(
+        _feedback(), 1.0
+    ),
+    (15, "the bound in units of the bucket's largest value"): lambda: check_int8_feedback(
+        _feedback(), 0.5 / 127
+    ),
     (13, "the sum across the nodes forgotten"): lambda: check_two_level_scatter(
         _trial("13 one node", "my_two_level_scatter", _page_13()), node_local_mesh(2)
     ),

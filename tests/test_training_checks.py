@@ -98,7 +98,7 @@ def _as_int8(g, residual):  # another right form: codes as int8, clipped, a scal
 
 def test_int8_feedback_right_and_wrong(capsys):
     for right in (_right, _as_int8):
-        check_int8_feedback(right)
+        check_int8_feedback(right, 0.5)
         assert "to float rounding" in capsys.readouterr().out
 
     def keeps_old_residual(g, residual):
@@ -120,7 +120,7 @@ def test_int8_feedback_right_and_wrong(capsys):
     ]
     for fn, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
-            check_int8_feedback(fn)
+            check_int8_feedback(fn, 0.5)
 
 
 def test_int8_feedback_refuses_the_package_quantizers_and_tells_numpy_to_trace():
@@ -132,18 +132,18 @@ def test_int8_feedback_refuses_the_package_quantizers_and_tells_numpy_to_trace()
         return sent, acc - sent
 
     with pytest.raises(ExerciseFailed, match="calls the package.s (de)?quantize_int8, which"):
-        check_int8_feedback(through_package)
+        check_int8_feedback(through_package, 0.5)
 
     def in_numpy(g, residual):
         acc = np.asarray(g) + np.asarray(residual)
         sent = np.zeros_like(acc)
         for i in range(0, acc.size, 64):  # a loop over the values, in place
-            scale = np.abs(acc[i:i + 64]).max() / 127
+            scale = np.abs(acc[i:i + 64]).max() / 127 or 1.0
             sent[i:i + 64] = np.round(acc[i:i + 64] / scale) * scale
         return sent, acc - sent
 
     with pytest.raises(ExerciseFailed, match="must also run on traced JAX arrays"):
-        check_int8_feedback(in_numpy)
+        check_int8_feedback(in_numpy, 0.5)
 
 
 def _h_right(nbytes, p, steps, budget):

@@ -35,9 +35,10 @@ class _Misplaced(BaseException):
 
 @dataclass
 class _Log:
-    """What the student's function dispatched, in order (``top``, ``backward``, ``send``) and
-    when (``time.perf_counter()``), the layer of each backward program (the index of its
-    weights in ``ws``, ``None`` for another array) and what each send returned."""
+    """What the student's function dispatched, in order (``top``, ``backward``, ``send``, after
+    a ``start`` when it was called) and when (``time.perf_counter()``), the layer of each
+    backward program (the index of its weights in ``ws``, ``None`` for another array) and what
+    each send returned."""
 
     calls: list[str] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
@@ -147,6 +148,8 @@ def check_overlapped_backward(fn, mesh: Mesh) -> None:
                                 all_reduce=log.wrap("send", all_reduce),
                                 top=log.wrap("top", progs.top))
         labels = gate.delayed(ys, seconds, log)
+        log.calls.append("start")  # a wait before the first call is a pause too
+        log.times.append(time.perf_counter())
         try:
             got = call_without(exercise, fn, (logged, hs, wss, labels), forbidden=forbidden,
                                refusal="my_overlapped_backward calls the package's {}: write "

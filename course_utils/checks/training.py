@@ -142,11 +142,16 @@ def _int8_feedback(g, residual, *, compress_g=False, bucket=SCALE_BUCKET, levels
     return sent, acc - sent
 
 
-def check_int8_feedback(fn) -> None:
+RESIDUAL_BOUND = 0.5  # |new residual| ≤ s / 2: each code is rounded to the nearest whole number
+
+
+def check_int8_feedback(fn, residual_bound=None) -> None:
     """Exercise 15: ``fn(g, residual) -> (sent, new_residual)``, error feedback around int8
     quantization (``int8_feedback``), within float rounding, on random vectors of two sizes
-    (multiples of ``SCALE_BUCKET``), as JAX arrays and traced inside ``jax.jit``. The package's
-    quantizers and int8 collectives are refused."""
+    (multiples of ``SCALE_BUCKET``, one bucket all zeros), as JAX arrays and traced inside
+    ``jax.jit``; and ``residual_bound``, the student's prediction of the largest |new residual|
+    in units of its bucket's scale (``RESIDUAL_BOUND``). The package's quantizers and int8
+    collectives are refused."""
     import jax
     import jax.numpy as jnp
 
@@ -157,9 +162,11 @@ def check_int8_feedback(fn) -> None:
     function_given(exercise, "my_int8_feedback", fn)
     forbidden = (quantize_int8, dequantize_int8, int8_all_reduce, quantize, quantized_all_reduce)
     rng = np.random.default_rng(15)
+    _judge_bound(exercise, residual_bound)
     for n in (512, 320):  # two sizes: a size written into the function fails one
         g = rng.standard_normal(n).astype(np.float32)
         residual = (0.01 * rng.standard_normal(n)).astype(np.float32)
+        g[SCALE_BUCKET:2 * SCALE_BUCKET] = residual[SCALE_BUCKET:2 * SCALE_BUCKET] = 0  # padding
         result = call_without(
             exercise, fn, (jnp.asarray(g), jnp.asarray(residual)), forbidden=forbidden,
             refusal="my_int8_feedback calls the package's {}, which this exercise asks you not "
@@ -174,7 +181,29 @@ def check_int8_feedback(fn) -> None:
                        "jax.shard_map (use jax.numpy, no NumPy on the arrays and no Python "
                        f"loop over their values): {error_line(error)}")
     passed(exercise, f"every bucket of {SCALE_BUCKET} sent as int8 codes times its scale; "
-                     "sent + new residual = g + old residual, to float rounding")
+                     "sent + new residual = g + old residual, to float rounding; |new residual| "
+                     "≤ s / 2")
+
+
+def _judge_bound(exercise: str, bound) -> None:
+    """Fail unless ``bound``, the predicted largest |new residual| in units of the bucket's
+    scale, is ``RESIDUAL_BOUND``, naming the likely slip."""
+    value = number(bound)
+    if value is None:
+        fail(exercise, "set RESIDUAL_BOUND to a number: the largest |new residual| an entry can "
+                       "have, as a multiple of its bucket's scale s")
+    if np.isclose(value, RESIDUAL_BOUND, rtol=1e-6):
+        return
+    slips = {1.0: "a code is rounded to the nearest whole number, so an entry is off by at most "
+                  "half a step",
+             1 / 127: "give it in units of the scale s, not of the bucket's largest value",
+             0.5 / 127: "give it in units of the scale s, not of the bucket's largest value",
+             127 / 2: "in units of s, one step of the codes is 1: the bound is a fraction of it",
+             0.0: "int8 cannot send every value exactly: the residual keeps the rounding"}
+    why = next((w for v, w in slips.items() if np.isclose(value, v, rtol=1e-6)),
+               "think of one entry x: its code is round(x / s), and what is left is x − code · s")
+    fail(exercise, f"RESIDUAL_BOUND = {value:g} is not the largest |new residual| in units of s: "
+                   f"{why}")
 
 
 def _judge_int8(exercise: str, result, g: np.ndarray, residual: np.ndarray) -> None:
@@ -194,6 +223,13 @@ def _judge_int8(exercise: str, result, g: np.ndarray, residual: np.ndarray) -> N
     acc = g + residual
     want_sent, want_kept = int8_feedback(g, residual)
     tol = 1e-5 * float(np.max(np.abs(acc)))
+    zero = np.flatnonzero(np.all(acc.reshape(-1, SCALE_BUCKET) == 0, axis=1))
+    bad = ~np.isfinite(sent.reshape(-1, SCALE_BUCKET)[zero]) if zero.size else np.array([])
+    if bad.any() or not np.isfinite(sent).all() or not np.isfinite(kept).all():
+        fail(exercise, "sent holds NaN or inf" + (
+            ": a bucket of zeros has scale 0, and 0 / 0 is NaN; divide by the scale only "
+            "where it is above 0 (jnp.where(scale > 0, scale, 1)), so that it sends zeros"
+            if bad.any() else ""))
 
     def near(a, b):
         return a.shape == b.shape and np.allclose(a, b, rtol=0, atol=tol)

@@ -34,7 +34,7 @@ PART_THREE_STEPS = (
              "feedback, PowerSGD: bytes, gradient error, loss against steps and bytes",
         exercise=Exercise(
             task="error feedback around int8 (a scale per bucket of 64): what is sent, what is "
-                 "kept for the next step",
+                 "kept for the next step, and how large the residual can get",
             check="check_int8_feedback", minutes=25,
             judges="within float rounding, on random vectors of two sizes, as JAX arrays and "
                    "traced; the package's quantizers refused",
@@ -47,6 +47,12 @@ PART_THREE_STEPS = (
                 Mistake("the codes sent without their scale",
                         "the codes times their bucket's scale"),
                 Mistake("255 levels for int8's 127", "not 255 levels"),
+                Mistake("a bucket of zeros divided by its zero scale",
+                        "a bucket of zeros has scale 0"),
+                Mistake("the bound as a whole step of the codes",
+                        "off by at most half a step"),
+                Mistake("the bound in units of the bucket's largest value",
+                        "in units of the scale s"),
             ),
         ),
     ),
