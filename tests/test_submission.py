@@ -106,9 +106,11 @@ def test_check_submission_imports_no_nbgrader():
     assert "'nbgrader'" not in done.stdout
 
 
-WRONG_BUDGET_ROW = """def budget_row(nbytes, p):
-    return {"ranks": p, "all_reduce_bytes": nbytes, "scatter_gather_bytes": nbytes,
-            "shard_storage_bytes": nbytes // p}"""
+WRONG_CROSSOVER = """def rd_crossover_bytes(p, alpha_s, bytes_per_s):  # the ring as 2p steps
+    extra_bytes = math.log2(p) - 2
+    if extra_bytes <= 0:
+        return math.inf
+    return alpha_s * bytes_per_s * (2 * p - math.log2(p)) / extra_bytes"""
 
 
 def _tiny_step(folder: Path, setup: str, solution: str, check: bool = True) -> Path:
@@ -141,7 +143,7 @@ def test_a_loop_is_stopped_by_the_timeout_and_the_check_after_it_runs(tmp_path):
 
 @pytest.mark.e2e
 def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
-    path = _answer(edition, tmp_path, "08_communication_budget.ipynb", WRONG_BUDGET_ROW)
+    path = _answer(edition, tmp_path, "08_communication_budget.ipynb", WRONG_CROSSOVER)
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if "check" in cell.metadata.get("tags", []):
@@ -149,7 +151,7 @@ def test_the_submissions_checks_are_not_the_ones_that_run(edition, tmp_path):
     nbformat.write(nb, path)
     (result,) = check_submission(path, SOLUTIONS)
     assert result.status == FAILED and "PASSED" not in result.message
-    assert "that is N; in each of its two passes" in result.message
+    assert "p − 1, not p" in result.message
 
 
 @pytest.mark.e2e
