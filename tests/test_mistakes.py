@@ -565,6 +565,19 @@ CASES = {
         _crossover(ring_steps=lambda p: p - 1, ring_share=lambda p: (p - 1) / p), **STEP8
     ),
     (8, "α in µs"): lambda: check_rd_crossover(_crossover(scale=1e6), **STEP8),
+    (8, "2p ring steps, its bytes kept"): lambda: check_rd_crossover(
+        _crossover(ring_steps=lambda p: 2 * p), **STEP8
+    ),
+    (8, "p·α·B, the ring's own latency threshold"): lambda: check_rd_crossover(
+        lambda p, alpha_s, bytes_per_s: p * alpha_s * bytes_per_s, **STEP8
+    ),
+    (8, "the page's α and B typed in"): lambda: check_rd_crossover(
+        lambda p, alpha_s, bytes_per_s: _crossover()(p, 5e-6, 12.5e9), **STEP8
+    ),
+    (8, "a division by zero at p = 2"): lambda: check_rd_crossover(
+        lambda p, a, b: a * b * (2 * (p - 1) - math.log2(p)) / (math.log2(p) - 2 * (p - 1) / p),
+        **STEP8
+    ),
     (8, "the answer in MiB"): lambda: check_rd_crossover(_crossover(scale=2**-20), **STEP8),
     (7, "reversal, which leaves the middle device its own rows when p is odd"): lambda: _permuted(
         lambda n, p: np.arange(n)[::-1]

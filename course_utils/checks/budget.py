@@ -8,7 +8,15 @@ import math
 
 import jax
 
-from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
+from course_utils.checks.helpers import (
+    ExerciseFailed,
+    call_without,
+    fail,
+    function_given,
+    number,
+    off_by,
+    passed,
+)
 
 TOLERANCE = 1e-3  # relative: every slip below is farther off than this in some case
 
@@ -55,6 +63,12 @@ _SLIPS = {
         lambda p, a, b: _crossing(p, a, b, log=math.log10),
     "the ring takes 2(p − 1) steps, not 2p: p − 1, not p": lambda p, a, b: _crossing(
         p, a, b, ring_steps=2 * p, ring_share=2.0),
+    "the ring takes 2(p − 1) steps, not 2p": lambda p, a, b: _crossing(p, a, b,
+                                                                      ring_steps=2 * p),
+    "p·α·B is where the ring's latency term passes its bandwidth term, not where recursive "
+    "doubling wins: set the two algorithms' times equal": lambda p, a, b: p * a * b,
+    "that is the time at the crossing, not its size: return N in bytes":
+        lambda p, a, b: _ring_time(p, a, b, _crossing(p, a, b)),
     "the ring all-reduce is two passes: 2(p − 1) steps and 2(p − 1)/p of N, not one":
         lambda p, a, b: _crossing(p, a, b, ring_steps=p - 1, ring_share=(p - 1) / p),
     "the ring's bytes are 2(p − 1)/p of N per rank (the factor (p − 1)/p is missing)":
@@ -88,9 +102,20 @@ def check_rd_crossover(fn, *, alpha_s: float, bytes_per_s: float) -> None:
     answers = []
     for case in (page, *_CASES):
         call = "rd_crossover_bytes({}, {:g}, {:g})".format(*case)
-        got = call_without(exercise, fn, case, forbidden=forbidden, call=call,
-                           refusal="rd_crossover_bytes uses the package's {}: write both "
-                                   "algorithms' times from the α-β model and solve for N")
+        try:
+            got = call_without(exercise, fn, case, forbidden=forbidden, call=call,
+                               refusal="rd_crossover_bytes uses the package's {}: write both "
+                                       "algorithms' times from the α-β model and solve for N")
+        except ExerciseFailed as failed:
+            message = str(failed)
+            if case[0] != 2 or "ZeroDivisionError" not in message:
+                raise
+        else:
+            message = ""
+        if message:  # outside the except: no traceback chained into the package
+            fail(exercise, message.split(": ", 1)[1] + "; at p = 2 both send the same bytes "
+                 "(log₂ 2 = 1 = 2(p − 1)/p) and recursive doubling takes fewer steps: return "
+                 "math.inf")
         value = number(got)
         if value is None or math.isnan(value) or value < 0:
             fail(exercise, f"{call} must return one number of bytes ≥ 0 (math.inf where "
@@ -113,14 +138,24 @@ def check_rd_crossover(fn, *, alpha_s: float, bytes_per_s: float) -> None:
                      f"and B; right at {len(_CASES)} cases more, p = 2 (never slower) included")
 
 
+def _ring_time(p, a, b, nbytes):
+    return 2 * (p - 1) * a + 2 * (p - 1) / p * nbytes / b
+
+
 def _slip(answers: list) -> str:
     """``"; "`` and the slip that explains the answers in every finite case, or a hint."""
     for why, slip in _SLIPS.items():
         if all(_close(value, slip(*case)) for case, _, value in answers):
             return f"; {why}"
-    p0 = answers[0][0][0]
-    if all(_close(value, crossover_bytes(p0, *case[1:])) for case, _, value in answers):
-        return f"; that is the crossover for p = {p0} in every case: use the argument p"
+    (p0, a0, b0), _, _ = answers[0]
+    typed = {"p": lambda p, a, b: crossover_bytes(p0, a, b),
+             "alpha_s and bytes_per_s": lambda p, a, b: crossover_bytes(p, a0, b0),
+             "alpha_s": lambda p, a, b: crossover_bytes(p, a0, b),
+             "bytes_per_s": lambda p, a, b: crossover_bytes(p, a, b0)}
+    for name, slip in typed.items():
+        if all(_close(value, slip(*case)) for case, _, value in answers):
+            return (f"; that is the crossover at the page's {name} in every case: use the "
+                    f"argument{'s' if ' and ' in name else ''} {name}")
     return ("; write each algorithm's time, α per step and N/B per byte sent, set them equal "
             "and solve for N")
 
