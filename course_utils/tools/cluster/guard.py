@@ -4,25 +4,22 @@ can run. The kernel sends it SIGTERM when its parent dies (``PR_SET_PDEATHSIG``)
 ``netns.teardown``. It holds the cluster's lock (an inherited file) until it is done, so no other
 cluster starts meanwhile. On a normal exit the command tears down itself and kills its guard.
 
-``python -m course_utils.tools.cluster.guard PREFIX``
+``python -m course_utils.tools.cluster.guard PREFIX`` (its parent-death request:
+``relay.die_with_parent``)
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import signal
 import sys
 
-PR_SET_PDEATHSIG = 1
+from course_utils.tools.cluster.relay import die_with_parent
 
 
 def main(argv: list[str] | None = None) -> int:
     (prefix,) = sys.argv[1:] if argv is None else argv
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() == parent:  # else the parent died before the request was made
+    if die_with_parent(signal.SIGTERM):  # else the parent died already: tear down at once
         print("ready", flush=True)
         signal.sigwait({signal.SIGTERM})
     from course_utils.tools.cluster.netns import teardown

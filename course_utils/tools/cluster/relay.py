@@ -96,6 +96,14 @@ def relay(fds: list[int], delay_s: float, subnet: bytes) -> None:
                     raise
 
 
+def die_with_parent(sig: int) -> bool:
+    """Ask the kernel to send this process ``sig`` when its parent dies
+    (``PR_SET_PDEATHSIG``); ``False`` if the parent had died already, before the request."""
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+    return os.getppid() == parent
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course_utils.tools.cluster.relay")
     parser.add_argument("--prefix", required=True)
@@ -103,9 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, required=True)
     parser.add_argument("--subnet", default="10.77.0")
     args = parser.parse_args(argv)
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent died before the request was made
+    if not die_with_parent(signal.SIGKILL):
         return 1
     try:  # the wire waits for no one: a busy machine's other processes come after it
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
