@@ -13,6 +13,7 @@ from test_cluster import COURSE, needs_root
 
 from course_utils.models.links import rate_bytes_per_s
 from course_utils.results.latency import (
+    SAVED_COMMAND,
     LatencyResults,
     goals,
     latency_lines,
@@ -157,6 +158,7 @@ def test_host_0_s_reports_of_every_run_and_delay_become_one_record():
 def test_the_saved_runs_carry_the_line_the_delays_and_their_command():
     latency = saved_latency_results()
     assert latency.cluster.delay_line in delay.LINES and latency.meta.runs == 3
+    assert SAVED_COMMAND.removeprefix("sudo ") in latency.meta.command_line  # the regenerate hint
     assert latency.meta.commit and not latency.meta.dirty
     assert sorted(latency.delays()) == [1.0, 5.0, 25.0, 50.0] and len(latency.rates()) == 3
     links = load_saved(LinkResults, "links_delay.json", "course cluster --measure links")

@@ -183,4 +183,4 @@ def saved_latency_results() -> LatencyResults:
 
 
 SAVED_COMMAND = ("sudo course cluster --measure latency --plan full --runs 3 --hosts 4 "
-                 "--devices-per-host 1 --delay 1,5,25,50 --link-rate 50mbit,100mbit,200mbit")
+                 "--devices-per-host 1 --delay 1,5,25,50 --link-rate 50mbit,200mbit,600mbit")
