@@ -160,24 +160,34 @@ def _run_on(name: str, step, mesh, shape: tuple, *, lr: float, beta1: float, bet
     return got, (w_next, m_next, s_next), m, g, failure
 
 
-def _gradient_ratio(name: str, step, mesh, shape: tuple, **hyper) -> float | None:
-    """The gradient ``step`` used on fresh inputs of ``shape`` over the right one, read back from
-    its momentum (least squares), or ``None`` if it fails there."""
-    got, _, m, g, failure = _run_on(name, step, mesh, shape, **hyper)
-    if failure or got is None or got[1].shape != m.shape:
+def _used_gradient(m_next, m, beta1: float):
+    """The gradient a step used, read back from its momentum ``m_next = β1·m + (1 − β1)·g``, or
+    ``None`` when ``m_next`` is missing or shaped otherwise."""
+    if m_next is None or np.shape(m_next) != m.shape:
         return None
-    used = (got[1] - hyper["beta1"] * m) / (1 - hyper["beta1"])
+    return (m_next - beta1 * m) / (1 - beta1)
+
+
+def _ratio(used, g) -> float:
+    """``used`` over the right gradient ``g``, by least squares."""
     return float(used @ g / (g @ g))
 
 
+def _gradient_ratio(name: str, step, mesh, shape: tuple, **hyper) -> float | None:
+    """The gradient ``step`` used on fresh inputs of ``shape`` over the right one, or ``None``
+    if it fails there."""
+    got, _, m, g, failure = _run_on(name, step, mesh, shape, **hyper)
+    used = None if failure or got is None else _used_gradient(got[1], m, hyper["beta1"])
+    return None if used is None else _ratio(used, g)
+
+
 def _gradient_scale(exercise: str, name: str, step, placed, shape: tuple, hint: str,
-                    **hyper) -> None:
-    """Before a gradient off by a factor (p× or half) is blamed on the divisor: fail with the
-    cause the program shows, an all-reduce (``jax.grad`` with respect to the replicated ``w``
-    sums over the devices), or a factor that changes with the features (the row count read
-    from the features' axis)."""
+                    ratio: float, **hyper) -> None:
+    """Before a gradient off by a factor (p× or half, ``ratio`` on the check's inputs) is blamed
+    on the divisor: fail with the cause the program shows, an all-reduce (``jax.grad`` with
+    respect to the replicated ``w`` sums over the devices), or a factor that changes with the
+    features (the row count read from the features' axis)."""
     mesh = placed[0].sharding.mesh
-    ratio = _gradient_ratio(name, step, mesh, shape, **hyper)
     wider = _gradient_ratio(name, step, mesh, (shape[0], 2 * shape[1]), **hyper)
     if ratio and wider and not np.isclose(ratio, wider, rtol=1e-2):
         fail(exercise, f"m_next: the gradient's scale changes with the features ({ratio:.3g}× "
@@ -216,9 +226,8 @@ def _other_shapes(exercise: str, name: str, step, mesh, shape: tuple, *, lr: flo
     if not _right(got, expected):
         # the gradient the step used, read back from its momentum: g·(count it should divide
         # by) / (count it divided by)
-        used = (got[1] - beta1 * m) / (1 - beta1) if got is not None and got[1].shape == m.shape \
-            else None
-        ratio = float(used @ g / (g @ g)) if used is not None else 1.0  # least squares: f32
+        used = None if got is None else _used_gradient(got[1], m, beta1)
+        ratio = _ratio(used, g) if used is not None else 1.0  # least squares: f32
         if ratio > 0 and not np.isclose(ratio, 1, rtol=1e-3) and np.allclose(
                 used, ratio * g, rtol=0, atol=1e-3 * float(np.max(np.abs(g)))):
             fail(exercise, f"{name} is right for x of {shape[0]} rows but its gradient is "
@@ -315,6 +324,7 @@ def check_two_state_update(
                     if key == "m_next" and hint.startswith(("the gradient is p×",
                                                            "the gradient is half")):
                         _gradient_scale(exercise, name, step, placed, tuple(shape), hint,
+                                        _ratio(_used_gradient(got_host, m, beta1), g),
                                         lr=lr, beta1=beta1, beta2=beta2, eps=eps)
                     fail(exercise, f"{key}: {hint}")
         check_values(exercise, f"{key} (on the check's own inputs)", got, expected.astype(
