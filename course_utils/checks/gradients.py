@@ -1,20 +1,20 @@
-"""Self-checks of steps 02 and 03: the per-device shares and the student's reduce-scatter."""
+"""Self-checks of steps 02 and 03: the factors that make ``pmean`` exact on unequal shards, and
+the student's reduce-scatter of a gradient whose length does not divide by p."""
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 
 import jax
 import numpy as np
+from jax import P
+from jax.sharding import Mesh
 
 from course_utils.checks.forbidden import (
     package_kernel_in,
-    read_globals,
     runs_package_kernel,
     through_package_kernel,
-    uses_forbidden,
 )
 from course_utils.checks.helpers import (
     call_failed,
@@ -28,137 +28,160 @@ from course_utils.checks.helpers import (
     passed,
     same_device_count,
 )
-from course_utils.collectives.kernels import local_contribution
 from course_utils.constants import ATOL
+from course_utils.devices.setup import placements
 from course_utils.display import error_line
 from course_utils.observe.ir import collectives_in
 from course_utils.problems.regression import reference_gradient
 
-
-def _shares_mistake(got: np.ndarray, expected: np.ndarray, gradient: np.ndarray) -> str:
-    """The likely mistake behind wrong shares, without the answer: transposed, rows in another
-    order, the whole gradient on every row, or shares that add up right but split otherwise."""
-    close = functools.partial(np.allclose, atol=ATOL, rtol=ATOL)
-    if got.shape == expected.T.shape and close(got, expected.T):
-        return "it looks transposed: one row per device, one column per feature"
-    if got.shape != expected.shape or close(got, expected):
-        return ""
-    if all(close(row, gradient) for row in got):
-        return "every row is the whole gradient: row i is device i's share, from its rows only"
-    order = [next((j for j, e in enumerate(expected) if close(row, e)), None) for row in got]
-    if None not in order and sorted(order) == list(range(len(expected))):
-        return ("the right shares in another order: row i must come from device i's block, "
-                "the i-th group of consecutive rows")
-    if close(got.sum(axis=0), gradient):
-        return ("the rows add up to the gradient but are not the devices' shares: split x and y "
-                "into blocks of consecutive rows (np.split)")
-    return ""
+# ---------------------------------------------------------------------------------------------
+# step 02: pmean_weights(counts)
 
 
-def _expected_shares(x, y, w, p: int) -> np.ndarray:
-    """The ``(p, n_features)`` shares of p blocks of consecutive rows, over the global rows."""
-    blocks = np.split(np.arange(x.shape[0]), p)
-    return np.stack([2 * x[b].T @ (x[b] @ w - y[b]) / x.shape[0] for b in blocks])
+def _exact_factors(counts) -> np.ndarray:
+    """The factor each device multiplies its local mean by so that ``pmean`` of the products
+    is the mean over all rows: p·cᵢ/Σc (the check's reference; a student must not call it)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    return len(counts) * counts / counts.sum()
 
 
-def _fixed_row_count(my_shares, got, x, y, w, p: int) -> float | None:
-    """The row count ``my_shares`` divides by when it is the same for ``x`` and for ``x`` twice
-    as long (a number from outside, such as the notebook's ``n_rows``), else None."""
-
-    def count(shares, xs, ys) -> float | None:
-        expected = _expected_shares(xs, ys, w, p)
-        if np.shape(shares) != expected.shape:
-            return None
-        ratio = common_ratio(np.ravel(shares), expected.ravel())
-        return len(xs) / ratio if ratio is not None and ratio > 0 else None
-
-    if (first := count(got, x, y)) is None:
-        return None
-    x2, y2 = np.concatenate([x, x]), np.concatenate([y, y])
-    try:  # the student's function once more, on twice the rows
-        second = count(np.asarray(my_shares(x2.copy(), y2.copy(), w.copy(), p)), x2, y2)
-    except Exception:  # noqa: BLE001 - any failure: no fixed count to name
-        return None
-    return first if second is not None and math.isclose(first, second, rel_tol=1e-3) else None
+def _weighted_pmean(x_block, y_block, m_block, f_block, w):
+    # x_block: f32[size, features] padded with zero rows, m_block: 1 on a real row, f_block: f32[1]
+    local_mean = 2 * x_block.T @ ((x_block @ w - y_block) * m_block) / m_block.sum()
+    return jax.lax.pmean(local_mean * f_block[0], "data")  # f32[features], on every device
 
 
-def _check_stacked(shares, x, y, w, n_devices: int, name: str = "my_shares") -> None:
-    """The stacked ``(n_devices, n_features)`` shares of the row blocks of x, y, against the
-    formula; names the likely mistake (wrong divisor, transposed, another order, ...)."""
-    exercise = "per-device shares"
-    n_rows = x.shape[0]
-    expected = _expected_shares(x, y, w, n_devices)
-    hint, got = "", np.asarray(shares) if isinstance(shares, np.ndarray | jax.Array) else None
-    ratio = common_ratio(got.ravel(), expected.ravel()) if got is not None and (
-        got.shape == expected.shape) else None
-    if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3) and n_devices > 1:
-        hint = f"divide every share by the global row count ({n_rows}), not by the rows per device"
-    elif got is not None:
-        hint = _shares_mistake(got, expected, reference_gradient(x, y, w))
-    if hint and got.shape != expected.shape:
-        fail(exercise, f"{name} has shape {got.shape}, expected {expected.shape}: {hint}")
-    check_values(exercise, name, shares, expected, hint=hint)
+def _uneven_case(counts, x, y, w, devices):
+    """``x, y`` dealt to ``len(counts)`` devices, ``counts[i]`` rows to device i (blocks padded
+    with zero rows), and a function of the factors that runs ``_weighted_pmean`` on them."""
+    q, size, f = len(counts), int(max(counts)), x.shape[1]
+    mesh = Mesh(np.asarray(devices[:q]), ("data",))
+    x_pad = np.zeros((q, size, f), np.float32)
+    y_pad, m_pad = np.zeros((q, size), np.float32), np.zeros((q, size), np.float32)
+    for i, (start, count) in enumerate(zip(np.cumsum(counts) - counts, counts)):
+        x_pad[i, :count], y_pad[i, :count] = x[start:start + count], y[start:start + count]
+        m_pad[i, :count] = 1
+    rows, replicated, sliced = placements(mesh)
+    placed = (jax.device_put(x_pad.reshape(-1, f), rows), jax.device_put(y_pad.reshape(-1), sliced),
+              jax.device_put(m_pad.reshape(-1), sliced))
+    specs = (P("data", None), P("data"), P("data"), P("data"), P())
+    kernel = jax.jit(jax.shard_map(_weighted_pmean, mesh=mesh, in_specs=specs, out_specs=P()))
+
+    def run(factors):
+        return kernel(*placed, jax.device_put(np.asarray(factors, np.float32), sliced),
+                      jax.device_put(w, replicated))
+
+    return run
 
 
-def check_shares(my_shares) -> None:
-    """Exercise 02: the student's function ``my_shares(x, y, w, p)``, the stacked ``(p,
-    n_features)`` shares of p blocks of consecutive rows, computed in NumPy. It is called on
-    inputs the notebook never showed, for this run's p and others, so that arrays the notebook
-    computed (``shares``, ``host_shares``) cannot pass, and it must not be or call
-    ``gradient_share`` (the notebook's), ``local_contribution`` or ``reference_gradient``."""
-    exercise = "per-device shares"
-    function_given(exercise, "my_shares", my_shares)
-    own = ("gradient_share", "share_per_device")  # the notebook's: named as the student wrote
-    refusal = ("my_shares uses {}, which this exercise asks you not to call{}: write the "
-               "gradient formula for each block yourself")
-    twin = " (the page's gradient_share is the package's local_contribution, the same code)"
-    if (name := uses_forbidden(my_shares, own)) is not None:  # before its package twin's name
-        fail(exercise, refusal.format(name, twin if name in own else ""))
-    forbidden = (local_contribution, reference_gradient, *own)
-    p_run = jax.device_count()
-    checked = []
-    for k, p in enumerate(dict.fromkeys((p_run, 2, 3))):  # this run's p first
-        rng = np.random.default_rng(200 + k)
-        n = 3 * math.lcm(p, p_run)  # rows that also split into p_run blocks: name N_DEVICES
-        x, y, w = (rng.standard_normal(s).astype(np.float32) for s in ((n, 5), (n,), (5,)))
-        call = f"my_shares(x, y, w, {p})"
-        got = call_without(
-            exercise, my_shares, (x.copy(), y.copy(), w.copy(), p), forbidden=forbidden,
-            refusal=refusal.format("{}", ""),
-            call=f"{call}, with x of shape {x.shape},")
-        if got is None:
-            fail(exercise, f"{call} returned None: return the stacked shares")
-        if checked and _stacked_right(got, x, y, w, p_run):
-            fail(exercise, f"{call} gives the shares for p = {p_run}: use the argument p, not "
-                 "N_DEVICES")
-        if (fixed := _fixed_row_count(my_shares, got, x, y, w, p)) is not None:
-            if math.isclose(fixed, x.shape[1], rel_tol=1e-3):
-                fail(exercise, f"{call} divides by {fixed:g}, x's feature count (axis 1): the "
-                     "rows are x's axis 0")
-            fail(exercise, f"{call} divides by a fixed row count ({fixed:g} — the notebook's "
-                 f"n_rows?): use the rows of the x you are given, whatever its length")
-        read = _notebook_arrays(my_shares)
-        if read and not _stacked_right(got, x, y, w, p):
-            fail(exercise, f"{call} reads the notebook's {', '.join(read)}: compute from its "
-                 "arguments x, y, w")
-        _check_stacked(got, x, y, w, p, call)
-        checked.append(p)
-    passed(exercise, f"the shares of p = {', '.join(map(str, checked))} blocks add up to the "
-           "gradient")
+def _own_cases(p: int) -> list[tuple[np.ndarray, tuple]]:
+    """Counts (each ≥ 1, not all equal where there are two devices or more) and data the page
+    never showed, on meshes of all p devices, 3 and 2 (those there are)."""
+    cases = []
+    for q in sorted({q for q in (p, 3, 2) if q <= p}, reverse=True):
+        rng = np.random.default_rng(20 + q)
+        counts = rng.integers(1, 7, q)
+        counts[0], counts[-1] = 1, counts[-1] + 5 if q > 1 else counts[-1]  # a 1 and a large one
+        n = int(counts.sum())
+        data = tuple(rng.standard_normal(s).astype(np.float32) for s in ((n, 5), (n,), (5,)))
+        cases.append((counts, data))
+    return cases
 
 
-def _notebook_arrays(fn) -> list[str]:
-    """The notebook's arrays ``fn``'s code reads as globals (``xh``, ``yh``, ``wh``, ...)."""
-    return [n for n, v in read_globals(fn).items() if isinstance(v, np.ndarray | jax.Array)]
+# the slips, each a function of the counts and the page's p, with what the check says to it
+_FACTOR_SLIPS = {
+    "the result is p× too small: pmean divides by p after adding the p weighted means, so the "
+    "factors must make up for that division too": lambda c, p: c / c.sum(),
+    "every factor is 1: that is the page's local mean + pmean, off with unequal shards; a "
+    "device's factor must depend on its row count": lambda c, p: np.ones(len(c)),
+    "the factors are inverted: a device with more rows must count more in the mean, not less":
+        lambda c, p: c.sum() / (len(c) * c),
+    "the factors are the row counts themselves, not normalised: they scale the result by Σc / p":
+        lambda c, p: c.astype(np.float64),
+    "the factors use the page's N_DEVICES for p: take p from the counts given (len(counts))":
+        lambda c, p: p * c / c.sum(),
+}
 
 
-def _stacked_right(got, x, y, w, p: int) -> bool:
-    """Whether ``got`` is the right stacked shares for ``p`` blocks."""
+def _factors(exercise: str, fn, counts: np.ndarray, page_counts: np.ndarray) -> np.ndarray:
+    """The student's ``fn(counts)`` as a vector of ``len(counts)`` floats, or a failure that says
+    what was wrong with what came back (the page's factors, whatever the counts, named)."""
+    q, call = len(counts), f"pmean_weights({counts.tolist()})"
+    # forbidden: the check modules' own functions, _exact_factors among them (check_answer_name)
+    got = call_without(exercise, fn, (counts.copy(),), forbidden=(),
+                       refusal="pmean_weights calls {}, the check's own answer: work out the "
+                               "factors from what pmean computes", call=call)
+    if got is None:
+        fail(exercise, f"{call} returned None: return the {q} factors, one per device")
     try:
-        _check_stacked(got, x, y, w, p)
-    except Exception:  # noqa: BLE001 - wrong in any way, or p does not divide the rows
-        return False
-    return True
+        values = np.asarray(got, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        fail(exercise, f"{call} must return {q} numbers (a list or an array), got "
+                       f"{type(got).__name__} ({error_line(error)})")
+    if values.shape == page_counts.shape and q != len(page_counts) and np.allclose(
+            values, _exact_factors(page_counts), rtol=1e-5):
+        fail(exercise, f"{call} gives the factors of the page's counts: use the argument counts")
+    if values.ndim == 0 or values.size != q:
+        what = "one number" if values.ndim == 0 else f"{values.size} numbers"
+        fail(exercise, f"{call} returned {what}, the wrong length: one factor per device, "
+                       f"{q} for {q} counts, in the order of the counts")
+    values = values.ravel()
+    if not np.isfinite(values).all():
+        fail(exercise, f"{call} holds NaN or inf: every count is at least 1, so every factor "
+                       "is a finite number")
+    return values
+
+
+def check_pmean_weights(fn, mesh, counts, x_host, y_host, w_host) -> None:
+    """Exercise 02: ``fn(counts) -> p factors`` such that every device's local mean gradient
+    times its factor, averaged by ``pmean``, is the mean gradient over all rows (p·cᵢ/Σc). The
+    factors are applied in a ``shard_map`` kernel (local mean × factor, then ``pmean``) to the
+    page's uneven rows on ``mesh`` and to counts and data of the check's own on meshes of 2, 3
+    and all the devices (those there are); the value is compared with the reference gradient
+    and the placement (replicated on every device). Named slips: cᵢ/Σc, all ones, Σc/(p·cᵢ),
+    cᵢ unnormalised, the page's p, the wrong length; the check's own reference is refused."""
+    exercise = "pmean weights"
+    function_given(exercise, "pmean_weights", fn)
+    page_counts = np.asarray(counts).astype(np.int64)
+    p = len(page_counts)
+    same_device_count(exercise, math.prod(mesh.devices.shape), "mesh")
+    devices = list(mesh.devices.flat)
+    cases = [(page_counts, tuple(np.asarray(a, np.float32) for a in (x_host, y_host, w_host)))]
+    cases += _own_cases(p)
+    answers = [_factors(exercise, fn, c, page_counts) for c, _ in cases]
+    for k, ((c, (x, y, w)), got) in enumerate(zip(cases, answers)):
+        n = int(c.sum())
+        g = _uneven_case(c, x[:n], y[:n], w, devices)(got)
+        shapes = {tuple(s.data.shape) for s in g.addressable_shards}
+        if len(g.addressable_shards) != len(c) or shapes != {w.shape}:
+            raise RuntimeError(f"the check's kernel left {shapes} on "
+                               f"{len(g.addressable_shards)} devices, not the gradient on each")
+        reference = reference_gradient(x[:n], y[:n], w)
+        if np.allclose(np.asarray(g), reference, atol=ATOL, rtol=1e-4):
+            continue
+        where = "the page's counts" if k == 0 else "counts of the check's own"
+        call = f"pmean_weights({c.tolist()}) ({where}, p = {len(c)})"
+        for why, slip in _FACTOR_SLIPS.items():
+            if all(np.allclose(a, slip(cc, p), rtol=1e-5) for (cc, _), a in zip(cases, answers)):
+                fail(exercise, f"{call}: {why}")
+        if k and got.shape == page_counts.shape and np.allclose(
+                got, _exact_factors(page_counts), rtol=1e-5):
+            fail(exercise, f"{call} gives the factors of the page's counts: use the argument "
+                           "counts")
+        error = np.linalg.norm(np.asarray(g) - reference) / np.linalg.norm(reference)
+        fail(exercise, f"{call}: local mean × factor, then pmean, is off from the mean gradient "
+                       f"over all rows by {error:.1%} (relative, 2-norm); write out what pmean "
+                       "computes from the p weighted means and compare it with the sum over "
+                       "every row divided by Σc")
+    sizes = [str(len(c)) for c, _ in cases[1:]]
+    on = f"{', '.join(sizes[:-1])} and {sizes[-1]}" if len(sizes) > 1 else sizes[0]
+    passed(exercise, f"local mean × factor, then pmean, is the mean over all rows for the page's "
+                     f"counts {page_counts.tolist()} and for counts of the check's own on {on} "
+                     f"device{'s' if sizes != ['1'] else ''}")
+
+
+# ---------------------------------------------------------------------------------------------
+# step 03: my_reduce_scatter(x, y, w) for any feature count
 
 
 def _program(exercise: str, fn, args: tuple) -> list[str]:
@@ -170,15 +193,18 @@ def _program(exercise: str, fn, args: tuple) -> list[str]:
         if through_package_kernel(error):
             fail(exercise, "your function calls one of the package's kernels; write the "
                  "jax.shard_map yourself")
-        fail(
-            exercise,
-            f"your function does not compile as one JAX program ({error_line(error)}); "
-            "build it from jax.shard_map and wrap it in jax.jit",
-        )
+        fail(exercise, f"your function does not compile as one JAX program ({error_line(error)}); "
+                       "build it from jax.shard_map and wrap it in jax.jit")
 
 
 def _kernel_hint(error: BaseException, text: str) -> str:
     """The hint for a failed call of exercise 03's kernel, for the mistakes of its own."""
+    if match := re.search(r"scatter dimension size (\d+) must be divisible by shard_count (\d+)",
+                          text):
+        size, p = (int(d) for d in match.groups())
+        return (f"psum_scatter(tiled=True) cuts the vector into p = {p} equal slices, and "
+                f"{size} values do not split into {p}: pad the share with zeros first, to a "
+                f"length that p divides")
     if "out_specs" in text and "replicat" in text:
         return ("out_specs=P() declares one value on every device, but after psum_scatter "
                 "each device holds a different slice: give out_specs the spec of a vector "
@@ -201,110 +227,83 @@ def _kernel_hint(error: BaseException, text: str) -> str:
     return ""
 
 
-def _call_failed(name: str, error: BaseException) -> str:
-    """What a failed call of the student's kernel means: JAX's whole explanation, and a hint."""
-    return call_failed(name, "x, y, w", error, _kernel_hint)
+def _scatter_cases(p: int) -> list[tuple[int, int]]:
+    """(rows, features) of the check's own problems: feature counts p does not divide first
+    (nothing to pad with one device), then one it does, at two row counts."""
+    if p == 1:
+        return [(4, 5), (2, 8)]
+    return [(4 * p, 2 * p + 1), (2 * p, 2 * p - 1), (2 * p, 2 * p)]
 
 
-def _fresh_problem(x, y, w, seed: int = 27):
-    """Inputs the student never saw, placed like ``x, y, w``, with twice the rows (so a kernel
-    that divides by the notebook's row count is caught), and their host copies."""
-    rng = np.random.default_rng(seed)
-    n_rows, n_features = np.shape(x)
-    shapes = ((2 * n_rows, n_features), (2 * n_rows,), (n_features,))
-    hosts = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    placed = [jax.device_put(h, a.sharding) if isinstance(a, jax.Array) else h
-              for h, a in zip(hosts, (x, y, w))]
-    return placed, hosts
-
-
-def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) -> None:
-    """Exercise 03: your jitted reduce-scatter kernel: called on the placed ``x, y, w`` it returns
-    the gradient split by features, and its compiled program communicates with a reduce-scatter.
-    It must be the student's own: not the package's kernel, nor a wrapper of it, nor a result
-    computed beforehand (it is called again on inputs it never saw).
-    """
-    same_device_count("reduce-scatter kernel", n_devices)
-    exercise = "reduce-scatter kernel"
-    name = "my_reduce_scatter"
-    given(exercise, name, fn, f"assign your jitted function to {name}")
-    if package_kernel_in(fn):
-        fail(exercise, f"{name} is (or wraps) the package's own kernel; write the shard_map "
-             "yourself")
-    if isinstance(fn, (np.ndarray, jax.Array)) or not callable(fn):
-        fail(
-            exercise,
-            f"{name} is an object of type {type(fn).__name__}, not a function; pass the jitted "
-            "function itself, "
-            "the check calls it",
-        )
-    failure = None
-    try:
-        g = fn(x, y, w)
-    except Exception as error:  # noqa: BLE001 - the student's function failed: say how
-        failure = _call_failed(name, error)
-    if failure:
-        fail(exercise, failure)  # outside the except: no traceback chained into the package
-    expected = reference_gradient(
-        np.asarray(x_host), np.asarray(y_host), np.asarray(w_host)
-    ).astype(np.float32)
-    if tuple(np.shape(g)) == (expected.size // n_devices,) and n_devices > 1:
-        fail(
-            exercise,
-            f"{name}(x, y, w) has the shape of one slice, {tuple(np.shape(g))}: with out_specs=P() "
-            "and check_vma off, JAX keeps one device's slice as if all held the same; say in "
-            "out_specs that the result is split over 'data'",
-        )
-    if tuple(np.shape(g)) == (expected.size * n_devices,) and n_devices > 1:
-        fail(exercise, f"{name}(x, y, w) has shape {tuple(np.shape(g))}, {n_devices} whole "
-             "gradients side by side: every device kept the whole sum, as an all-reduce (psum) "
-             "leaves it; a reduce-scatter leaves each device only its slice")
-    ratio = common_ratio(np.asarray(g).ravel(), expected.ravel()) if np.shape(g) == np.shape(
-        expected) else None
+def _scatter_values(exercise: str, call: str, got: np.ndarray, expected: np.ndarray,
+                    n_rows: int, fixed: list) -> None:
+    """The padded gradient ``got`` against ``expected`` (the F real values): the real values
+    first, zeros after; names the padding in front, a non-zero padding, a factor."""
+    f, length = expected.size, got.size
+    pad = length - f
+    close = np.allclose
+    if pad and close(got[pad:], expected, atol=ATOL, rtol=1e-4) and close(got[:pad], 0):
+        fail(exercise, f"{call}: padding at the front: the {f} real values must come first, "
+                       "the zeros after them (slice i of the padded gradient is features "
+                       "i·⌈F/p⌉ onwards)")
+    if close(got[:f], expected, atol=ATOL, rtol=1e-4) and not close(got[f:], 0):
+        fail(exercise, f"{call}: the {f} real values are right, but the padding holds values "
+                       "other than 0: pad with zeros, which add nothing to the sum")
+    right = close(got[:f], expected, atol=ATOL, rtol=1e-4)
+    ratio = 1.0 if right else common_ratio(got[:f].astype(np.float64), expected)
     hint = ""
-    if ratio is not None and math.isclose(ratio, n_devices, rel_tol=1e-3):
-        hint = ("every device seems to add the whole gradient: did each get all of x and y "
-                "(P() in in_specs), or divide by the rows per device?")
-    check_values(exercise, f"{name}(x, y, w)", g, expected, hint=hint)
-    fresh, fresh_hosts = _fresh_problem(x, y, w)
-    try:
-        again = np.asarray(fn(*fresh))
-    except Exception as error:  # noqa: BLE001
-        failure = _call_failed(name, error)
-    if failure:
-        fail(exercise, failure)
-    fresh_reference = reference_gradient(*fresh_hosts)
-    if np.shape(again) == np.shape(fresh_reference) and math.isclose(
-            common_ratio(again, fresh_reference) or 1.0, 2.0, rel_tol=1e-3):
-        fail(exercise, f"{name} is right for x of {np.shape(x)[0]} rows but 2× too large for x "
-             f"of {2 * np.shape(x)[0]} rows: it divides by a fixed row count (the notebook's "
-             "n_rows?); take the global row count from the block, x_block.shape[0] × p")
-    if not np.allclose(again, fresh_reference, atol=1e-4, rtol=1e-4):
-        fail(exercise, f"{name} gives the right gradient for x, y, w but a wrong one for other "
-             "inputs of the same shapes: its result was computed beforehand (captured from "
-             "outside), not from its arguments")
-    if hasattr(g, "addressable_shards") and len(g.addressable_shards) == 1 < n_devices:
-        fail(exercise, f"{name}(x, y, w) lives on one device: it was computed outside the "
-             f"mesh (on the host, or as a constant), not by a shard_map over the {n_devices} "
-             "devices")
-    check_placement(exercise, f"{name}(x, y, w)", g, (expected.size // n_devices,), n_devices)
-    ops = _program(exercise, fn, (x, y, w))
-    if runs_package_kernel(fn if hasattr(fn, "lower") else jax.jit(fn), (x, y, w)):
+    if ratio is not None:
+        fixed.append(n_rows / ratio)  # the row count it divides by
+        if not right and len(fixed) > 1 and math.isclose(fixed[0], fixed[-1], rel_tol=1e-3):
+            fail(exercise, f"{call} divides by a fixed row count ({fixed[0]:g}, the notebook's "
+                           "n_rows?): take the global row count from the block, "
+                           "x_block.shape[0] × p")
+        if math.isclose(ratio, jax.device_count(), rel_tol=1e-3) and jax.device_count() > 1:
+            hint = ("every device seems to add the whole gradient: did each get all of x and y "
+                    "(P() in in_specs), or divide by the rows per device?")
+    check_values(exercise, f"the first {f} values of {call}", got[:f], expected, rtol=1e-4,
+                 hint=hint)
+
+
+def _scatter_shape(exercise: str, call: str, shape: tuple, f: int, p: int) -> None:
+    """Fail, naming the likely slip, unless ``shape`` is that of the padded gradient."""
+    length = p * math.ceil(f / p)
+    if shape == (length,):
+        return
+    if p > 1 and f % p == 0 and shape == (f + p,):
+        fail(exercise, f"{call} has {f + p} values: padded by p rather than to the next "
+                       f"multiple of p; F = {f} already divides by p = {p}, so there is "
+                       "nothing to pad")
+    if p > 1 and shape == (length // p,):
+        fail(exercise, f"{call} has the shape of one slice, {shape}: with out_specs=P() and "
+                       "check_vma off, JAX keeps one device's slice as if all held the same; say "
+                       "in out_specs that the result is split over 'data'")
+    if p > 1 and shape in ((length * p,), (f * p,)):
+        fail(exercise, f"{call} has shape {shape}, {p} whole gradients side by side: every "
+                       "device kept the whole sum, as an all-reduce (psum) leaves it; a "
+                       "reduce-scatter leaves each device only its slice")
+    fail(exercise, f"{call} has shape {shape}, expected ({length},): the gradient padded to "
+                   f"p·⌈F/p⌉ = {length} values for F = {f} features on p = {p} devices")
+
+
+def _scatter_program(exercise: str, name: str, fn, args: tuple) -> None:
+    """Fail unless the compiled program of ``fn`` communicates with one reduce-scatter and
+    nothing else, and does not run a package kernel."""
+    ops = _program(exercise, fn, args)
+    if runs_package_kernel(fn if hasattr(fn, "lower") else jax.jit(fn), args):
         fail(exercise, f"{name} runs the package's reduce_scatter_gradient (or another package "
              "kernel) inside; write the jax.shard_map and its psum_scatter yourself")
     if "reduce-scatter" not in ops:
-        found = f"only {', '.join(sorted(set(ops)))}" if ops else "no collective at all"
-        why = (
-            "the devices never combine their shares (was the gradient computed elsewhere and "
-            "placed?)"
-            if not ops
-            else "every device receives more of the sum than the slice it keeps"
-        )
-        fail(
-            exercise,
-            f"the right result, but the compiled program of {name} has {found}: {why}; compute "
-            "each device's share inside jax.shard_map and end with jax.lax.psum_scatter",
-        )
+        if "all-reduce" in ops:
+            fail(exercise, f"the right result, but the compiled program of {name} has "
+                           f"{', '.join(sorted(set(ops)))} and no reduce-scatter: an all-reduce "
+                           "then a slice makes every device receive the whole sum and keep only "
+                           "its slice; end with jax.lax.psum_scatter")
+        fail(exercise, f"the right result, but the compiled program of {name} has "
+                       f"{'only ' + ', '.join(sorted(set(ops))) if ops else 'no collective'}: "
+                       "the devices never combine their shares (was the gradient computed "
+                       "elsewhere and placed?); compute each device's share inside "
+                       "jax.shard_map and end with jax.lax.psum_scatter")
     extra, count = sorted({op for op in ops if op != "reduce-scatter"}), ops.count("reduce-scatter")
     if extra or count > 1:
         why = {
@@ -315,14 +314,56 @@ def check_reduce_scatter(fn, x, y, w, x_host, y_host, w_host, n_devices: int) ->
                    for op in extra] or ["the share is sent in pieces, one collective each"]
         found = (f"{', '.join(extra)} besides " if extra else "") + (
             "the reduce-scatter" if count == 1 else f"{count} reduce-scatters")
-        fail(
-            exercise,
-            f"the compiled program of {name} has {found}: {'; '.join(dict.fromkeys(reasons))}; "
-            "each device needs only its own blocks, so compute its share from x_block and "
-            "y_block and communicate once, with one jax.lax.psum_scatter",
-        )
-    passed(
-        exercise,
-        f"each device holds {expected.size // n_devices} of the {expected.size} gradient values, "
-        "communicated by one reduce-scatter",
-    )
+        fail(exercise, f"the compiled program of {name} has {found}: "
+                       f"{'; '.join(dict.fromkeys(reasons))}; each device needs only its own "
+                       "blocks, so compute its share from x_block and y_block, pad it, and "
+                       "communicate once, with one jax.lax.psum_scatter")
+
+
+def check_reduce_scatter(fn, mesh, n_devices: int) -> None:
+    """Exercise 03: ``fn(x, y, w)``, a jitted ``shard_map`` that, for any feature count F,
+    leaves device i holding slice i of the gradient padded with zeros at the end to p·⌈F/p⌉
+    values, communicated by one reduce-scatter and nothing else. Called on inputs of the
+    check's own placed on ``mesh`` (F that p does not divide, and one that it does); the first
+    F values are compared with the reference, the padding with 0, the length, the placement
+    (⌈F/p⌉ per device) and the compiled program. Named: padding in front, padding by p on a
+    multiple of p, an all-reduce then a slice, no padding (JAX's divisibility error, with a
+    hint); the package's kernels are refused."""
+    exercise = "reduce-scatter of any length"
+    name = "my_reduce_scatter"
+    same_device_count(exercise, n_devices)
+    given(exercise, name, fn, f"assign your jitted function to {name}")
+    if package_kernel_in(fn):
+        fail(exercise, f"{name} is (or wraps) the package's own kernel; write the shard_map "
+             "yourself")
+    if not callable(fn):
+        fail(exercise, f"{name} is an object of type {type(fn).__name__}, not a function; pass "
+             "the jitted function itself, the check calls it")
+    p = n_devices
+    rows, replicated, sliced = placements(mesh)
+    fixed: list[float] = []
+    checked = []
+    for k, (n_rows, f) in enumerate(_scatter_cases(p)):
+        rng = np.random.default_rng(300 + k)
+        hosts = [rng.standard_normal(s).astype(np.float32) for s in ((n_rows, f), (n_rows,), (f,))]
+        args = tuple(jax.device_put(h, s) for h, s in zip(hosts, (rows, sliced, replicated)))
+        call = f"{name}(x, y, w) with x of shape {(n_rows, f)}"
+        failure = None
+        try:
+            g = fn(*args)
+        except Exception as error:  # noqa: BLE001 - the student's function failed: say how
+            failure = f"with x of shape {(n_rows, f)}, " + call_failed(
+                name, "x, y, w", error, _kernel_hint)
+        if failure:
+            fail(exercise, failure)  # outside the except: no traceback chained into the package
+        if not hasattr(g, "addressable_shards") or (len(g.addressable_shards) == 1 < p):
+            fail(exercise, f"{call} is not on the {p} devices: it was computed outside the mesh "
+                           "(on the host, or as a constant), not by a shard_map over them")
+        _scatter_shape(exercise, call, tuple(np.shape(g)), f, p)
+        _scatter_values(exercise, call, np.asarray(g), reference_gradient(*hosts), n_rows, fixed)
+        check_placement(exercise, call, g, (math.ceil(f / p),), p)
+        if k == 0:
+            _scatter_program(exercise, name, fn, args)
+        checked.append(f)
+    passed(exercise, f"F = {', '.join(map(str, checked))} features on p = {p}: each device holds "
+                     "its slice of the zero-padded gradient, communicated by one reduce-scatter")
