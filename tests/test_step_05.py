@@ -15,3 +15,11 @@ def test_reduce_scatter_halves_the_traffic_and_cuts_storage_by_p(p):
     ring = ring_bytes(4 * n_values, p)
     assert sent == [ring.all_reduce, ring.reduce_scatter, ring.all_reduce]  # RS + AG = AR
     assert sent[0] == 2 * sent[1] and stored[0] == stored[2] == p * stored[1]
+
+
+def test_the_sliced_path_fits_almost_twice_the_all_reduce_s_gradient_on_many_devices():
+    from course_utils.checks.storage import largest_gradient_bytes
+
+    ratios = [(lambda f: f["reduce_scatter"] / f["all_reduce"])(largest_gradient_bytes(2**20, p))
+              for p in (2, 4, 8, 64)]
+    assert ratios == sorted(ratios) and 1.3 < ratios[0] and 1.95 < ratios[-1] < 2  # the Read

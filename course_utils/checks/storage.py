@@ -1,5 +1,5 @@
-"""Self-checks of steps 04 and 05: predicted shard shapes, and a rule for the bytes a device
-holds while a collective returns."""
+"""Self-checks of steps 04 and 05: predicted shard shapes, and the largest gradient whose input
+and output fit in a device's memory while a collective returns."""
 
 from __future__ import annotations
 
@@ -12,17 +12,16 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils.checks.helpers import (
+    call_without,
     check_keys,
     fail,
-    given,
+    function_given,
     number,
     off_by,
     passed,
     same_device_count,
-    unit_causes,
 )
 from course_utils.collectives.kernels import block_collective
-from course_utils.display import error_line
 from course_utils.observe.placement import values_per_device
 
 
@@ -70,134 +69,152 @@ def check_predicted_shard_shapes(predicted, array) -> None:
     passed(exercise, f"{blocks} of {actual[0][1]}")
 
 
-def _held_mismatch(exercise: str, predicted: dict, n: int, p: int, where: str = "") -> None:
-    """Fail on the first entry of ``predicted`` that differs from the bytes device 0 holds when
-    each call returns (its input block and its output, ``_held``), naming every likely cause that
-    fits the number."""
-    for key, (given_in, given_out) in _held(n, p).items():
-        value = given_in + given_out
-        got = number(predicted[key])
-        if got is None:
-            fail(exercise, f"{where}{key}: give a number of bytes, got {predicted[key]!r}")
-        if math.isclose(got, value, abs_tol=1e-9):
-            continue
-        name = key.replace("_", "-")
-        causes = []  # every likely cause that fits the number
-        if math.isclose(got, given_out):
-            causes.append("the input block is still on the device when the call returns "
-                          "(nothing is donated): count it too")
-        elif math.isclose(got, given_in):
-            causes.append("count the output too, not only the input block")
-        if key == "reduce_scatter" and math.isclose(got, given_in + n):
-            causes.append("after reduce-scatter each device keeps one slice of the sum")
-        if key != "reduce_scatter" and math.isclose(got, given_in + n / p):
-            causes.append(f"after {name} every device holds the whole gradient")
-        if key == "all_gather" and math.isclose(got, 2 * n):
-            causes.append("the all-gather starts from the reduce-scattered slice, not the "
-                          "whole gradient")
-        sent = (2 if key == "all_reduce" else 1) * (p - 1) * n / p
-        if any(math.isclose(got, x) for x in (sent, given_in + sent)):
-            causes.append("that is what a ring sends per rank, not what a device keeps")
-        if p > 1 and math.isclose(got, sum(_held(n, p - 1)[key])):
-            causes.append("that is the rule with p − 1 in place of p: a slice is 1/p of the "
-                          "gradient (a ring sends p − 1 of them, but a device keeps one)")
-        causes += unit_causes(got, value)
-        if math.isclose(got, value * p):
-            causes.append(f"count what one device holds, not all {p} together")
-        hint = "; ".join([off_by(got, value), *([" — or ".join(causes)] if causes else [])])
-        fail(exercise, f"{where}{key}: {hint}")
+KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
-def _held(n: int, p: int) -> dict:
-    """The (input, output) bytes device 0 holds for each collective of an ``n``-byte gradient on
-    ``p`` devices, as the check measured them: the all-reduce and the reduce-scatter start from a
-    whole partial gradient per device, the all-gather from the reduce-scattered slice."""
-    return {"all_reduce": (n, n), "reduce_scatter": (n, n / p), "all_gather": (n / p, n)}
+def _floor(nbytes: float, p: int) -> int:
+    """``nbytes`` rounded down to a whole number of float32 values on each of ``p`` devices."""
+    step = 4 * p
+    return int(math.floor(nbytes / step + 1e-9)) * step
 
 
-def _uses_other_p(predicted: dict, n: int, p_other: int) -> bool:
-    """Whether ``predicted`` is the rule's answer for ``p_other`` devices instead of the p the
-    bytes were measured on."""
-    values = [number(predicted.get(k)) for k in ("all_reduce", "reduce_scatter", "all_gather")]
-    return None not in values and all(math.isclose(a, b) for a, b in zip(
-        values, (sum(v) for v in _held(n, p_other).values())))
+def largest_gradient_bytes(memory_bytes: float, p: int) -> dict:
+    """The largest gradient (bytes, a multiple of 4·p) for which device 0 holds each call's
+    input and output within ``memory_bytes``: the all-reduce holds N + N, the reduce-scatter
+    N + N/p, the all-gather (from the reduce-scattered slice) N/p + N.
+
+    Examples:
+        >>> largest_gradient_bytes(2**20, 4)
+        {'all_reduce': 524288, 'reduce_scatter': 838848, 'all_gather': 838848}
+    """
+    sliced = _floor(memory_bytes * p / (p + 1), p)
+    return {"all_reduce": _floor(memory_bytes / 2, p), "reduce_scatter": sliced,
+            "all_gather": sliced}
 
 
-def _fixed_gradient_bytes(predicted: dict, n: int, ps: set) -> float | None:
-    """The gradient size ``predicted`` is the rule's answer for, on one of the device counts
-    ``ps``, when that is not the ``n`` bytes asked about (a global used in place of n_bytes)."""
-    whole = number(predicted.get("all_reduce"))
-    if whole is None or math.isclose(whole, 2 * n) or whole <= 0:
-        return None
-    return whole / 2 if any(_uses_other_p(predicted, whole / 2, q) for q in ps) else None
+def _slips(m: float, p: int) -> dict:
+    """What each slip the check names gives at memory ``m`` on ``p`` devices."""
+    right = largest_gradient_bytes(m, p)
+    swapped = _floor(m * (p + 1) / p, p)
+    return {
+        "the call's input is still on device 0 when it returns (nothing is donated): count "
+        "the input and the output": {"all_reduce": _floor(m, p), "reduce_scatter": _floor(m * p, p),
+                                     "all_gather": _floor(m, p)},
+        "count the output too, not only the input": {
+            "all_reduce": _floor(m, p), "reduce_scatter": _floor(m, p),
+            "all_gather": _floor(m * p, p)},
+        "p and p + 1 are swapped: device 0 holds N + N/p = N·(p + 1)/p, so N is at most "
+        "memory · p/(p + 1)": {**right, "reduce_scatter": swapped, "all_gather": swapped},
+        "count bytes (4 per float32 value), not values": {k: v / 4 for k, v in right.items()},
+        "after the reduce-scatter device 0 keeps one slice of the sum, not all of it":
+            {**right, "reduce_scatter": right["all_reduce"]},
+        "the all-gather starts from the reduce-scattered slice, not the whole gradient":
+            {**right, "all_gather": _floor(m / (p + 1), p)},
+    }
 
 
-def _unit_slip(predicted: dict, n: int, p: int) -> str:
-    """The unit slip that turns every entry of the right rule into ``predicted`` (the same
-    factor in each: values for bytes, bits, KiB or MiB, the bytes of all p devices), or ``""``."""
-    held = {key: sum(parts) for key, parts in _held(n, p).items()}
-    got = {key: number(predicted.get(key)) for key in held}
-    if None in got.values() or all(math.isclose(got[k], held[k]) for k in held):
-        return ""
-    factor = got["all_reduce"] / held["all_reduce"]
-    if not all(math.isclose(got[k], held[k] * factor, rel_tol=1e-9) for k in held):
-        return ""
-    causes = unit_causes(held["all_reduce"] * factor, held["all_reduce"])
-    if p > 1 and math.isclose(factor, p):
-        causes.append(f"count what one device holds, not all {p} devices together")
-    if not causes:
-        return ""
-    how = off_by(got["all_reduce"], held["all_reduce"])
-    return f"every entry is off by the same factor ({how}): {' — or '.join(causes)}"
+def _held_bytes(devices, p: int, nbytes: int, kind: str) -> int:
+    """The bytes device 0 holds when ``kind`` returns for an ``nbytes`` gradient on the first
+    ``p`` devices, its input block and its output, read from real arrays: the all-reduce and the
+    reduce-scatter start from a whole partial gradient per device, the all-gather from a slice."""
+    mesh = Mesh(np.array(list(devices)[:p]), ("data",))
+    values = nbytes // 4 // (p if kind == "all_gather" else 1)
+    rng = np.random.default_rng(nbytes)
+    block = jax.device_put(rng.standard_normal((p, values), dtype=np.float32),
+                           NamedSharding(mesh, P("data", None)))
+    return _bytes_on_device_0(block) + _bytes_on_device_0(block_collective(mesh, kind)(block))
 
 
 def _bytes_on_device_0(array) -> int:
     return values_per_device(array) * array.dtype.itemsize
 
 
-def check_stored_bytes_rule(stored_bytes, devices) -> None:
-    """Exercise 05: the student's rule ``stored_bytes(gradient_bytes, p)``, a dict of the bytes
-    device 0 holds when each collective returns, its input block and its output both (nothing
-    donated): all-reduce and reduce-scatter of the per-device partial gradients, and the
-    all-gather of the reduce-scattered result. Judged against bytes measured on meshes of 2 and
-    of all ``devices``, for gradient sizes the notebook never showed."""
-    exercise = "bytes one device holds"
+def check_largest_gradient(largest_gradient, devices, *, memory_bytes: float) -> None:
+    """Exercise 05: ``largest_gradient(memory_bytes, p)``, a dict of the largest gradient (bytes)
+    for which device 0 holds each call's input and its output within ``memory_bytes`` when the
+    call returns (nothing donated), a whole number of float32 values on each device. Judged with
+    real arrays on meshes of all ``devices`` and of 2, at the page's memory and at others: at the
+    answer device 0's bytes fit, 4·p bytes more do not. The package's kernels, ``values_per_device``
+    and ``communication_budget`` are refused: work it out, do not search with real arrays."""
+    from course_utils.models.cost import communication_budget
+
+    exercise = "the largest gradient that fits"
     same_device_count(exercise, len(devices), "the device list")
-    given(exercise, "stored_bytes", stored_bytes, "define a function stored_bytes(n_bytes, p)")
-    if not callable(stored_bytes):
-        fail(exercise, f"stored_bytes must be a function of (n_bytes, p), got "
-                       f"{type(stored_bytes).__name__}: the check calls it for other sizes")
-    keys = ("all_reduce", "reduce_scatter", "all_gather")
-    checked = []
-    for p in sorted({min(2, len(devices)), len(devices)}, reverse=True):  # p = 2 hides slips
-        mesh = Mesh(np.array(list(devices)[:p]), ("data",))
-        n_values = 3 * p  # a size the notebook's gradient (2p values) does not have
-        rng = np.random.default_rng(n_values)
-        partials = jax.device_put(rng.standard_normal((p, n_values), dtype=np.float32),
-                                  NamedSharding(mesh, P("data", None)))
-        runs = {kind: block_collective(mesh, kind) for kind in keys}
-        scattered = runs["reduce_scatter"](partials)
-        inputs = {"all_reduce": partials, "reduce_scatter": partials, "all_gather": scattered}
-        n_bytes = 4 * n_values
-        measured = {k: _bytes_on_device_0(a) + _bytes_on_device_0(runs[k](a))
-                    for k, a in inputs.items()}
-        if measured != {k: sum(v) for k, v in _held(n_bytes, p).items()}:
-            raise RuntimeError(f"the kernels held {measured} bytes on device 0, not the "
-                               "input and output blocks this check expects")
-        try:
-            predicted = stored_bytes(n_bytes, p)
-        except Exception as err:  # the student's error, shown as one line
-            fail(exercise, f"stored_bytes({n_bytes}, {p}) raised {error_line(err)}")
-        check_keys(exercise, f"stored_bytes({n_bytes}, {p})", predicted, keys)
-        if unit := _unit_slip(predicted, n_bytes, p):  # before a global: the likelier slip
-            fail(exercise, f"stored_bytes({n_bytes}, {p}): {unit}")
-        if (other := _fixed_gradient_bytes(predicted, n_bytes, {p, len(devices)})) is not None:
-            fail(exercise, f"stored_bytes({n_bytes}, {p}) is the rule for a {other:g}-byte "
-                 f"gradient, not the {n_bytes} bytes given: use the arguments n_bytes and p, not "
-                 "this notebook's gradient_bytes or N_DEVICES")
-        if p != len(devices) and _uses_other_p(predicted, n_bytes, len(devices)):
-            fail(exercise, f"stored_bytes({n_bytes}, {p}) is right for p = {len(devices)}, not "
-                 f"for p = {p}: use the argument p, not N_DEVICES")
-        _held_mismatch(exercise, predicted, n_bytes, p, f"a {n_bytes}-byte gradient on p = {p}: ")
-        checked.append(f"{n_bytes} B on p = {p}")
-    passed(exercise, f"measured on device 0 for {' and '.join(checked)}")
+    function_given(exercise, "largest_gradient", largest_gradient)
+    p_all = len(devices)
+    cases = [(memory_bytes, p_all), (3001, min(2, p_all)), (1234, p_all)]
+    forbidden = (block_collective, values_per_device, communication_budget)
+    answers = []
+    for m, p in cases:
+        call = f"largest_gradient({m:.0f}, {p})"
+        got = call_without(exercise, largest_gradient, (m, p), forbidden=forbidden, call=call,
+                           refusal="largest_gradient uses the package's {}: work the sizes out "
+                                   "from what device 0 holds, do not search with real arrays")
+        check_keys(exercise, call, got, KINDS)
+        values = {k: number(got[k]) for k in KINDS}
+        for k, v in values.items():
+            if v is None or not math.isfinite(v) or v <= 0:
+                fail(exercise, f"{call}[{k!r}] must be a positive number of bytes, got "
+                     f"{got[k]!r}")
+        answers.append((m, p, call, values))
+    for why, slip in _named(answers).items():
+        fail(exercise, f"{slip}: {why}")
+    for i, (m, p, call, values) in enumerate(answers):
+        right = largest_gradient_bytes(m, p)
+        for k, v in values.items():
+            if v != int(v) or int(v) % (4 * p):
+                whole = " (a multiple of 4 is whole values in all, not on each device)" if (
+                    v == int(v) and int(v) % 4 == 0) else ""
+                fail(exercise, f"{call}[{k!r}] = {v:g} is not a whole number of float32 values on "
+                     f"each of the {p} devices: round down to a multiple of 4·p bytes{whole}")
+            if v > 64 * m:  # far too large to place: judged by the rule, not by arrays
+                fail(exercise, f"{call}[{k!r}]: {off_by(v, right[k])}")
+        for k in KINDS:  # the first two cases with real arrays, the third by the rule they hold
+            n, name = int(values[k]), k.replace("_", "-")
+            held, above = (_held_bytes(devices, p, size, k) if i < 2 else sum(_formula(size, p)[k])
+                           for size in (n, n + 4 * p))
+            if held != sum(_formula(n, p)[k]):
+                raise RuntimeError(f"the kernels held {held} bytes on device 0 for {k}, not the "
+                                   "input and output blocks this check expects")
+            if held > m:
+                fail(exercise, f"{call}[{k!r}]: at that size device 0 holds more than {m:.0f} "
+                     f"bytes when the {name} returns{_how(n, right[k], 'down, not up')}")
+            if above <= m:
+                fail(exercise, f"{call}[{k!r}]: a gradient 4·p = {4 * p} bytes larger still fits "
+                     f"when the {name} returns{_how(n, right[k], 'down once, at the end')}")
+    m, p, _, values = answers[0]
+    passed(exercise, f"measured on device 0: at {m:,.0f} bytes of memory on p = {p} the sliced "
+           f"path fits {values['reduce_scatter'] / values['all_reduce']:.2f}× the all-reduce's "
+           f"gradient; right at {len(answers) - 1} more memory sizes and device counts")
+
+
+def _how(got: float, want: float, rounding: str) -> str:
+    """How far ``got`` is from ``want``: a factor, or the advice ``rounding`` when it is close."""
+    return f": round {rounding}" if abs(got - want) < 0.01 * want else f" ({off_by(got, want)})"
+
+
+def _formula(n: int, p: int) -> dict:
+    """The (input, output) bytes device 0 holds for an ``n``-byte gradient on ``p`` devices."""
+    return {"all_reduce": (n, n), "reduce_scatter": (n, n / p), "all_gather": (n / p, n)}
+
+
+def _named(answers: list) -> dict:
+    """The one slip (its message: the first call it explains) that explains every answer, or
+    ``{}``; a rule for the other p, or the page's sizes typed in, is named too."""
+    for why, _ in _slips(1.0, 1).items():
+        if all(_same(values, _slips(m, p)[why]) for m, p, _, values in answers):
+            return {why: answers[0][2]}
+    p_all = answers[0][1]
+    for m, p, call, values in answers:
+        if p != p_all and _same(values, largest_gradient_bytes(m, p_all)):
+            return {f"that is the answer for p = {p_all}, not for p = {p}: use the argument p, "
+                    "not N_DEVICES": call}
+        m0 = answers[0][0]
+        if m != m0 and _same(values, largest_gradient_bytes(m0, p)):
+            return {f"that is the answer for {m0:.0f} bytes, not for the {m:.0f} given: use the "
+                    "argument memory_bytes": call}
+    return {}
+
+
+def _same(values: dict, slip: dict) -> bool:
+    return all(math.isclose(values[k], slip[k], rel_tol=1e-9) for k in KINDS)
