@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from course_utils.checks.overlap_time import overlap_model_ms
 from course_utils.models.cost_model import Topology
+from course_utils.models.latency import bucketed_step_time
 from course_utils.models.links import link_bytes, link_limits, payload_bytes_per_s, rate_bytes_per_s
 from course_utils.results import diloco_cluster as dc
 from course_utils.results import training as tr
@@ -68,13 +68,14 @@ def collective_cells(results: ClusterResults, name: str) -> list[Cell]:
 
 def overlap_cells(results: OverlapResults) -> list[Cell]:
     """Step 19: the buckets' all-reduces alone, the backward pass then its all-reduces, and
-    the two overlapped (``overlap_model_ms``, α = 0), from the measured compute."""
+    the two overlapped (``bucketed_step_time``, α = 0), from the measured compute."""
     s, hosts, cells = results.sizes, results.cluster.hosts, []
     bucket = 4 * s.width ** 2
     for row in results.backward:
         rate = payload_bytes_per_s(row.link_rate)
         link = s.layers * link_bytes("all_reduce", bucket, hosts, 1) / rate
-        over = overlap_model_ms(row.compute_s * 1e3, bucket, s.layers, hosts, rate, 0.0) / 1e3
+        over = bucketed_step_time([bucket] * s.layers, bucket, ranks=hosts, alpha_s=0.0,
+                                  bandwidth_bytes_per_s=rate, backward_s=row.compute_s)
         for what, measured, modelled in (("all-reduces alone", row.communication_s, link),
                                          ("one after the other", row.serial_s,
                                           row.compute_s + link),

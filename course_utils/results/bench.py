@@ -265,9 +265,9 @@ def figure_data(results: BenchRun) -> dict:
                 "xscale": "log",
                 "yscale": "log",
                 "xunit": "bytes",
-                "title": f"{p} devices: median, band over {repeats} repeats",
-                "xlabel": "S (bytes of the logical vector)",
-                "ylabel": "time per call (µs)",
+                "title": f"{p} devices, own y scale\ndashed: the α + S/B fit",
+                "xlabel": "S (bytes)",
+                "ylabel": f"time per call (µs), {repeats} repeats",
             }
         )
     return {"panels": panels}

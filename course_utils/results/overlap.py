@@ -183,7 +183,7 @@ def figure_data(results: OverlapResults, alpha_s: float = 0.0) -> dict:
         "kind": "line", "title": f"backward pass and all-reduces, {results.sizes.layers} "
                                  f"buckets, {results.cluster.hosts} hosts (dashed: model)",
         "x": [rate_bytes_per_s(r) * 8 / 1e6 for r in measured], "xscale": "log",
-        "yscale": "log", "xlabel": "link rate (Mbit/s)", "ylabel": "time (ms)",
+        "yscale": "linear", "xlabel": "link rate (Mbit/s)", "ylabel": "time (ms)",
         "series": series}]}
 
 
