@@ -135,3 +135,14 @@ def test_the_two_level_check(fn, match, capsys):
     assert "PASSED: two-level all-reduce" in capsys.readouterr().out
     with pytest.raises(ExerciseFailed, match=match):
         check_two_level(fn, mesh)
+
+
+def test_the_two_level_check_runs_the_function_with_check_vma_on():
+    # the value ends varying over both axes, as out_specs say: the check has no reason to turn
+    # the type check off (the exercise's check, checks/hierarchy.py, keeps it on too)
+    from course_utils.checks.algorithms import _two_level_kernel
+
+    blocks = np.zeros((jax.device_count(), 8), np.float32)
+    jaxpr = jax.make_jaxpr(_two_level_kernel(_two_level, node_local_mesh(2)))(blocks)
+    (inner,) = [e for e in jaxpr.eqns[0].params["jaxpr"].eqns if e.primitive.name == "shard_map"]
+    assert inner.params["check_vma"] is True

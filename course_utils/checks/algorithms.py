@@ -173,8 +173,7 @@ def _two_level_kernel(fn, mesh: Mesh):
             raise _NotAVector(f"a {type(out).__name__} of {len(out)}")
         return out[None]
 
-    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec,
-                                 check_vma=False))
+    return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec))
 
 
 def _wrong_sum_hint(got: np.ndarray, blocks: np.ndarray, nodes: int, local: int) -> str:
