@@ -10,7 +10,7 @@ import pytest
 from course_utils import padded_size
 from course_utils.problems.classification import LAYERS, N_PARAMS, PART_THREE_MLP, init_params
 from course_utils.training.layers import layer_chunks, layer_order
-from course_utils.training.strategies import spec
+from course_utils.training.strategies import spec, zero_peak_bytes
 
 PER_LAYER = """
 mesh = data_mesh()
@@ -38,6 +38,19 @@ def test_every_device_holds_a_chunk_of_every_layer(p):
         assert not whole[math.prod(shape):].any()  # the rest is padding
         start += chunk
     assert order[0] == 0 and N_PARAMS <= max(order)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_the_peak_model_is_the_state_plus_what_the_page_says(p):
+    n = padded_size(p)
+    layers = [p * chunk for chunk in layer_chunks(n, p)]  # the page's layer_sizes
+    peak = zero_peak_bytes(layers, p)
+    assert sum(layers) == n and peak["data_parallel"] == 12 * n  # nothing beyond the state
+    # "as written here it saves nothing at the peak": ZeRO-2's peak is ZeRO-1's
+    assert peak["zero2"] == pytest.approx(peak["zero1"]) == pytest.approx(8 * n + 8 * n / p)
+    # "its state plus one layer", below the whole vector gathered
+    assert peak["zero3"] == pytest.approx(12 * n / p + 4 * max(layers))
+    assert peak["zero3"] < 12 * n / p + 4 * n
 
 
 @pytest.mark.parametrize("p", [3, 4])

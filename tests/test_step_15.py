@@ -42,3 +42,19 @@ def test_the_per_step_panel_starts_where_asked_and_refuses_a_step_past_the_run()
     assert len(per_byte["series"][0]["x"]) > len(per_step["series"][0]["x"])  # the whole run
     with pytest.raises(ValueError, match="past the last held-out point"):
         heldout_figure_data(SAVED, ["data_parallel"], from_step=STEPS + 1)
+
+
+def test_error_feedback_leads_topk_clearly_and_powersgd_leads_it_by_little():
+    """Cell 28: top-k+EF below top-k by more than a hundredth at every evaluation of the second
+    half; PowerSGD below top-k+EF there by only a few thousandths. Cell 7: top-k+EF's error of
+    the sum after the long runs is about a tenth of top-k's."""
+    second = [s for s, _ in find_run(SAVED, "data_parallel").heldout_loss if s > STEPS // 2]
+
+    def gaps(a, b):
+        return [heldout_at(find_run(SAVED, a), s) - heldout_at(find_run(SAVED, b), s)
+                for s in second]
+
+    assert min(gaps("topk", "topk_ef")) > 0.01
+    assert 0 < min(gaps("topk_ef", "powersgd")) and max(gaps("topk_ef", "powersgd")) < 0.01
+    ratio = find_run(SAVED, "topk_ef").cumulative_error / find_run(SAVED, "topk").cumulative_error
+    assert 0.05 < ratio < 0.15

@@ -42,7 +42,7 @@ mapping = {mapping!r}
 # of parts three, four and five (results.strategies, training, diloco, streaming, diloco_cluster)
 RENAMED_READERS = RENAMED + """
 from course_utils.checks.compute import expected_rows
-from course_utils.checks.training import STAGES, check_memory_prediction
+from course_utils.checks.training import STAGES, check_peak_prediction
 from course_utils.figures.labels import human, short_label
 from course_utils.figures.streaming import wall_clock_figure_data
 from course_utils.results import diloco as rd
@@ -53,7 +53,6 @@ from course_utils.results import training as rt
 from course_utils.results.diloco_figures import diloco_figure_data
 from course_utils.results.training_figures import step_figure_data, time_to_target_figure_data
 from course_utils.training.part_four import COMPRESSED, PART_FOUR_ROWS, find_row
-from course_utils.training.run import Memory
 from course_utils.training.strategies import DATA_PARALLEL, DILOCO, SPECS, ZERO_STAGES, saved_in
 
 assert set(SPECS) == set(mapping.values()) and STAGES == ZERO_STAGES
@@ -62,11 +61,9 @@ assert find_row(mapping["zero3"]).strategy == mapping["zero3_regather"] and len(
 assert all(human(name) == s.label and short_label(name) for name, s in SPECS.items())
 assert all(rt.part_four_traffic(r.name, 2, 2).link_bytes > 0 for r in PART_FOUR_ROWS)
 assert expected_rows(100_000, 2, 2, 1e8, 1e-4, 1e10) > 0
-whole, piece = 4096, 1024
-memory = {{s: Memory(parameters=whole if i < 3 else piece, gradients=whole if i < 2 else piece,
-                     optimizer=whole if i < 1 else piece) for i, s in enumerate(STAGES)}}
-check_memory_prediction(lambda n, p: {{s: 4 * n * (3 - i) + 4 * n // p * i
-                                       for i, s in enumerate(STAGES)}}, memory, 1024, 4)
+check_peak_prediction(lambda sizes, p: dict(zip(STAGES, (
+    12 * sum(sizes), 8 * sum(sizes) + 8 * sum(sizes) / p, 8 * sum(sizes) + 8 * sum(sizes) / p,
+    12 * sum(sizes) / p + 4 * max(sizes)))), [8192, 256, 2048, 256], 4)
 # part three
 runs = rs.saved_strategy_results()
 labels = [label for s in SPECS.values() for label, _ in s.saved.points]

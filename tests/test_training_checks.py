@@ -9,74 +9,140 @@ import pytest
 
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.local_sgd import check_local_sgd_h
-from course_utils.checks.training import check_int8_feedback, check_memory_prediction
-from course_utils.training.run import Memory
+from course_utils.checks.training import (
+    _UNSEEN,
+    _stage_slips,
+    check_int8_feedback,
+    check_peak_prediction,
+)
+from course_utils.training.strategies import zero_peak_bytes
 
-N, P = 1024, 4
-WHOLE, PIECE = 4 * N, 4 * N // P
-MEASURED = {
-    "data_parallel": Memory(parameters=WHOLE, gradients=WHOLE, optimizer=WHOLE),
-    "zero1": Memory(parameters=WHOLE, gradients=WHOLE, optimizer=PIECE),
-    "zero2": Memory(parameters=WHOLE, gradients=PIECE, optimizer=PIECE),
-    "zero3": Memory(parameters=PIECE, gradients=PIECE, optimizer=PIECE),
-}
-RIGHT = {s: sum(memory.parts().values()) for s, memory in MEASURED.items()}
+P = 4
+LAYERS = [8192, 256, 2048, 256]  # the page's layers as laid out (padding included), p = 4
 
 
-def right_memory(n, p):
-    return {"data_parallel": 12 * n, "zero1": 8 * n + 4 * n // p, "zero2": 4 * n + 8 * n / p,
-            "zero3": np.int64(12 * n // p)}
+def right_peak(layer_sizes, p):
+    n = sum(layer_sizes)
+    whole, piece = 4 * n, 4 * n / p
+    return {"data_parallel": 3 * whole, "zero1": 2 * whole + 2 * piece,
+            "zero2": 2 * whole + 2 * piece, "zero3": 3 * piece + 4 * max(layer_sizes)}
 
 
-def test_memory_right_and_wrong(capsys):
-    check_memory_prediction(right_memory, MEASURED, N, P)
-    assert "PASSED" in capsys.readouterr().out
-    with pytest.raises(ExerciseFailed, match="predicted_memory is not defined"):
-        check_memory_prediction(None, MEASURED, N, P)
+def peak_of_arrays(layer_sizes, p):  # another form: NumPy numbers, ints, array shapes counted
+    n, nbytes = int(np.sum(layer_sizes)), np.float32().nbytes
+    slice_, layer = n // p * nbytes, np.max(layer_sizes) * nbytes
+    return {"zero3": np.int64(3 * slice_ + layer), "zero2": n * nbytes * 2 + 2 * slice_,
+            "zero1": np.float64(2 * n * nbytes + 2 * slice_), "data_parallel": 3 * n * nbytes}
+
+
+def peak_by_arrays_held(layer_sizes, p):  # a third form: the arrays each step holds, listed
+    n = sum(layer_sizes)
+    held = {"data_parallel": [n, n, n], "zero1": [n, n, n / p, n / p],
+            "zero2": [n, n / p, n / p, n], "zero3": [n / p] * 3 + [max(layer_sizes)]}
+    return {stage: 4.0 * sum(values) for stage, values in held.items()}
+
+
+def peak_with(**changed):
+    """The right peak with one stage's answer replaced: ``stage=fn(sizes, p, right)``."""
+    def predicted_peak(layer_sizes, p):
+        right = right_peak(layer_sizes, p)
+        return {**right, **{s: f(layer_sizes, p, right[s]) for s, f in changed.items()}}
+    return predicted_peak
+
+
+def state3(sizes, p):
+    return 12 * sum(sizes) / p
+
+
+def test_peak_right_in_three_forms(capsys):
+    check_peak_prediction(right_peak, LAYERS, P)
+    check_peak_prediction(peak_of_arrays, LAYERS, P)
+    check_peak_prediction(peak_by_arrays_held, np.array(LAYERS), np.int64(P))
+    out = capsys.readouterr().out
+    assert out.count("PASSED: the peak during a step") == 3
+    assert "zero3 65024 B" in out and "right at 3 layer lists more" in out
+
+
+def test_the_unseen_cases_tell_every_slip_apart():
+    for stage in ("data_parallel", "zero1", "zero2", "zero3"):
+        slips = list(_stage_slips(stage).values()) + [
+            lambda s, p, stage=stage: zero_peak_bytes(s, p)[stage]]  # the right answer
+        cases = [(tuple(LAYERS), P), *_UNSEEN]
+        values = [tuple(slip(*case) for case in cases) for slip in slips]
+        assert len(set(values)) == len(values), stage
+
+
+def test_peak_slips_are_named():
     cases = [
-        ({"zero1": 1}, "exactly the keys .*: it lacks 'data_parallel', 'zero2', 'zero3'$"),
-        ({**RIGHT, "ZeRO-1": 1, "fsdp": 2}, "'ZeRO-1', 'fsdp' are not asked for$"),
-        ({**RIGHT, "zero2": "a lot"}, "zero2: give a number of bytes"),
-        ({**RIGHT, "zero3": RIGHT["zero3"] / 4}, r"4× too small; count bytes \(4 per float32"),
-        ({**RIGHT, "zero3": RIGHT["zero3"] / 2**10}, "1024× too small; give bytes, not KiB"),
-        ({**RIGHT, "zero2": 3 * WHOLE}, r"counts 0 of the three parts as 1/p slices; zero2 "
-         r"keeps gradients and the momentum \(optimizer state\) in"),
-        ({**RIGHT, "zero1": RIGHT["zero2"]}, r"counts 2 of the three parts as 1/p slices; zero1 "
-         r"keeps the momentum \(optimizer state\) in slices of n/p$"),
-        ({**RIGHT, "data_parallel": RIGHT["zero1"]},
-         "data_parallel keeps nothing in slices of n/p, every part whole$"),
-        ({**RIGHT, "zero3": 2 * WHOLE},  # no count of slices gives it: no part named
-         r"zero3: .*; add what one device holds, in bytes, of the parameters, the gradient and "
-         r"the momentum, each whole \(4n\) or in a slice \(4n/p\)$"),
-        ({**RIGHT, "zero1": RIGHT["zero1"] * P}, "all p devices together: give what ONE"),
-        ({**RIGHT, "zero3": RIGHT["zero3"] + 1}, "zero3: .*; add what one device holds"),
-        ({**RIGHT, "zero3": 8 * RIGHT["zero3"]}, "8× too large; count bytes, not bits$"),
-        # at p = 4, slicing everything in one stage gives what counting values gives there:
-        # the slicing is named, and values only when every stage is off by the same 4
-        ({**RIGHT, "data_parallel": RIGHT["zero3"]},
-         r"data_parallel: it is 4× too small; that counts 3 of the three parts as 1/p slices; "
-         "data_parallel keeps nothing in slices of n/p, every part whole$"),
-        ({s: v / 4 for s, v in RIGHT.items()},
-         r"data_parallel: it is 4× too small; count bytes \(4 per float32 value\), not values$"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * sum(s) / len(s)),
+         "zero3: .*; the layer held at the peak is the largest, not one of the mean size"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * s[-1]),
+         "zero3: .*; every layer is gathered in its turn, so the largest decides the peak, "
+         "not the last$"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * s[0]),
+         r"zero3: .* at layers \[512, 4096, 128, 1024, 32\] on p = 8 \(a case the page never "
+         r"shows\); the largest layer decides the peak, wherever it sits, not the first$"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * sum(s)),
+         "ZeRO-3 gathers one layer at a time, not all at once"),
+        (peak_with(zero3=lambda s, p, r: 4 * max(s)),
+         "at the peak the device still holds its state, three slices of n/p"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * max(s) / p),
+         r"the gathered layer is whole \(all p chunks of it\)"),
+        (peak_with(zero2=lambda s, p, r: 4 * sum(s) + 12 * sum(s) / p),
+         r"zero2: .*; ZeRO-2 computes the whole local gradient \(f32\[n\]\) before its "
+         r"reduce-scatter \(only what it keeps between steps is a slice\), and it keeps the "
+         "parameters whole$"),
+        (peak_with(zero2=lambda s, p, r: 4 * sum(s) + 8 * sum(s) / p),
+         "during the step ZeRO-2 also holds the whole local gradient"),
+        (peak_with(zero1=lambda s, p, r: 8 * sum(s) + 4 * sum(s) / p),
+         r"zero1: .*; ZeRO-1 updates its slice with its slice of the summed gradient"),
+        (peak_with(zero1=lambda s, p, r: r - 4 * sum(s) / p + 4 * sum(s)),
+         "zero1: .*; one slice of n/p is counted whole: at the peak ZeRO-1 holds two"),
+        (peak_with(zero3=lambda s, p, r: r + 4 * sum(s) - 4 * sum(s) / p),  # one part whole
+         r"zero3: .*; between steps zero3 keeps parameters, the gradient and the momentum in "
+         r"slices of n/p \(the table at the top of the page\)$"),
+        (peak_with(zero3=lambda s, p, r: r - 4 * sum(s) / p),
+         r"its state is three slices of n/p \(parameters, gradient, momentum\), not two$"),
+        (peak_with(data_parallel=lambda s, p, r: r + 4 * sum(s)),
+         "data parallelism's all-reduce sums the gradient it keeps, in place"),
+        (lambda s, p: {k: v / 4 for k, v in right_peak(s, p).items()},
+         r"every stage is off in every case: count bytes \(4 per float32 value\), not values$"),
+        (lambda s, p: {k: v * p for k, v in right_peak(s, p).items()},
+         "every stage is off in every case: that is all p devices together"),
+        (peak_with(zero2=lambda s, p, r: r / 4), r"zero2: it is 4× too small; count bytes"),
+        (peak_with(zero3=lambda s, p, r: r + 1),
+         "zero3: .*; a stage's peak is its state between steps plus"),
+        (lambda s, p: right_peak(LAYERS, P),  # typed in from the page
+         r"data_parallel: .* at layers \[512, 4096, 128, 1024, 32\] on p = 8 .*; that is the "
+         "page's number in every case: write the bytes from layer_sizes and p"),
     ]
     for answer, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
-            check_memory_prediction(lambda n, p, answer=answer: answer, MEASURED, N, P)
+            check_peak_prediction(answer, LAYERS, P)
 
 
-def test_memory_typed_in_or_read_off_the_run_is_caught():
+def test_peak_shortcut_and_bad_input():
+    import course_utils as cu
+
     cases = [
-        (lambda n, p: RIGHT, r"right at this notebook's n = 1024, p = 4, but not at n = 4096, "
-         r"p = 8 \(data_parallel, zero1, zero2, zero3\): write each stage's bytes in n and p"),
-        (lambda n, p: {**right_memory(n, p), "zero1": 8 * N + N},
-         r"not at n = 4096, p = 8 \(zero1\)"),
-        (RIGHT, "predicted_memory is an object of type dict, not a function"),
-        (lambda n: RIGHT, r"predicted_memory\(1024, 4\) raised TypeError"),
-        (lambda n, p: list(RIGHT.values()), "returned a list; return a dict {stage: bytes}"),
+        (None, "predicted_peak is not defined"),
+        (right_peak(LAYERS, P), "predicted_peak is an object of type dict, not a function"),
+        (zero_peak_bytes, "predicted_peak calls the package's zero_peak_bytes, the model this "
+                          "exercise asks you to write"),
+        (lambda s, p: cu.zero_peak_bytes(s, p), "calls the package's zero_peak_bytes"),
+        (lambda s: 1, r"predicted_peak\(\[8192, 256, 2048, 256\], 4\) raised TypeError"),
+        (lambda s, p: 1 / 0, r"raised ZeroDivisionError"),
+        (lambda s, p: list(right_peak(s, p).values()), "returned a list; return a dict"),
+        (lambda s, p: {"zero1": 1}, "exactly the keys .*: it lacks 'data_parallel', 'zero2'"),
+        (lambda s, p: {**right_peak(s, p), "fsdp": 1}, "'fsdp' is not asked for"),
+        (lambda s, p: {**right_peak(s, p), "zero2": "a lot"},
+         r"\['zero2'\]: give a number of bytes, got 'a lot'"),
+        (lambda s, p: {**right_peak(s, p), "zero3": float("nan")}, "give a number of bytes"),
+        (lambda s, p: {**right_peak(s, p), "zero3": np.ones(2)}, "give a number of bytes"),
     ]
     for answer, message in cases:
         with pytest.raises(ExerciseFailed, match=message):
-            check_memory_prediction(answer, MEASURED, N, P)
+            check_peak_prediction(answer, LAYERS, P)
 
 
 def _right(g, residual):

@@ -1,12 +1,13 @@
-"""Self-checks for steps 14–15: memory per ZeRO stage, error feedback around int8 (step 16's H
+"""Self-checks for steps 14–15: the peak per ZeRO stage, error feedback around int8 (step 16's H
 for a byte budget is in ``local_sgd``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from course_utils.checks.forbidden import uses_forbidden
 from course_utils.checks.helpers import (
     call_without,
     check_keys,
@@ -19,99 +20,161 @@ from course_utils.checks.helpers import (
 )
 from course_utils.constants import SCALE_BUCKET
 from course_utils.display import error_line
-from course_utils.training.run import Memory
-from course_utils.training.strategies import ZERO_STAGES, spec
+from course_utils.training.strategies import ZERO_STAGES, spec, zero_peak_bytes
 
 STAGES = ZERO_STAGES
-# what each stage keeps in slices of 1/p, in the order parameters, gradient, optimizer state:
-# the parts its description's ``init`` places ``sliced``
-_SLICED = {stage: tuple(part for part, placed in (("parameters", spec(stage).parts.params),
-                                                  ("gradients", spec(stage).parts.gradient),
-                                                  ("optimizer", spec(stage).parts.optimizer))
-                        if placed == "sliced") for stage in STAGES}
+# layer lists (sizes as laid out: multiples of p) and device counts the page never shows: the
+# largest layer in the middle, last, and first; none is the mean
+_UNSEEN = (((512, 4096, 128, 1024, 32), 8), ((600, 60, 4800, 1200), 6), ((1000, 3000), 2))
 
 
-def check_memory_prediction(fn, measured: Mapping[str, Memory], n: int, p: int) -> None:
-    """Exercise 14: ``fn(n, p) -> {stage: bytes per device}`` for every stage of ``STAGES``,
-    against ``measured[stage]``, the ``Memory`` record ``train`` read from the shards of a flat
-    vector of ``n`` values on ``p`` devices, then at sizes and device counts never shown."""
-    exercise = "memory per ZeRO stage"
-    function_given(exercise, "predicted_memory", fn)
-    predicted = _predicted(exercise, fn, n, p)
+def _sliced(stage: str) -> tuple[str, ...]:
+    """What ``stage`` keeps in slices of 1/p between steps (its ``Parts``), in the order
+    parameters, gradient, momentum."""
+    parts = spec(stage).parts
+    return tuple(name for name, placed in (("parameters", parts.params),
+                                           ("the gradient", parts.gradient),
+                                           ("the momentum", parts.optimizer))
+                 if placed == "sliced")
+
+
+def _state(stage: str, n: int, p: int, count: int | None = None) -> float:
+    """Bytes of ``stage``'s three parts between steps, ``count`` of them sliced (its own
+    number if ``None``)."""
+    count = len(_sliced(stage)) if count is None else count
+    return count * 4 * n / p + (3 - count) * 4 * n
+
+
+def _stage_slips(stage: str) -> dict[str, Callable]:
+    """The honest slips of one stage's peak: ``{message: fn(sizes, p) -> bytes}``."""
+    parts = spec(stage).parts
+
+    def state(sizes, p, count=None):
+        return _state(stage, sum(sizes), p, count)
+
+    if parts.params == "sliced":  # ZeRO-3: its state and one gathered layer
+        return {
+            "the layer held at the peak is the largest, not one of the mean size: each layer is "
+            "gathered whole in its turn": lambda s, p: state(s, p) + 4 * sum(s) / len(s),
+            "every layer is gathered in its turn, so the largest decides the peak, not the "
+            "last": lambda s, p: state(s, p) + 4 * s[-1],
+            "the largest layer decides the peak, wherever it sits, not the first":
+                lambda s, p: state(s, p) + 4 * s[0],
+            "ZeRO-3 gathers one layer at a time, not all at once: the whole vector gathered is "
+            "the peak it avoids": lambda s, p: state(s, p) + 4 * sum(s),
+            "at the peak the device still holds its state, three slices of n/p (parameters, "
+            "gradient, momentum), beside the gathered layer": lambda s, p: 4 * max(s),
+            "its state is three slices of n/p (parameters, gradient, momentum), not two":
+                lambda s, p: 8 * sum(s) / p + 4 * max(s),
+            "the gathered layer is whole (all p chunks of it), not one device's chunk":
+                lambda s, p: state(s, p) + 4 * max(s) / p,
+            "one whole layer: its gathered parameters in the forward pass, then its unreduced "
+            "gradient in the backward pass, not both": lambda s, p: state(s, p) + 8 * max(s),
+            "ZeRO-3 gathers each layer whole before using it: add the layer it holds":
+                lambda s, p: state(s, p),
+        }
+    if parts.gradient == "sliced":  # ZeRO-2: it keeps a slice, computes the whole
+        return {
+            "ZeRO-2 computes the whole local gradient (f32[n]) before its reduce-scatter (only "
+            "what it keeps between steps is a slice), and it keeps the parameters whole":
+                lambda s, p: state(s, p) + 4 * sum(s) / p,
+            "during the step ZeRO-2 also holds the whole local gradient (f32[n]) before its "
+            "reduce-scatter, which its state does not keep": lambda s, p: state(s, p),
+        }
+    if parts.optimizer == "sliced":  # ZeRO-1: the slice of the sum it updates with
+        return {
+            "ZeRO-1 updates its slice with its slice of the summed gradient (f32[n/p]), which "
+            "its state does not keep: add it": lambda s, p: state(s, p),
+            "one slice of n/p is counted whole: at the peak ZeRO-1 holds two (its momentum, "
+            "and the slice of the summed gradient it updates with)":
+                lambda s, p: state(s, p) + 4 * sum(s),
+        }
+    return {  # data parallelism: nothing beyond its state
+        "data parallelism's all-reduce sums the gradient it keeps, in place: nothing beyond "
+        "its state": lambda s, p: state(s, p) + 4 * sum(s),
+        "data parallelism holds nothing beyond its state (the all-reduce works in place)":
+            lambda s, p: state(s, p) + 4 * sum(s) / p,
+    }
+
+
+def check_peak_prediction(fn, layer_sizes, p: int) -> None:
+    """Exercise 14: ``fn(layer_sizes, p) -> {stage: bytes}``, the peak one device holds during
+    a step in step 14's shape model (``zero_peak_bytes``), for every stage of ``STAGES``, at the
+    page's ``layer_sizes`` and ``p`` and at layer lists the page never shows (``_UNSEEN``). The
+    package's model is refused; a wrong stage is named with the slip that explains it at every
+    case."""
+    exercise = "the peak during a step"
+    function_given(exercise, "predicted_peak", fn)
+    page = (tuple(int(size) for size in layer_sizes), int(p))
+    answers = [(case, _peak_answer(exercise, fn, *case)) for case in (page, *_UNSEEN)]
+    scaled = {"count bytes (4 per float32 value), not values": lambda want, q: want / 4,
+              "that is all p devices together: give what ONE device holds":
+                  lambda want, q: want * q}
+    for why, slip in scaled.items():
+        if all(np.isclose(got[s], slip(zero_peak_bytes(*case)[s], case[1]), rtol=1e-6)
+               for case, got in answers for s in STAGES):
+            fail(exercise, f"every stage is off in every case: {why}")
+    for case, got in answers:
+        want = zero_peak_bytes(*case)
+        for stage in STAGES:
+            if np.isclose(got[stage], want[stage], rtol=1e-6):
+                continue
+            where = ("" if case == page else f" at layers {list(case[0])} on p = {case[1]} "
+                     "(a case the page never shows)")
+            fail(exercise, f"{stage}: {off_by(got[stage], want[stage])}{where}; "
+                           f"{_peak_slip(stage, answers, got[stage], want[stage])}")
+    passed(exercise, ", ".join(f"{s} {answers[0][1][s]:.0f} B" for s in STAGES)
+           + f" at the page's layers; right at {len(_UNSEEN)} layer lists more")
+
+
+def _peak_answer(exercise: str, fn, sizes: tuple[int, ...], p: int) -> dict[str, float]:
+    """The student's ``fn(list(sizes), p)`` as ``{stage: float}``, or a failure saying what
+    is wrong with it."""
+    call = f"predicted_peak({list(sizes)}, {p})"
+    got = call_without(exercise, fn, (list(sizes), p), forbidden=(zero_peak_bytes,), call=call,
+                       refusal="predicted_peak calls the package's {}, the model this exercise "
+                               "asks you to write: count each stage's arrays yourself")
+    if not isinstance(got, Mapping):
+        fail(exercise, f"{call} returned a {type(got).__name__}; return a dict {{stage: bytes}}")
+    check_keys(exercise, "predicted_peak(layer_sizes, p)", dict(got), STAGES)
     for stage in STAGES:
-        if number(predicted[stage]) is None:
-            fail(exercise, f"{stage}: give a number of bytes, got {predicted[stage]!r}")
-    # a unit slip shows in every stage at once; a slicing slip (which at p = 4 can give the same
-    # number as a unit slip in one stage) only in some
-    unit = [unit_causes(number(predicted[s]), measured[s].total) for s in STAGES]
-    everywhere = [c for c in unit[0] if all(c in u for u in unit[1:])]
-    for stage in STAGES:
-        got, want = number(predicted[stage]), measured[stage].total
-        if np.isclose(got, want):
-            continue
-        causes = everywhere or [_slicing_hint(stage, got, measured)
-                                or " — or ".join(unit_causes(got, want))
-                                or _memory_slip(stage, got, want, p)]
-        fail(exercise, f"{stage}: {off_by(got, want)}; {' — or '.join(causes)}")
-    for other_n, other_p in _UNSEEN:
-        got = _predicted(exercise, fn, other_n, other_p)
-        wrong = [s for s in STAGES if number(got[s]) is None
-                 or not np.isclose(number(got[s]), _stage_bytes(s, other_n, other_p))]
-        if wrong:
-            fail(exercise, f"right at this notebook's n = {n}, p = {p}, but not at n = "
-                           f"{other_n}, p = {other_p} ({', '.join(wrong)}): write each stage's "
-                           "bytes in n and p, not numbers read off this run")
-    passed(exercise, ", ".join(f"{s} {measured[s].total} B" for s in STAGES)
-           + f"; and at {len(_UNSEEN)} other sizes and device counts")
+        value = number(got[stage])
+        if value is None or not np.isfinite(value):
+            fail(exercise, f"{call}[{stage!r}]: give a number of bytes, got {got[stage]!r}")
+    return {stage: number(got[stage]) for stage in STAGES}
 
 
-# (n, p) the notebook never shows; n a multiple of p, as the padded vector is
-_UNSEEN = ((4096, 8), (1200, 3), (512, 2), (640, 1))
+def _peak_slip(stage: str, answers: list, got: float, want: float) -> str:
+    """The slip that explains ``stage``'s answers in every case (``answers``: the page's case
+    first), else a hint; ``got`` and ``want`` are the first wrong case's."""
+    def every(slip) -> bool:
+        return all(np.isclose(a[stage], slip(*case), rtol=1e-6) for case, a in answers)
 
-
-def _stage_bytes(stage: str, n: int, p: int) -> float:
-    """Bytes per device of ``stage``'s three float32 parts: whole (4n) or sliced (4n/p)."""
-    return sum(4 * n / p if part in _SLICED[stage] else 4 * n
-               for part in ("parameters", "gradients", "optimizer"))
-
-
-def _predicted(exercise: str, fn, n: int, p: int) -> Mapping:
-    try:
-        predicted = fn(n, p)
-    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
-        fail(exercise, f"predicted_memory({n}, {p}) raised {error_line(error)}")
-    if not isinstance(predicted, Mapping):
-        fail(exercise, f"predicted_memory(n, p) returned a {type(predicted).__name__}; return a "
-                       "dict {stage: bytes}")
-    check_keys(exercise, "predicted_memory(n, p)", predicted, STAGES)
-    return predicted
-
-
-def _memory_slip(stage: str, got: float, want: float, p: int) -> str:
-    """The likely mistake behind a wrong byte count that is no unit or slicing slip."""
-    from course_utils.problems.classification import N_PARAMS
-
-    if np.isclose(got, want * p):
-        return "that is all p devices together: give what ONE device holds"
-    if np.isclose(got, _stage_bytes(stage, N_PARAMS, p)):
-        return "n is the padded vector's length (N_PARAMS plus padding), not N_PARAMS"
-    return ("add what one device holds, in bytes, of the parameters, the gradient and the "
-            "momentum, each whole (4n) or in a slice (4n/p)")
-
-
-def _slicing_hint(stage: str, got: float, measured: Mapping[str, Memory]) -> str | None:
-    """If ``got`` is what the three parts add up to with another number of them sliced, which
-    parts ``stage`` slices; else ``None``."""
-    whole = max(max(m.parts().values()) for m in measured.values())
-    piece = min(min(m.parts().values()) for m in measured.values())
-    sliced = _SLICED[stage]
-    for count in range(4):
-        if count != len(sliced) and np.isclose(got, count * piece + (3 - count) * whole):
-            kept = " and ".join(sliced).replace("optimizer", "the momentum (optimizer state)")
-            kept = kept or "nothing"
-            return (f"that counts {count} of the three parts as 1/p slices; {stage} keeps "
-                    f"{kept} in slices of n/p" + ("" if sliced else ", every part whole"))
-    return None
+    for why, slip in _stage_slips(stage).items():
+        if every(slip):
+            return why
+    for count in range(4):  # the state between steps miscounted, the rest right
+        def miscounted(sizes, q, count=count):
+            n = sum(sizes)
+            return zero_peak_bytes(sizes, q)[stage] + _state(stage, n, q, count) - _state(
+                stage, n, q)
+        if count != len(_sliced(stage)) and every(miscounted):
+            names = _sliced(stage)
+            kept = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1
+                                else names) or "nothing"
+            return (f"between steps {stage} keeps {kept} in slices of n/p"
+                    + ("" if _sliced(stage) else ", every part whole")
+                    + " (the table at the top of the page)")
+    page = answers[0][0]
+    if every(lambda sizes, q: zero_peak_bytes(*page)[stage]):
+        return ("that is the page's number in every case: write the bytes from layer_sizes "
+                "and p, not numbers read off this page")
+    causes = unit_causes(got, want)
+    if causes:
+        return " — or ".join(causes)
+    return ("a stage's peak is its state between steps plus the gradient or parameter arrays "
+            "its step holds beyond it, at the shapes the step's code gives them (the shape "
+            "model's rules)")
 
 
 def int8_feedback(g: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,25 +224,29 @@ def check_int8_feedback(fn, residual_bound=None) -> None:
     exercise = "error feedback around int8"
     function_given(exercise, "my_int8_feedback", fn)
     forbidden = (quantize_int8, dequantize_int8, int8_all_reduce, quantize, quantized_all_reduce)
+    refusal = ("my_int8_feedback calls the package's {}, which this exercise asks you not to "
+               "call: quantize each bucket yourself")
+    if (name := uses_forbidden(fn, forbidden)) is not None:
+        fail(exercise, refusal.format(name))
     rng = np.random.default_rng(15)
     _judge_bound(exercise, residual_bound)
+    traced, untraceable = jax.jit(fn), None  # one compile a size, not one per operation
     for n in (512, 320):  # two sizes: a size written into the function fails one
         g = rng.standard_normal(n).astype(np.float32)
         residual = (0.01 * rng.standard_normal(n)).astype(np.float32)
         g[SCALE_BUCKET:2 * SCALE_BUCKET] = residual[SCALE_BUCKET:2 * SCALE_BUCKET] = 0  # padding
-        result = call_without(
-            exercise, fn, (jnp.asarray(g), jnp.asarray(residual)), forbidden=forbidden,
-            refusal="my_int8_feedback calls the package's {}, which this exercise asks you not "
-                    "to call: quantize each bucket yourself",
-            call=f"my_int8_feedback(g, residual) with n = {n}")
+        args = (jnp.asarray(g), jnp.asarray(residual))
+        try:
+            result = traced(*args)
+        except Exception as error:  # noqa: BLE001 - run it as written, for its own error
+            untraceable = untraceable or error
+            result = call_without(exercise, fn, args, forbidden=forbidden, refusal=refusal,
+                                  call=f"my_int8_feedback(g, residual) with n = {n}")
         _judge_int8(exercise, result, g, residual)
-    try:
-        g = np.linspace(-1, 1, 128, dtype=np.float32)
-        jax.jit(fn)(g, np.zeros_like(g))
-    except Exception as error:  # noqa: BLE001 - the student's code failed: say how, in a line
+    if untraceable is not None:
         fail(exercise, "my_int8_feedback must also run on traced JAX arrays, as inside "
                        "jax.shard_map (use jax.numpy, no NumPy on the arrays and no Python "
-                       f"loop over their values): {error_line(error)}")
+                       f"loop over their values): {error_line(untraceable)}")
     passed(exercise, f"every bucket of {SCALE_BUCKET} sent as int8 codes times its scale; "
                      "sent + new residual = g + old residual, to float rounding; |new residual| "
                      "≤ s / 2")

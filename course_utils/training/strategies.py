@@ -66,7 +66,7 @@ __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "S
            "TrainState", "accumulate_gradient", "local_sgd_bytes", "place", "state_specs",
            "Parts", "Sync", "SavedRuns", "SavedPlan", "SAVED_PLANS", "PartFour", "StrategySpec",
            "SPECS", "STRATEGIES", "STRATEGY_STEPS", "DATA_PARALLEL", "LOCAL_SGD", "ZERO_STAGES",
-           "HSDP", "DILOCO", "spec", "saved_in"]
+           "HSDP", "DILOCO", "spec", "saved_in", "zero_peak_bytes"]
 
 
 # ``diloco.json`` (``scripts/diloco_sweep.py``): the two compared, then the ablations of
@@ -225,6 +225,40 @@ def spec(name: str) -> StrategySpec:
     if name not in SPECS:
         raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(SPECS)}")
     return SPECS[name]
+
+
+def zero_peak_bytes(layer_sizes, p: int) -> dict[str, float]:
+    """Step 14's shape model of the peak one device holds during a step, in bytes, for each of
+    ``ZERO_STAGES``: a flat float32 vector of layers of ``layer_sizes`` values as laid out
+    (padding included), n values in all, on ``p`` devices. The state between steps (each part
+    of the stage's ``Parts`` whole, 4n bytes, or ``sliced``, 4n/p), plus what a step holds
+    beyond it: with the parameters sliced, one gathered layer at a time (the largest decides;
+    its unreduced gradient in the backward pass takes the same room); else with the gradient
+    kept in a slice, the whole local gradient before its reduce-scatter; else with the
+    optimizer's state sliced, the slice of the summed gradient it updates with. Activations,
+    what ``jax.grad`` keeps from the forward pass and the slices updated in place are left out.
+
+    Examples:
+        >>> zero_peak_bytes((8192, 256, 2048, 256), 4)
+        {'data_parallel': 129024.0, 'zero1': 107520.0, 'zero2': 107520.0, 'zero3': 65024.0}
+    """
+    n = sum(layer_sizes)
+    whole, piece = 4.0 * n, 4.0 * n / p
+    peaks = {}
+    for stage in ZERO_STAGES:
+        parts = spec(stage).parts
+        placed = (parts.params, parts.gradient, parts.optimizer)
+        state = sum(piece if where == "sliced" else whole for where in placed)
+        if parts.params == "sliced":
+            during = 4.0 * max(layer_sizes)
+        elif parts.gradient == "sliced":
+            during = whole
+        elif parts.optimizer == "sliced":
+            during = piece
+        else:
+            during = 0.0
+        peaks[stage] = state + during
+    return peaks
 
 
 def saved_in(file: str, *roles: str) -> tuple[str, ...]:
