@@ -1,10 +1,10 @@
 """The teaching core of the course unit "Communication-efficient algorithms" (distributed-03).
 
 What the notebooks use, read at the call site: ``import course_utils as cu`` and
-``from course_utils import checks`` (``cu.data_mesh()``, ``checks.check_shares(...)``). Importing
-this package configures nothing: call ``cu.use_cpu_devices(n)`` first, in a fresh kernel. The
-tools behind the ``course`` command live in ``course_utils.tools``, which this package never
-imports.
+``from course_utils import checks`` (``cu.data_mesh()``, ``checks.check_pmean_weights(...)``).
+Importing this package configures nothing: call ``cu.use_cpu_devices(n)`` first, in a fresh
+kernel. The tools behind the ``course`` command live in ``course_utils.tools``, which this
+package never imports.
 
 Sub-packages, in layer order (each imports only those before it): ``constants``, ``display``,
 ``validate``, ``problems``, ``models``, ``devices``, ``collectives``, ``observe``, ``training``,
@@ -179,6 +179,7 @@ _API = {
     "StrategySpec": ("training.strategies", "StrategySpec"),
     "STRATEGY_SPECS": ("training.strategies", "SPECS"),
     "strategy_spec": ("training.strategies", "spec"),
+    "zero_peak_bytes": ("training.strategies", "zero_peak_bytes"),
 }
 
 # public name: module in this package, read as a namespace (``cu.diloco_sweep.pick_lr``)

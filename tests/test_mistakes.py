@@ -25,59 +25,45 @@ from course_utils.checks import (
     check_bandwidth_fraction_size,
     check_break_even,
     check_bucket_model,
+    check_clipped_step,
     check_int8_feedback,
     check_joint_permutation,
+    check_largest_gradient,
     check_local_sgd_h,
-    check_memory_prediction,
-    check_overlap_prediction,
+    check_overlap_rate,
+    check_peak_prediction,
+    check_pmean_weights,
     check_rd_crossover,
+    check_reduce_scatter,
     check_reduce_scatter_times,
     check_ring_step,
-    check_shares,
     check_slowest_hidden_rate,
     check_smallest_h,
-    check_stored_bytes_rule,
     check_two_level_scatter,
-    check_two_state_update,
 )
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.constants import LR
 from course_utils.models.latency import collective_time, plan_buckets
 from course_utils.tools.notebooks.outline import OUTLINE
-from course_utils.training.run import Memory
 
 # the student trial's tries (reviews/student-trial-2026-12-05.md), written as the trial wrote
 # them: in a notebook cell, reading the page's globals where the trial did (tests/notebook_cell.py)
 TRIAL = {
-    "02 float16": (
-        "def my_shares(x, y, w, p):\n"
-        "    return np.stack([2 * xb.T @ (xb @ w - yb) / x.shape[0] for xb, yb in "
-        "zip(np.split(x, p), np.split(y, p))]).astype(np.float16)\n"),
-    "02 globals": (
-        "def my_shares(x, y, w, p):\n"
-        "    return np.stack([2 * xb.T @ (xb @ wh - yb) / xh.shape[0] for xb, yb in "
-        "zip(np.split(xh, p), np.split(yh, p))])\n"),
-    "02 features": (
-        "def my_shares(x, y, w, p):\n"
-        "    return np.stack([2 * xb.T @ (xb @ w - yb) / x.shape[1] for xb, yb in "
-        "zip(np.split(x, p), np.split(y, p))])\n"),
-    "02 check's answer": (
-        "my_shares = lambda x, y, w, p: checks.gradients._expected_shares(x, y, w, p)\n"),
-    "06 kernel": (
-        "def two_state_kernel(x_block, y_block, w, m_slice, s_slice):\n"
-        "    n_rows = {rows}\n"
-        "    partial = {partial}\n"
-        "    g = jax.lax.psum_scatter(partial, 'data', tiled=True)\n"
-        "    k = {k}\n"
-        "    w_slice = jax.lax.dynamic_slice_in_dim(w, {start}, k)\n"
-        "    m_next = {b1} * m_slice + (1 - {b1}) * g\n"
-        "    s_next = {b2} * s_slice + (1 - {b2}) * {square}\n"
-        "    w_next = jax.lax.all_gather(w_slice - LR * m_next / (jnp.sqrt(s_next) + {eps}), "
-        "'data', tiled=True, to='invarying')\n"
-        "    return w_next, m_next, s_next\n\n"
-        "two_state_step = jax.jit(jax.shard_map(two_state_kernel, mesh=mesh, "
-        "in_specs=TWO_STATE_IN, out_specs=TWO_STATE_OUT))\n"
-        "{wrap}"),
+    "02 share of the rows": "def pmean_weights(counts):\n    return counts / counts.sum()\n",
+    "02 ones": "def pmean_weights(counts):\n    return np.ones(len(counts))\n",
+    "02 inverted": "def pmean_weights(counts):\n    return counts.mean() / counts\n",
+    "02 counts": "def pmean_weights(counts):\n    return counts.astype(float)\n",
+    "02 one factor": "def pmean_weights(counts):\n    return len(counts) / counts.sum()\n",
+    "02 check's answer": "pmean_weights = checks.gradients._exact_factors\n",
+    "03 kernel": (
+        "def my_kernel(x_block, y_block, w):\n"
+        "    p = jax.lax.axis_size('data')\n"
+        "    share = cu.local_contribution(x_block, y_block, w, x_block.shape[0] * p)\n"
+        "    f = share.shape[0]\n"
+        "{body}"
+        "specs = (P('data', None), P('data'), P())\n"
+        "my_reduce_scatter = jax.jit(jax.shard_map(my_kernel, mesh=mesh, in_specs=specs, "
+        "out_specs=P('data')))\n"),
     "12 step time": (
         "def my_step_time(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, "
         "backward_s):\n"
@@ -121,14 +107,6 @@ TRIAL = {
     "16 check's answer": (
         "def my_local_sgd_h(nbytes, p, steps, budget):\n"
         "    return checks.local_sgd._right(nbytes, p, steps, budget)\n"),
-    "19 hierarchical": (
-        "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
-        "    t = cu.hierarchical_time(bucket_bytes, hosts, 1, alpha_s=alpha_s, "
-        "local_bytes_per_s=bytes_per_s, node_bytes_per_s=bytes_per_s).flat * 1e3\n"
-        "    done = 0.0\n"
-        "    for i in range(1, buckets + 1):\n"
-        "        done = max(compute_ms * i / buckets, done) + t\n"
-        "    return done\n"),
     "16 largest": (
         "def my_local_sgd_h(nbytes, p, steps, budget):\n"
         "    ring = 2 * (p - 1) / p * nbytes\n"
@@ -143,23 +121,6 @@ TRIAL = {
         "    while (steps // h) * ring > budget:\n"
         "        h += 1\n"
         "    return {ret}\n"),
-    "19 steps": (
-        "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
-        "    steps = {steps}\n"
-        "    t = steps * alpha_s + {share} / hosts * bucket_bytes / bytes_per_s\n"
-        "    done = 0.0\n"
-        "    for i in range(1, buckets + 1):\n"
-        "        done = max(compute_ms / 1e3 * i / buckets, done) + t\n"
-        "    return done * 1e3\n"),
-    "19 loop": (
-        "def my_overlap_ms(compute_ms, bucket_bytes, buckets, hosts, bytes_per_s, alpha_s):\n"
-        "    t_ms = (2 * (hosts - 1) * alpha_s + 2 * (hosts - 1) / hosts * bucket_bytes / "
-        "({rate})) * 1e3\n"
-        "    done = 0.0\n"
-        "    for i in range(1, {last}):\n"
-        "        ready = compute_ms * ({i}) / buckets\n"
-        "        done = max(ready, done) + t_ms\n"
-        "    return done\n"),
     "21 sync_link_bytes": (
         "def my_smallest_h(n_params, replicas, devices_per_replica, rate_bits_per_s, "
         "step_seconds, fraction):\n"
@@ -179,22 +140,18 @@ def _trial(key: str, name: str, page: dict | None = None, **fill):
     return run_cell(source.format(**fill) if fill else source, notebook)[name]
 
 
-def _sliced_update(rows: str = "x_block.shape[0] * jax.lax.axis_size('data')", two: str = "2",
-                   eps: str = "EPS", wrap: str = "", k: str = "g.shape[0]",
-                   start: str = "jax.lax.axis_index('data') * k", b1: str = "B1",
-                   b2: str = "B2", square: str = "g**2", partial: str = ""):
-    """Exercise 06 answered with the global row count ``rows`` (a slip in ``two``, ``eps``,
-    ``wrap``, the slice's ``start``, the betas, the ``square`` or the ``partial`` gradient
-    otherwise), on the page's globals."""
-    partial = partial or f"{two} * x_block.T @ (x_block @ w - y_block) / n_rows"
+def _page_02():
+    """Step 02's uneven deal: its mesh, the rows per device and the data."""
+    counts = np.array([5, 3, 4, 4])
+    return data_mesh(), counts, *toy_regression(16, 8)
+
+
+def _check_03(body: str):
+    """Step 03's check of the trial's kernel, ``body`` its last lines (after ``share`` and
+    ``f``), written in the notebook."""
     mesh = data_mesh()
-    xh, yh, _ = toy_regression(4 * mesh.size, 2 * mesh.size)
-    specs = (jax.P("data", None), jax.P("data"), jax.P(), jax.P("data"), jax.P("data"))
-    page = dict(mesh=mesh, xh=xh, yh=yh, B1=0.9, B2=0.999, EPS=1e-3, LR=LR, TWO_STATE_IN=specs,
-                TWO_STATE_OUT=(jax.P(), jax.P("data"), jax.P("data")))
-    step = _trial("06 kernel", "two_state_step", page, rows=rows, partial=partial, eps=eps,
-                  wrap=wrap, k=k, start=start, b1=b1, b2=b2, square=square)
-    check_two_state_update(step, mesh, xh.shape, lr=LR, beta1=0.9, beta2=0.999, eps=1e-3)
+    fn = _trial("03 kernel", "my_reduce_scatter", dict(mesh=mesh, cu=cu), body=body)
+    check_reduce_scatter(fn, mesh, 4)
 
 
 def _page_13(**names):
@@ -272,26 +229,26 @@ def _bucket(ready_by_count=False, wait=True):
     return model
 
 
-N, P = 1024, 4
-MEASURED = {
-    "data_parallel": Memory(4 * N, 4 * N, 4 * N),
-    "zero1": Memory(4 * N, 4 * N, N),
-    "zero2": Memory(4 * N, N, N),
-    "zero3": Memory(N, N, N),
-}
+PAGE_LAYERS = [8192, 256, 2048, 256]  # step 14's layers as laid out, p = 4
 
 
-def _memory(values=False, zero1_whole=False):
-    def predicted(n, p):
-        b = 1 if values else 4
+def _peak(layer=max, values=False, state=True, zero2_slice=False, zero1_sum=True,
+          one_layer=True):
+    """Exercise 14 answered with one thing changed: ZeRO-3's layer (``max``, the mean, the
+    last), all layers gathered at once, its state left out, ZeRO-2's whole local gradient as a
+    slice, ZeRO-1's slice of the sum left out, values for bytes."""
+
+    def predicted_peak(layer_sizes, p):
+        b, n = (1 if values else 4), sum(layer_sizes)
+        held = layer(layer_sizes) if one_layer else n
         return {
             "data_parallel": 3 * b * n,
-            "zero1": 3 * b * n if zero1_whole else 2 * b * n + b * n // p,
-            "zero2": b * n + 2 * b * n // p,
-            "zero3": 3 * b * n // p,
+            "zero1": 2 * b * n + b * n / p * (2 if zero1_sum else 1),
+            "zero2": b * n + 2 * b * n / p + (b * n / p if zero2_slice else b * n),
+            "zero3": (3 * b * n / p if state else 0) + b * held,
         }
 
-    return predicted
+    return predicted_peak
 
 
 def _feedback(forget=False, g_alone=False, bucket=64, rounding=jnp.round, scaled=True,
@@ -353,12 +310,20 @@ def _crossover(rd_steps=math.log2, rd_share=1.0, ring_steps=lambda p: 2 * (p - 1
     return crossover
 
 
-STEP19 = dict(compute_ms=667.0, bucket_bytes=2**20, buckets=16, hosts=2, bytes_per_s=2.39e7,
-              alpha_s=4.5e-4)
+STEP19 = dict(compute_ms=667.0, bucket_bytes=2**20, buckets=16, hosts=2, alpha_s=2.25e-4)
 
 
-def _ring_ms(nbytes, h, rate, alpha):
-    return 2 * (h - 1) * (alpha + nbytes / h / rate) * 1e3
+def _hidden(share=lambda h: 2 * (h - 1) / h, steps=lambda h: 2 * (h - 1), to_s=1e-3,
+            alpha_unit=1.0, gaps=lambda n: n, per_byte=1.0):
+    """Exercise 19 answered with one slip: the ring's share and α's steps per host count, the
+    unit of compute_ms and of α, the gaps the compute is cut into, the rate's unit."""
+    def slowest_hidden_rate(compute_ms, bucket_bytes, buckets, hosts, alpha_s):
+        left_s = (compute_ms * to_s / gaps(buckets)
+                  - steps(hosts) * alpha_s * alpha_unit)
+        if left_s <= 0:
+            return math.inf
+        return per_byte * share(hosts) * bucket_bytes / left_s
+    return slowest_hidden_rate
 
 
 STEP17 = dict(hosts=2, devices=4, nbytes=16 * 2**20, rate_bits=1e9)
@@ -414,52 +379,122 @@ def _hiding(per_byte=8, whole=False, scales=True, steps=None):
     return rate
 
 
+MEMORY = dict(memory_bytes=2**20)
+
+
+def _largest(held=lambda n, p: n + n / p, whole=4, unit=1, p_of=lambda p: p, gathered=None,
+             whole_sum=lambda n, p: 2 * n):
+    """Exercise 05 answered with one thing changed: what the calls hold for an n-byte gradient
+    (``whole_sum`` the all-reduce, ``held`` the reduce-scatter, ``gathered`` the all-gather if it
+    differs), the rounding step in bytes per device (``whole``), the unit, or the p."""
+
+    def largest(memory_bytes, p):
+        q = p_of(p)
+        step = whole * q if whole else 1
+
+        def fit(per_n):  # the largest N, a multiple of step, with per_n(N) ≤ memory_bytes
+            return memory_bytes / per_n(1.0, q) // step * step / unit
+
+        return {"all_reduce": fit(whole_sum), "reduce_scatter": fit(held),
+                "all_gather": fit(gathered or held)}
+
+    return largest
+
+
+def _clipped(norm="slices", clip_momentum=False, all_reduce=False):
+    """Exercise 06 answered with the whole gradient's norm computed otherwise (``norm``), the
+    momentum clipped instead, or the gradient all-reduced to take its norm."""
+    mesh, clip, axis = data_mesh(), 0.1, "data"
+
+    def kernel(x_block, y_block, w, v_slice):
+        n_rows = x_block.shape[0] * jax.lax.axis_size(axis)
+        partial = 2 * x_block.T @ (x_block @ w - y_block) / n_rows
+        k = w.shape[0] // jax.lax.axis_size(axis)
+        if all_reduce:
+            g = jax.lax.psum(partial, axis)
+            g_slice = jax.lax.dynamic_slice_in_dim(g, jax.lax.axis_index(axis) * k, k)
+        else:
+            g_slice = jax.lax.psum_scatter(partial, axis, tiled=True)
+        length = {
+            "slices": lambda: jnp.sqrt(jax.lax.psum(jnp.sum(g_slice**2), axis)),
+            "own": lambda: jnp.linalg.norm(g_slice),
+            "partial": lambda: jnp.linalg.norm(partial),
+            "sum of norms": lambda: jax.lax.psum(jnp.linalg.norm(g_slice), axis),
+            "no root": lambda: jax.lax.psum(jnp.sum(g_slice**2), axis),
+            "whole": lambda: jnp.linalg.norm(g),
+        }[norm]()
+        scale = jnp.minimum(1.0, clip / length)
+        w_slice = jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index(axis) * k, k)
+        v_next = 0.9 * v_slice + (g_slice if clip_momentum else g_slice * scale)
+        if clip_momentum:
+            v_next = v_next * jnp.minimum(
+                1.0, clip / jnp.sqrt(jax.lax.psum(jnp.sum(v_next**2), axis)))
+        w_next = jax.lax.all_gather(w_slice - LR * v_next, axis, tiled=True, to="invarying")
+        return w_next, v_next
+
+    step = jax.jit(jax.shard_map(
+        kernel, mesh=mesh, in_specs=(jax.P(axis, None), jax.P(axis), jax.P(), jax.P(axis)),
+        out_specs=(jax.P(), jax.P(axis))))
+    check_clipped_step(step, mesh, lr=LR, beta=0.9, clip=clip)
+
+
 CASES = {
-    (2, "the shares returned as float16"): lambda: check_shares(
-        _trial("02 float16", "my_shares")
+    (2, "cᵢ/Σc, forgetting that `pmean` divides by p"): lambda: check_pmean_weights(
+        _trial("02 share of the rows", "pmean_weights"), *_page_02()
     ),
-    (2, "the notebook's xh, yh, wh instead of the arguments"): lambda: check_shares(
-        _trial("02 globals", "my_shares", dict(zip(("xh", "yh", "wh"), toy_regression(16, 8))))
+    (2, "every factor 1, the page's local mean + `pmean`"): lambda: check_pmean_weights(
+        _trial("02 ones", "pmean_weights"), *_page_02()
     ),
-    (2, "x's feature count taken for the rows"): lambda: check_shares(
-        _trial("02 features", "my_shares")
+    (2, "Σc/(p·cᵢ), the factor inverted"): lambda: check_pmean_weights(
+        _trial("02 inverted", "pmean_weights"), *_page_02()
     ),
-    (2, "the check's own answer called"): lambda: check_shares(
-        _trial("02 check's answer", "my_shares", dict(checks=cu.checks))
+    (2, "cᵢ itself, not normalised"): lambda: check_pmean_weights(
+        _trial("02 counts", "pmean_weights"), *_page_02()
     ),
-    (5, "values counted instead of bytes (÷ 4)"): lambda: check_stored_bytes_rule(
-        lambda n, p: {"all_reduce": 2 * (n // 4), "reduce_scatter": n // 4 + n // 4 // p,
-                      "all_gather": n // 4 // p + n // 4},
-        jax.devices(),
+    (2, "one factor for all devices"): lambda: check_pmean_weights(
+        _trial("02 one factor", "pmean_weights"), *_page_02()
     ),
-    (5, "bits counted instead of bytes (× 8)"): lambda: check_stored_bytes_rule(
-        lambda n, p: {"all_reduce": 16 * n, "reduce_scatter": 8 * (n + n // p),
-                      "all_gather": 8 * (n // p + n)},
-        jax.devices(),
+    (2, "the check's own answer called"): lambda: check_pmean_weights(
+        _trial("02 check's answer", "pmean_weights", dict(checks=cu.checks)), *_page_02()
     ),
-    (5, "the bytes of all p devices added up (× p)"): lambda: check_stored_bytes_rule(
-        lambda n, p: {"all_reduce": 2 * n * p, "reduce_scatter": (n + n // p) * p,
-                      "all_gather": (n // p + n) * p},
-        jax.devices(),
+    (3, "the zeros put in front"): lambda: _check_03(
+        "    return jax.lax.psum_scatter(jnp.pad(share, (-f % p, 0)), 'data', tiled=True)\n"),
+    (3, "padded by p − F mod p, which adds p values when p divides F"): lambda: _check_03(
+        "    return jax.lax.psum_scatter(jnp.pad(share, (0, p - f % p)), 'data', tiled=True)\n"),
+    (3, "an all-reduce, then each device's slice"): lambda: _check_03(
+        "    whole = jax.lax.psum(jnp.pad(share, (0, -f % p)), 'data')\n"
+        "    k = whole.shape[0] // p\n"
+        "    return jax.lax.dynamic_slice_in_dim(whole, jax.lax.axis_index('data') * k, k)\n"),
+    (3, "no padding"): lambda: _check_03(
+        "    return jax.lax.psum_scatter(share, 'data', tiled=True)\n"),
+    (3, "the package's `reduce_scatter_gradient` called"): lambda: check_reduce_scatter(
+        reduce_scatter_gradient(data_mesh()), data_mesh(), 4
     ),
-    (6, "a row count typed in (n_rows = 16)"): lambda: _sliced_update("16"),
-    (6, "the notebook's xh.shape[0] as the row count"): lambda: _sliced_update("xh.shape[0]"),
-    (6, "the gradient's factor 2 dropped"): lambda: _sliced_update(two="1"),
-    (6, "ε typed in (Adam's 1e-8)"): lambda: _sliced_update(eps="1e-8"),
-    (6, "the gradient's sign flipped"): lambda: _sliced_update(two="-2"),
-    (6, "the slice length typed in"): lambda: _sliced_update(k="2"),
-    (6, "the notebook's rows instead of the arguments"): lambda: _sliced_update(
-        wrap="_inner = two_state_step\n"
-             "two_state_step = lambda x_, y_, w_, m_, s_: _inner(xh, yh, w_, m_, s_)\n"),
-    (6, "β1 and β2 swapped"): lambda: _sliced_update(b1="B2", b2="B1"),
-    (6, "s from each device's squared partial gradient"): lambda: _sliced_update(
-        square="jax.lax.psum_scatter(partial**2, 'data', tiled=True)"),
-    (6, "w's slice cut at axis_index, not axis_index · k"): lambda: _sliced_update(
-        start="jax.lax.axis_index('data')"),
-    (6, "the row count read from the features' axis"): lambda: _sliced_update(
-        "x_block.shape[1] * jax.lax.axis_size('data')"),
-    (6, "jax.grad with respect to the replicated w"): lambda: _sliced_update(
-        partial="jax.grad(lambda v: jnp.sum((x_block @ v - y_block) ** 2) / n_rows)(w)"),
+    (5, "the input forgotten (twice too large for the all-reduce)"): lambda: (
+        check_largest_gradient(_largest(whole_sum=lambda n, p: n, held=lambda n, p: n / p,
+                                        gathered=lambda n, p: n), jax.devices(), **MEMORY)
+    ),
+    (5, "p and p + 1 swapped"): lambda: check_largest_gradient(
+        _largest(held=lambda n, p: n * p / (p + 1)), jax.devices(), **MEMORY
+    ),
+    (5, "not rounded to whole float32 values per device"): lambda: check_largest_gradient(
+        _largest(whole=0), jax.devices(), **MEMORY
+    ),
+    (5, "values instead of bytes"): lambda: check_largest_gradient(
+        _largest(unit=4), jax.devices(), **MEMORY
+    ),
+    (5, "the notebook's N_DEVICES instead of the argument p"): lambda: check_largest_gradient(
+        _largest(p_of=lambda p: jax.device_count()), jax.devices(), **MEMORY
+    ),
+    (5, "the package's communication_budget called"): lambda: check_largest_gradient(
+        lambda m, p: cu.communication_budget(m, [p])[0], jax.devices(), **MEMORY
+    ),
+    (6, "each device clipping by its own slice's norm"): lambda: _clipped("own"),
+    (6, "the norm of the unreduced partial gradient"): lambda: _clipped("partial"),
+    (6, "a sum of slice norms instead of squares"): lambda: _clipped("sum of norms"),
+    (6, "the square root missing"): lambda: _clipped("no root"),
+    (6, "the momentum clipped instead of the gradient"): lambda: _clipped(clip_momentum=True),
+    (6, "the whole gradient all-reduced for its norm"): lambda: _clipped("whole", all_reduce=True),
     (7, "the columns of x reordered instead of its rows"): _permuted_columns,
     (10, "the notebook's fit used instead of the arguments"): lambda: (
         check_bandwidth_fraction_size(answer(
@@ -502,52 +537,8 @@ CASES = {
     (16, "the number of averagings returned, not H"): lambda: check_local_sgd_h(
         _trial("16 found", "my_local_sgd_h", ret="steps // h")
     ),
-    (19, "the rate in bytes divided by 8 again"): lambda: check_overlap_prediction(
-        _trial("19 loop", "my_overlap_ms", rate="bytes_per_s / 8", last="buckets + 1", i="i"),
-        **STEP19
-    ),
-    (19, "a bucket ready when its compute starts (i − 1)"): lambda: check_overlap_prediction(
-        _trial("19 loop", "my_overlap_ms", rate="bytes_per_s", last="buckets + 1", i="i - 1"),
-        **STEP19
-    ),
-    (19, "2h message steps (p for p − 1)"): lambda: check_overlap_prediction(
-        _trial("19 steps", "my_overlap_ms", steps="2 * hosts", share="steps"), **STEP19
-    ),
-    (19, "one pass of the ring"): lambda: check_overlap_prediction(
-        _trial("19 steps", "my_overlap_ms", steps="hosts - 1", share="steps"), **STEP19
-    ),
-    (19, "buckets − 1 all-reduces"): lambda: check_overlap_prediction(
-        _trial("19 loop", "my_overlap_ms", rate="bytes_per_s", last="buckets", i="i"), **STEP19
-    ),
     (21, "the package's diloco_cluster.sync_link_bytes called"): lambda: check_smallest_h(
         _trial("21 sync_link_bytes", "my_smallest_h", dict(cu=cu, math=math)), **STEP21
-    ),
-    (5, "the whole vector counted as held after a reduce-scatter"): lambda: (
-        check_stored_bytes_rule(
-            lambda n, p: {"all_reduce": 2 * n, "reduce_scatter": 2 * n, "all_gather": n + n / p},
-            jax.devices(),
-        )
-    ),
-    (5, "what a ring sends counted instead of what a device holds"): lambda: (
-        check_stored_bytes_rule(
-            lambda n, p: {"all_reduce": 2 * (p - 1) * n / p, "reduce_scatter": (p - 1) * n / p,
-                          "all_gather": (p - 1) * n / p},
-            jax.devices(),
-        )
-    ),
-    (5, "the input block left out"): lambda: check_stored_bytes_rule(
-        lambda n, p: {"all_reduce": n, "reduce_scatter": n / p, "all_gather": n}, jax.devices()
-    ),
-    (5, "the notebook's gradient_bytes and N_DEVICES used instead of the arguments"): lambda: (
-        check_stored_bytes_rule(  # the notebook's 32-byte gradient on its 4 devices
-            lambda n, p: {"all_reduce": 64, "reduce_scatter": 40, "all_gather": 40},
-            jax.devices(),
-        )
-    ),
-    (5, "p − 1 in place of p in a slice"): lambda: check_stored_bytes_rule(
-        lambda n, p: {"all_reduce": 2 * n, "reduce_scatter": n + n / (p - 1),
-                      "all_gather": n / (p - 1) + n},
-        jax.devices(),
     ),
     (8, "recursive doubling's steps sending half the vector"): lambda: check_rd_crossover(
         _crossover(rd_share=0.5), **STEP8
@@ -621,11 +612,26 @@ CASES = {
         lambda x: jax.lax.psum(jax.lax.psum_scatter(x, "local", tiled=True), "node"),
         node_local_mesh(2),
     ),
-    (14, "values counted instead of bytes"): lambda: check_memory_prediction(
-        _memory(values=True), MEASURED, N, P
+    (14, "the mean layer for the largest"): lambda: check_peak_prediction(
+        _peak(layer=lambda s: sum(s) / len(s)), PAGE_LAYERS, 4
     ),
-    (14, "ZeRO-1 counted with its momentum whole"): lambda: check_memory_prediction(
-        _memory(zero1_whole=True), MEASURED, N, P
+    (14, "the last layer for the largest"): lambda: check_peak_prediction(
+        _peak(layer=lambda s: s[-1]), PAGE_LAYERS, 4
+    ),
+    (14, "every layer gathered at once"): lambda: check_peak_prediction(
+        _peak(one_layer=False), PAGE_LAYERS, 4
+    ),
+    (14, "ZeRO-3's state left out of its peak"): lambda: check_peak_prediction(
+        _peak(state=False), PAGE_LAYERS, 4
+    ),
+    (14, "ZeRO-2's whole local gradient taken as a slice"): lambda: check_peak_prediction(
+        _peak(zero2_slice=True), PAGE_LAYERS, 4
+    ),
+    (14, "ZeRO-1's slice of the sum left out"): lambda: check_peak_prediction(
+        _peak(zero1_sum=False), PAGE_LAYERS, 4
+    ),
+    (14, "values counted instead of bytes"): lambda: check_peak_prediction(
+        _peak(values=True), PAGE_LAYERS, 4
     ),
     (15, "g quantized alone, not g + residual"): lambda: check_int8_feedback(
         _feedback(g_alone=True), 0.5
@@ -663,21 +669,6 @@ CASES = {
     ),
     (16, "the check's own answer called"): lambda: check_local_sgd_h(
         _trial("16 check's answer", "my_local_sgd_h", dict(checks=cu.checks))
-    ),
-    (19, "the whole bucket at every message step (no ÷ hosts)"): lambda: (
-        check_overlap_prediction(_trial("19 steps", "my_overlap_ms", steps="2 * (hosts - 1)",
-                                        share="steps * hosts"), **STEP19)
-    ),
-    (19, "bucket_bytes divided by the buckets"): lambda: check_overlap_prediction(
-        lambda c, nbytes, n, h, rate, alpha: max(
-            c + (t := _ring_ms(nbytes / n, h, rate, alpha)), c / n + n * t), **STEP19
-    ),
-    (19, "the hosts typed in"): lambda: check_overlap_prediction(
-        lambda c, nbytes, n, h, rate, alpha: max(
-            c + (t := _ring_ms(nbytes, 4, rate, alpha)), c / n + n * t), **STEP19
-    ),
-    (19, "the package's hierarchical_time for a bucket"): lambda: check_overlap_prediction(
-        _trial("19 hierarchical", "my_overlap_ms", dict(cu=cu)), **STEP19
     ),
     (16, "steps / H averagings, not steps // H"): lambda: check_local_sgd_h(
         lambda nbytes, p, steps, budget: -(-steps // (budget // (2 * (p - 1) / p * nbytes)))
@@ -722,17 +713,25 @@ CASES = {
     (18, "the all-reduce's time returned instead of rows"): lambda: check_balanced_rows(
         _balanced(per_row=False), **STEP18
     ),
-    (19, "compute + communication (no overlap)"): lambda: check_overlap_prediction(
-        lambda c, nbytes, n, h, rate, alpha: c + n * _ring_ms(nbytes, h, rate, alpha), **STEP19
+    (19, "the ring's factor 2(p − 1)/p forgotten (the bucket once)"): lambda: (
+        check_overlap_rate(_hidden(share=lambda h: 1.0), **STEP19)
     ),
-    (19, "max(compute, communication)"): lambda: check_overlap_prediction(
-        lambda c, nbytes, n, h, rate, alpha: max(c, n * _ring_ms(nbytes, h, rate, alpha)),
-        **STEP19
+    (19, "the ring's factor as 2(p − 1)"): lambda: check_overlap_rate(
+        _hidden(share=lambda h: 2 * (h - 1)), **STEP19
     ),
-    (19, "α paid once per all-reduce"): lambda: check_overlap_prediction(
-        lambda c, nbytes, n, h, rate, alpha: max(
-            c + (t := (alpha + 2 * (h - 1) / h * nbytes / rate) * 1e3), c / n + n * t),
-        **STEP19
+    (19, "α dropped"): lambda: check_overlap_rate(_hidden(steps=lambda h: 0), **STEP19),
+    (19, "α left in seconds beside milliseconds"): lambda: check_overlap_rate(
+        _hidden(alpha_unit=1e-3), **STEP19
+    ),
+    (19, "compute_ms taken for seconds"): lambda: check_overlap_rate(_hidden(to_s=1.0), **STEP19),
+    (19, "the rate returned in bits per second"): lambda: check_overlap_rate(
+        _hidden(per_byte=8.0), **STEP19
+    ),
+    (19, "buckets − 1 gaps for buckets"): lambda: check_overlap_rate(
+        _hidden(gaps=lambda n: n - 1), **STEP19
+    ),
+    (19, "the whole pass as the gap"): lambda: check_overlap_rate(
+        _hidden(gaps=lambda n: 1), **STEP19
     ),
     (20, "the rate left in bytes per second"): lambda: check_break_even(
         _break_even(bits=1), **STEP20

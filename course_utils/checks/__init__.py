@@ -17,34 +17,35 @@ reading the solution cells.
 Modules: ``algorithms``: steps 12 and 13: buckets, the two-level all-reduce; ``budget``: step 8's
 ring against recursive doubling; ``compute``: step 18's break-even batch size; ``diloco``: step
 21's smallest H; ``forbidden``: what a student's function is, calls or runs; ``gradients``: steps 2
-and 3: the shares and the reduce-scatter; ``helpers``: what every check shares; ``hierarchy``: step
-13's two-level reduce-scatter; ``lab``: step 10's bandwidth fraction; ``links``: step 17's
-predicted reduce-scatter times; ``local_sgd``: step 16's H for a byte budget; ``mesh_order``: step
-13's check in a subprocess with 6 devices; ``overlap``: step 19's overlapped backward pass;
-``overlap_time``: step 19's predicted time; ``permutation``: step 7's joint permutation; ``ring``:
-step 11's ring step; ``storage``: steps 4 and 5: shard shapes and stored bytes; ``streaming``: step
-22's slowest hidden rate; ``training``: steps 14–16: memory, error feedback around int8, local
-SGD's bytes; ``updates``: step 6's sliced update.
+and 3: pmean's weights, the padded reduce-scatter; ``helpers``: what every check shares;
+``hierarchy``: step 13's two-level reduce-scatter; ``lab``: step 10's bandwidth fraction;
+``links``: step 17's predicted reduce-scatter times; ``local_sgd``: step 16's H for a byte
+budget; ``mesh_order``: step 13's check in a subprocess with 6 devices; ``overlap``: step 19's
+overlapped backward pass; ``overlap_rate``: step 19's slowest hidden rate; ``permutation``: step
+7's joint permutation; ``ring``: step 11's ring step; ``storage``: steps 4 and 5: shard shapes,
+what fits; ``streaming``: step 22's slowest hidden rate; ``training``: steps 14–16: memory, error
+feedback around int8, local SGD's bytes; ``updates``: step 6's sliced step with clipping by the
+global norm.
 """
 
 from course_utils.checks.algorithms import check_bucket_model, check_two_level
 from course_utils.checks.budget import check_rd_crossover
 from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.diloco import check_smallest_h
-from course_utils.checks.gradients import check_reduce_scatter, check_shares
+from course_utils.checks.gradients import check_pmean_weights, check_reduce_scatter
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.hierarchy import check_two_level_scatter
 from course_utils.checks.lab import check_bandwidth_fraction_size
 from course_utils.checks.links import check_reduce_scatter_times
 from course_utils.checks.local_sgd import check_local_sgd_h
 from course_utils.checks.overlap import check_overlapped_backward
-from course_utils.checks.overlap_time import check_overlap_prediction
+from course_utils.checks.overlap_rate import check_overlap_rate
 from course_utils.checks.permutation import check_joint_permutation
 from course_utils.checks.ring import check_ring_step
-from course_utils.checks.storage import check_predicted_shard_shapes, check_stored_bytes_rule
+from course_utils.checks.storage import check_largest_gradient, check_predicted_shard_shapes
 from course_utils.checks.streaming import check_slowest_hidden_rate
-from course_utils.checks.training import check_int8_feedback, check_memory_prediction
-from course_utils.checks.updates import check_two_state_update
+from course_utils.checks.training import check_int8_feedback, check_peak_prediction
+from course_utils.checks.updates import check_clipped_step
 
 __all__ = [
     "ExerciseFailed",
@@ -52,22 +53,22 @@ __all__ = [
     "check_bandwidth_fraction_size",
     "check_break_even",
     "check_bucket_model",
+    "check_clipped_step",
     "check_rd_crossover",
     "check_int8_feedback",
     "check_joint_permutation",
+    "check_largest_gradient",
     "check_local_sgd_h",
-    "check_memory_prediction",
-    "check_overlap_prediction",
+    "check_overlap_rate",
     "check_overlapped_backward",
+    "check_peak_prediction",
+    "check_pmean_weights",
     "check_predicted_shard_shapes",
     "check_reduce_scatter",
     "check_reduce_scatter_times",
     "check_ring_step",
-    "check_shares",
     "check_slowest_hidden_rate",
     "check_smallest_h",
-    "check_stored_bytes_rule",
     "check_two_level",
     "check_two_level_scatter",
-    "check_two_state_update",
 ]

@@ -32,36 +32,29 @@ PART_FOUR_STEPS = (
         19, "19_overlap", PART_FOUR,
         title="Overlap: hiding the all-reduce behind the backward pass",
         line="the backward pass of a tower of layers, each bucket all-reduced on a second device "
-             "while the first computes; the overlap predicted, then one program, one device and "
-             "two devices timed on the cluster; the one program as XLA:CPU compiles it; the "
+             "while the first computes; the rate it hides predicted, then one program, one "
+             "device and two timed on the cluster; the one program as XLA:CPU compiles it; the "
              "collective matmul three ways",
         exercise=Exercise(
-            task="the overlap column predicted before the table: the overlapped backward pass's "
-                 "time from its compute, its buckets' bytes, the link's rate and α",
-            check="check_overlap_prediction", minutes=20,
-            judges="within 2 %, at the saved run's numbers and at cases bound by the compute, the "
-                   "link and α that the page never shows; a loop or the closed form; the "
-                   "package's models refused",
+            task="the slowest link rate at which the overlapped backward pass still hides every "
+                 "bucket's all-reduce but the last (each within the compute between two "
+                 "buckets); math.inf where α alone is too slow",
+            check="check_overlap_rate", minutes=20,
+            judges="within 2 %, at the saved run's numbers and at cases bound by the link and by "
+                   "α (inf) that the page never shows; the package's time models (the bucketed "
+                   "model among them) refused; the rate then read against the measured table",
             mistakes=(
-                Mistake("compute + communication (no overlap)",
-                        "that is one after the other (compute + communication)"),
-                Mistake("max(compute, communication)",
-                        "max(compute, communication) leaves out the start and the end"),
-                Mistake("α paid once per all-reduce",
-                        "α is paid per message step"),
-                Mistake("the rate in bytes divided by 8 again", "do not divide it by 8"),
-                Mistake("a bucket ready when its compute starts (i − 1)",
-                        "not when it starts"),
-                Mistake("buckets − 1 all-reduces", "yours sends buckets − 1"),
-                Mistake("2h message steps (p for p − 1)", "not 2h: p − 1, not p"),
-                Mistake("one pass of the ring", "that is one pass of the ring"),
-                Mistake("the whole bucket at every message step (no ÷ hosts)",
-                        "sends one chunk, bucket_bytes / h"),
-                Mistake("bucket_bytes divided by the buckets",
-                        "bucket_bytes is one bucket's bytes already"),
-                Mistake("the hosts typed in", "use the argument hosts"),
-                Mistake("the package's hierarchical_time for a bucket",
-                        "hierarchical_time, one of the models this exercise refuses"),
+                Mistake("the ring's factor 2(p − 1)/p forgotten (the bucket once)",
+                        "not the whole bucket once"),
+                Mistake("the ring's factor as 2(p − 1)",
+                        "the ring's factor is 2(h − 1)/h, not 2(h − 1)"),
+                Mistake("α dropped", "α is missing"),
+                Mistake("α left in seconds beside milliseconds", "alpha_s is in seconds"),
+                Mistake("compute_ms taken for seconds", "compute_ms is in milliseconds"),
+                Mistake("the rate returned in bits per second", "that is bits per second"),
+                Mistake("buckets − 1 gaps for buckets",
+                        "not compute_ms / (buckets − 1)"),
+                Mistake("the whole pass as the gap", "not in the whole backward pass"),
             ),
         ),
     ),

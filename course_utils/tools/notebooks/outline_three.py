@@ -16,14 +16,27 @@ PART_THREE_STEPS = (
              "through an all-gather gives a reduce-scatter; ZeRO-3's second gather, merged by XLA "
              "or kept",
         exercise=Exercise(
-            task="predict the bytes per device of data parallelism and ZeRO-1/2/3",
-            check="check_memory_prediction", minutes=25,
-            judges="against the memory read from the shards of each run",
+            task="predict the peak one device holds during a step under data parallelism and "
+                 "ZeRO-1/2/3, for layers of unequal sizes, from the page's shape model",
+            check="check_peak_prediction", minutes=25,
+            judges="against the package's shape model at the page's layers and at three layer "
+                   "lists and device counts the page never shows; the package's model refused",
             mistakes=(
+                Mistake("the mean layer for the largest",
+                        "the layer held at the peak is the largest, not one of the mean size"),
+                Mistake("the last layer for the largest", "the largest decides the peak, not "
+                        "the last"),
+                Mistake("every layer gathered at once",
+                        "ZeRO-3 gathers one layer at a time, not all at once"),
+                Mistake("ZeRO-3's state left out of its peak",
+                        "at the peak the device still holds its state"),
+                Mistake("ZeRO-2's whole local gradient taken as a slice",
+                        "ZeRO-2 computes the whole local gradient (f32[n]) before its "
+                        "reduce-scatter"),
+                Mistake("ZeRO-1's slice of the sum left out",
+                        "ZeRO-1 updates its slice with its slice of the summed gradient"),
                 Mistake("values counted instead of bytes",
                         "count bytes (4 per float32 value), not values"),
-                Mistake("ZeRO-1 counted with its momentum whole",
-                        "zero1 keeps the momentum (optimizer state) in slices of n/p"),
             ),
         ),
     ),
