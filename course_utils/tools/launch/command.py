@@ -208,7 +208,7 @@ def merge_reports(reports: list[dict], devices_per_process: int, port: int, wall
             "max_error": max(p["max_error"] for p in per_process),
             "passed": all(p["passed"] for p in per_process),
             "shards_checked": sum(p["shards_checked"] for p in per_process),
-            **{key: k[key] for key in ("median_us", "iqr_us", "min_us")},
+            **{key: value for key, value in k.items() if key.endswith("_us")},  # process 0's
         }
     return {
         "processes": len(reports),
@@ -252,7 +252,8 @@ def launch(
         The summary: ``processes``, ``devices_per_process``, ``global_devices``, ``local_devices``
         (one entry per process), ``coordinator``, ``n_rows``, ``n_features``, ``kernels`` (per
         kernel: ``max_error`` and ``passed`` over all processes, ``shards_checked``, process 0's
-        ``median_us``, ``iqr_us`` and ``min_us``), ``passed`` and ``wall_s`` (the whole launch).
+        ``median_us``, ``iqr_us``, ``min_us`` and its quartiles ``q1_us``, ``q3_us``), ``passed``
+        and ``wall_s`` (the whole launch).
 
     Raises:
         ValueError: invalid N, D, timeout, port or ``fail_rank``, or no ``program`` file.
