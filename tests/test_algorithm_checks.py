@@ -164,7 +164,7 @@ CANDIDATES = [2**14, 2**16, 2**18, 2**20, 2**22]
 
 
 def _recurrence(overlap=True, wait=True, scale=1.0, by_count=False, algorithm="ring",
-                sent=lambda nbytes, bucket_bytes: nbytes):
+                sent=lambda nbytes, bucket_bytes: nbytes, alpha_once=False):
     """The bucketed step time written by hand, and with a typical slip."""
 
     def model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, backward_s):
@@ -176,9 +176,9 @@ def _recurrence(overlap=True, wait=True, scale=1.0, by_count=False, algorithm="r
             ready = backward_s * share if overlap else backward_s
             start = max(ready, finished) if wait else ready
             finished = start + collective_time(sent(nbytes, bucket_bytes), ranks,
-                                               alpha_s=alpha_s,
+                                               alpha_s=0.0 if alpha_once else alpha_s,
                                                bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                                               algorithm=algorithm)
+                                               algorithm=algorithm) + alpha_once * alpha_s
         return scale * max(finished, backward_s)
 
     return model
@@ -198,6 +198,7 @@ def _package_model(sizes, bucket_bytes, ranks, alpha_s, bandwidth_bytes_per_s, b
     (_recurrence(sent=lambda nbytes, cap: 8 * nbytes), "in bytes, not bits"),
     (_recurrence(sent=lambda nbytes, cap: cap), "not bucket_bytes, the most a bucket may hold"),
     (_recurrence(scale=1e3), "in milliseconds"),
+    (_recurrence(alpha_once=True), "α at each of its 2\\(p − 1\\) message steps, not once"),
     (_package_model, "uses the package's bucketed_step_time"),
     (lambda *args: 0.0157, "too (short|long)"),  # the worked example's answer, typed in
     (lambda *args: (1.0, 2.0), "one number"),

@@ -67,7 +67,7 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
     total = sum(sizes)
 
     def variant(*, ready_by="bytes", start="later", algorithm="ring", wait_backward=True,
-                size="bytes", ranks_given=ranks):
+                size="bytes", ranks_given=ranks, alpha_once=False):
         ready = finished = 0.0
         produced = count = 0
         for b in plan_buckets(sizes, bucket):
@@ -81,9 +81,10 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
             begin = {"later": max(ready, finished), "sum": ready + finished,
                      "ready": ready, "finished": finished}[start]
             sent = {"bytes": nbytes, "bits": 8 * nbytes, "cap": bucket, "count": len(b)}[size]
-            finished = begin + collective_time(sent, ranks_given, alpha_s=alpha_s,
+            finished = begin + collective_time(sent, ranks_given,
+                                               alpha_s=0.0 if alpha_once else alpha_s,
                                                bandwidth_bytes_per_s=bandwidth,
-                                               algorithm=algorithm)
+                                               algorithm=algorithm) + alpha_once * alpha_s
         return max(finished, backward_s) if wait_backward else finished
 
     others = [a for a in ALGORITHMS if a != "ring"]
@@ -99,6 +100,8 @@ def _bucket_model_slip(got, expected, sizes, bucket, ranks, alpha_s, bandwidth, 
          "not its first"),
         (variant(ready_by="start"), "a gradient is ready once it has been produced: count its "
          "own bytes in the bytes produced so far"),
+        (variant(alpha_once=True), "a ring all-reduce pays α at each of its 2(p − 1) message "
+         "steps, not once per all-reduce (collective_time counts them for you)"),
         (variant(ranks_given=ranks - 1), "pass collective_time the number of ranks, ranks, not "
          "ranks - 1 (the model counts the ring's p - 1 steps itself)"),
         (variant(ready_by="count"), "a bucket's last gradient is ready in proportion to the "
