@@ -64,6 +64,7 @@ def _momenta(x, y, w, v, *, p: int, beta: float, clip: float) -> tuple[np.ndarra
                                                                                     partials)])
     squares = np.sqrt(sum(np.sum(q * q) for q in partials))
     moved = beta * v + g
+    each = sum(_clipped(q, clip, np.linalg.norm(q)) for q in partials)  # clipped, then summed
     slips = {
         "the gradient was not clipped": moved,
         "each device clipped by the norm of its own slice: the norm is the whole gradient's, and "
@@ -85,8 +86,51 @@ def _momenta(x, y, w, v, *, p: int, beta: float, clip: float) -> tuple[np.ndarra
             beta * v + g * clip / norm,
         "that clips each entry (by value), not the gradient's norm: scale the whole gradient by "
         "min(1, C/‖g‖)": beta * v + np.clip(g, -clip, clip),
+        f"the factor is √p = {np.sqrt(p):.3g}× too large, the norm √p too small, as when the "
+        "slices' sums of squares are averaged (pmean divides by p): the whole gradient's squared "
+        "norm is their sum (psum)":
+            beta * v + _clipped(g, clip, norm / np.sqrt(p)),
+        "that is the largest slice's norm (a pmax), not the whole gradient's: the squares of "
+        "every slice add up": beta * v + _clipped(g, clip, max(np.linalg.norm(s) for s in slices)),
+        "that is the largest entry (max |g|, the ∞-norm), not the Euclidean norm ‖g‖: add the "
+        "squares of every entry": beta * v + _clipped(g, clip, np.max(np.abs(g))),
+        "each device clipped its partial gradient before the reduce-scatter: the sum of clipped "
+        "partials is not the clipped sum; clip after the reduce-scatter, by the summed "
+        "gradient's norm": beta * v + each,
+        "that is the norm of the weights w, not of the gradient: clip by ‖g‖":
+            beta * v + _clipped(g, clip, np.linalg.norm(w)),
+        "that is the norm of the momentum v, not of the gradient: clip by ‖g‖":
+            beta * v + _clipped(g, clip, np.linalg.norm(v)),
     }
     return right, slips
+
+
+def _unnamed(got, right, host, *, p: int, beta: float, clip: float) -> str:
+    """What a ``v_next`` that matches no named slip did to the gradient, read from the values:
+    the factor each slice was scaled by, against min(1, C/‖g‖)."""
+    if got.shape != right.shape:
+        return (f"v_next has shape {got.shape}, not {right.shape}: the momentum in slices of "
+                "features / p, as sliced_step returns it")
+    x, y, w, v = host
+    g = 2 * x.T @ (x @ w - y) / len(y)  # the whole gradient, unclipped
+    want = min(1.0, clip / np.linalg.norm(g))
+    pairs = list(zip(np.split(got - beta * v, p), np.split(g, p)))
+    factors = [float(np.vdot(m, s) / np.vdot(s, s)) for m, s in pairs]
+    if not all(_near(m, f * s) for f, (m, s) in zip(factors, pairs)):
+        return ("v_next − β·v is not the gradient times one number: clipping scales the whole "
+                "gradient by min(1, C/‖g‖) and changes nothing else (the momentum update stays "
+                "v_next = β·v + g)")
+    if not np.allclose(factors, factors[0], rtol=1e-4):
+        return ("the devices scaled their slices by different factors ("
+                f"{', '.join(f'{f:.3g}' for f in factors)}): every device must use the same one, "
+                "from the whole gradient's norm")
+    ratio = factors[0] / want
+    if ratio <= 0:
+        return (f"the gradient was scaled by {factors[0]:.3g}: the factor min(1, C/‖g‖) is "
+                f"{want:.3g}, positive")
+    off = f"{ratio:.3g}× too large" if ratio > 1 else f"{1 / ratio:.3g}× too small"
+    return (f"the gradient was scaled by {factors[0]:.3g}, where min(1, C/‖g‖) is {want:.3g} "
+            f"({off}): the norm you clipped by, or the threshold, is not ‖g‖ or CLIP")
 
 
 def _near(got, want) -> bool:
@@ -110,11 +154,17 @@ def _program(exercise: str, name: str, step, placed, features: int, p: int) -> N
         fail(exercise, f"{name} runs the package's kernels inside; write the jax.shard_map with "
              "its collectives yourself")
     few, whole = 4 * p, 4 * features  # bytes: one float32 per device; the whole gradient
-    if any(op.op == "all-reduce" and op.bytes > few for op in ops):
-        fail(exercise, "the right numbers, but the program all-reduces "
-             f"{max(op.bytes for op in ops if op.op == 'all-reduce')} bytes: every device "
-             "receives the whole gradient to compute its norm, which the sliced step exists to "
-             "avoid; the norm needs only one number from each device")
+    largest = max((op.bytes for op in ops if op.op == "all-reduce"), default=0)
+    if largest >= whole:
+        fail(exercise, f"the right numbers, but the program all-reduces {largest} bytes: every "
+             "device receives the whole gradient to compute its norm, which the sliced step "
+             "exists to avoid; the norm needs only one number from each device")
+    if largest > few:
+        what = ("a slice-long vector (a slice of the gradient, or of its squares, added entry "
+                "by entry)" if largest == whole // p else "more than one number per device")
+        fail(exercise, f"the right numbers, but the program all-reduces {largest} bytes, {what}: "
+             "sum the slice's squares to one number on each device first, and all-reduce that "
+             "one number")
     if not any(op.op == "reduce-scatter" for op in ops):
         fail(exercise, "the right numbers, but the program has no reduce-scatter: compute the "
              "gradient inside the step and reduce-scatter it with psum_scatter, as "
@@ -173,8 +223,8 @@ def check_clipped_step(step, mesh, *, lr: float, beta: float, clip: float) -> No
             fail(exercise, f"v_next must be an array of numbers ({error_line(error)})")
         if not _near(got, right):
             slip = next((why for why, wrong in slips.items() if _near(got, wrong)), None)
-            fail(exercise, f"v_next ({acts}): " + (slip or "wrong values; compute everything "
-                 "from the arguments and their shapes (the check's inputs are not the page's)"))
+            fail(exercise, f"v_next ({acts}): " + (slip or _unnamed(got, right, (x, y, w, v),
+                                                                  p=p, beta=beta, clip=clip)))
         for key, got, want in (("v_next", out[1], right), ("w_next", out[0], w - lr * right)):
             check_values(exercise, f"{key} (on the check's own inputs, {acts})", got,
                          want.astype(np.float32), atol=1e-5 * float(np.max(np.abs(want))),
