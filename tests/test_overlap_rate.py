@@ -106,23 +106,71 @@ def test_the_answer_is_where_the_bucketed_recurrence_stops_hiding(case):
      r"2\(h − 1\)"),
     (functools.partial(_mine, share=2.0), "never sends its own chunk"),
     (functools.partial(_mine, steps=0), "α is missing"),
-    (lambda c, b, n, h, a: _in_ms(c, b, n, h, a / 1e3), "alpha_s is in seconds: in "
-     "milliseconds"),
+    (lambda c, b, n, h, a: _in_ms(c, b, n, h, a / 1e3), "α counts 1000× too little: alpha_s "
+     "is in seconds"),
+    (lambda c, b, n, h, a: _mine(c, b, n, h, a * 1e-6), "yours scales it by 1e-6, as if it "
+     "were in microseconds"),
+    (lambda c, b, n, h, a: _mine(c, b, n, h, a * 1e-9), "your α counts far too little"),
     (functools.partial(_mine, steps=1), "α is paid per message step"),
+    # α's steps miscounted, the bytes' share right: within 2 % at the page's numbers (α is 1 %
+    # of the gap), so only the unseen cases tell; named, not blamed on the notebook's variables
+    (lambda *a: _mine(*a, steps=a[3] - 1), "not h − 1 \\(that is one pass of the ring"),
+    (lambda *a: _mine(*a, steps=a[3]), "2\\(h − 1\\) message steps, not h: α is paid"),
+    (lambda *a: _mine(*a, steps=2 * a[3]), "not 2h \\(a host never sends to itself\\): α is paid"),
+    (lambda *a: _mine(*a, share=1 / a[3]), "one chunk, bucket_bytes / h, is what one message "
+     "step sends"),
+    (lambda *a: _mine(*a, per_byte=a[2]), "bucket_bytes, not buckets × bucket_bytes"),
     (lambda *a: _mine(*a, steps=2 * a[3], share=2.0), "not 2h: h − 1, not h"),
     (lambda *a: _mine(*a, steps=a[3] - 1, share=(a[3] - 1) / a[3]), "one pass of the ring"),
     (functools.partial(_mine, to_s=1.0), "compute_ms is in milliseconds"),
     (lambda *a: _mine(*a) / 1e3, "bytes per millisecond"),
     (functools.partial(_mine, per_byte=8), "that is bits per second"),
     (functools.partial(_mine, per_byte=1 / 8), "do not divide by 8"),
+    (functools.partial(_mine, per_byte=8e-6), "that is megabits per second"),
+    (functools.partial(_mine, per_byte=1e-6), r"that is megabytes per second \(MB/s\)"),
+    (functools.partial(_mine, per_byte=2**-20), "that is MiB per second"),
     (lambda *a: _mine(*a, gaps=a[2] - 1), r"not compute_ms / \(buckets − 1\)"),
     (lambda *a: _mine(*a, gaps=1), "not in the whole backward pass"),
     (lambda c, b, n, h, a: _mine(c, b, n, 4, a), "the rate for 4 hosts in every case"),
-    (lambda c, b, n, h, a: _mine(*STEP_19.values()), "right at this notebook's numbers only"),
+    (lambda c, b, n, h, a: _mine(*STEP_19.values()), "your rate stays the same whatever the "
+     "arguments"),
 ])
 def test_each_slip_is_named(fn, message):
     with pytest.raises(ExerciseFailed, match=message):
         check_overlap_rate(fn, **STEP_19)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda c, b, n, h, a: _mine(c, b, n, h, STEP_19["alpha_s"]), "does not change with the "
+     "argument alpha_s: use the function's arguments, not the notebook's alpha"),
+    (lambda c, b, n, h, a: _mine(c, b, STEP_19["buckets"], h, a), "the argument buckets: use "
+     "the function's arguments, not the notebook's BUCKETS"),
+    (lambda c, b, n, h, a: _mine(c, STEP_19["bucket_bytes"], STEP_19["buckets"], h, a),
+     "the arguments bucket_bytes and buckets: use the function's arguments, not the notebook's "
+     "BUCKET_BYTES and BUCKETS"),
+])
+def test_an_argument_left_unread_is_found_by_changing_it(fn, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check_overlap_rate(fn, **STEP_19)
+
+
+def test_right_at_the_page_only_while_reading_every_argument_is_not_blamed_on_variables():
+    def halves(c, b, n, h, a):  # the share as h / 2: 1 at the page's 2 hosts, as the ring's
+        return _mine(c, b, n, h, a) * (h / 2) / (2 * (h - 1) / h)
+    with pytest.raises(ExerciseFailed, match="right at the page's numbers only, and your rate "
+                       "moves with every argument: there h = 2 and α is 1 % of the gap") as failed:
+        check_overlap_rate(halves, **STEP_19)
+    assert "notebook's" not in str(failed.value)
+    assert "2(h − 1)" not in str(failed.value)  # a hint, not the model
+
+
+def test_a_probe_that_raises_names_nothing():
+    def fussy(c, b, n, h, a):  # right at the cases; fails at the probes' changed arguments
+        if (c, b, n, h, a) != tuple(STEP_19.values()):
+            raise ValueError("only the page")
+        return _mine(c, b, n, h, a)
+    with pytest.raises(ExerciseFailed, match="raised ValueError: only the page"):
+        check_overlap_rate(fussy, **STEP_19)
 
 
 def _no_inf(*a):  # the formula alone: a negative rate where α is too slow

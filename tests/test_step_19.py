@@ -71,7 +71,11 @@ def test_the_matmul_readings_hold(rate):
     if rate == "200mbit":  # a little less
         assert 0.85 <= looped / (products + shifts) < 0.97
     assert 0.8 <= by_hand / looped <= 1.1  # by hand: about as fast
-    assert _median(mm, rate, "gathered_s") < by_hand  # gathering first: faster
+    assert _median(mm, rate, "gathered_s") < by_hand  # gathering first: faster in the median
+    # "faster in every run only at the rates printed last": not at 400 Mbit/s, where the one
+    # program and the gather are within a few % in the median and one run has them swapped
+    gathered = [r.gathered_s / r.looped_s for r in mm if r.link_rate == rate]
+    assert (max(gathered) < 1) == (rate != "400mbit")
     share = link_s / shifts
     assert 0.4 <= share <= 0.6  # a shift alone: about half the link's rate
 

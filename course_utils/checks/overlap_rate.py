@@ -49,12 +49,26 @@ _SLIPS = {
         lambda *a: _with(*a, share=2.0 * (a[3] - 1)),
     "a host never sends its own chunk: the ring moves 2(h − 1)/h of the bucket, not 2 copies":
         lambda *a: _with(*a, share=2.0),
+    "one chunk, bucket_bytes / h, is what one message step sends: over the all-reduce's "
+    "2(h − 1) steps each host's link carries 2(h − 1) chunks": lambda *a: _with(*a, share=1 / a[3]),
+    "only one bucket crosses the link in each gap: bucket_bytes, not buckets × bucket_bytes "
+    "(the gap is one bucket's share of the compute)":
+        lambda *a: _with(*a, per_byte=a[2]),
     "α is missing: each all-reduce pays α at each of its 2(h − 1) message steps, and that time "
     "must fit in the gap too": lambda *a: _with(*a, alpha_steps=0),
-    "alpha_s is in seconds: in milliseconds it is alpha_s × 1000 (yours is left in seconds "
-    "beside the compute's milliseconds)": lambda *a: _with(*a[:4], a[4] / 1e3),
+    "α counts 1000× too little: alpha_s is in seconds, so beside the compute's milliseconds it "
+    "is alpha_s × 1000 (and in seconds it is alpha_s as given)":
+        lambda *a: _with(*a[:4], a[4] / 1e3),
     "α is paid per message step: 2(h − 1) per all-reduce, not once":
         lambda *a: _with(*a, alpha_steps=1),
+    "α is paid at each of the all-reduce's 2(h − 1) message steps, not h − 1 (that is one pass "
+    "of the ring: the reduce-scatter or the all-gather, and an all-reduce is both)":
+        lambda *a: _with(*a, alpha_steps=a[3] - 1),
+    "a ring all-reduce over h hosts has 2(h − 1) message steps, not h: α is paid at each of "
+    "the h − 1 steps of the reduce-scatter and of the all-gather":
+        lambda *a: _with(*a, alpha_steps=a[3]),
+    "a ring all-reduce over h hosts has 2(h − 1) message steps, not 2h (a host never sends to "
+    "itself): α is paid 2(h − 1) times": lambda *a: _with(*a, alpha_steps=2 * a[3]),
     "a ring over h ranks has 2(h − 1) message steps, not 2h: h − 1, not h, in both α's steps "
     "and the bytes' share": lambda *a: _with(*a, alpha_steps=2 * a[3], share=2.0),
     "that is one pass of the ring (h − 1 steps, (h − 1)/h of the bucket): an all-reduce is two, "
@@ -64,6 +78,12 @@ _SLIPS = {
     "seconds": lambda *a: _with(*a, to_s=1.0),
     "that is bytes per millisecond: return bytes per second":
         lambda *a: hidden_rate(*a) / 1e3,
+    "that is megabits per second (the unit the page gives link rates in): return bytes per "
+    "second, without the × 8 / 10⁶": lambda *a: hidden_rate(*a) * 8e-6,
+    "that is megabytes per second (MB/s): return bytes per second, without the / 10⁶":
+        lambda *a: hidden_rate(*a) / 1e6,
+    "that is MiB per second: return bytes per second, without the / 2²⁰":
+        lambda *a: hidden_rate(*a) / 2**20,
     "that is bits per second: bucket_bytes is in bytes, and the rate asked is in bytes per "
     "second": lambda *a: hidden_rate(*a) * 8,
     "bucket_bytes is already in bytes and the rate is asked in bytes per second: do not divide "
@@ -125,7 +145,7 @@ def check_overlap_rate(fn, *, compute_ms: float, bucket_bytes: float, buckets: i
         if _close(got, want):
             continue
         where = "" if case is first else f" (a case the page never shows: {call})"
-        slip = _slip(answers)
+        slip = _slip(fn, answers)
         alone = ("α alone takes longer than the compute between two buckets: no rate hides "
                  "them; return math.inf")
         if not slip and got <= 0:
@@ -136,7 +156,7 @@ def check_overlap_rate(fn, *, compute_ms: float, bucket_bytes: float, buckets: i
         if not slip and math.isinf(got):
             fail(exercise, f"{call} gives inf, but there a finite rate hides the buckets{where}")
         fail(exercise, f"{off_by(got, want)}{where}; "
-                       f"{slip or _hint(answers)}")
+                       f"{slip or _hint(fn, answers)}")
     page = hidden_rate(*first)
     passed(exercise, f"{page / 1e6:.1f} MB/s at the page's numbers; and at {len(_CASES)} cases "
                      "more, bound by the link or by α")
@@ -148,11 +168,14 @@ def _close(got: float, want: float, rtol: float = TOLERANCE) -> bool:
     return math.isclose(got, want, rel_tol=rtol)
 
 
-def _slip(answers: list) -> str:
+_ALPHA_MISSING = next(why for why in _SLIPS if why.startswith("α is missing"))
+
+
+def _slip(fn, answers: list) -> str:
     """The slip that explains the answers in every case, or ``""``."""
     for why, model in _SLIPS.items():
         if all(_close(got, model(*case), TOLERANCE / 2) for case, _, got in answers):
-            return why
+            return _alpha_scaled(fn, answers) if why == _ALPHA_MISSING else why
     for hosts in range(1, 9):  # the same number of hosts in every case: typed in
         if all(_close(got, hidden_rate(*case[:3], hosts, case[4]), TOLERANCE / 2)
                for case, _, got in answers):
@@ -160,12 +183,72 @@ def _slip(answers: list) -> str:
     return ""
 
 
-def _hint(answers: list) -> str:
-    """A hint that does not give the model away."""
+def _alpha_scaled(fn, answers: list) -> str:
+    """α missing, or read as microseconds (× 1e-6: too small to show in any case): told apart by
+    calling ``fn`` with ``alpha_s`` a million times larger, where a scaled α shows."""
     (case, _, got), *_ = answers
+    again = _probe(fn, (*case[:4], case[4] * 1e6))
+    if again is None or _close(again, got, 1e-9):
+        return _ALPHA_MISSING  # the answer does not move with alpha_s: α is not in it
+    if _close(again, hidden_rate(*case), TOLERANCE / 2):
+        return ("alpha_s is already in seconds: yours scales it by 1e-6, as if it were in "
+                "microseconds, so α hardly counts")
+    return ("your α counts far too little: alpha_s is in seconds, paid at each of the "
+            "all-reduce's message steps")
+
+
+def _probe(fn, args: tuple) -> float | None:
+    """``fn(*args)`` as a number, or ``None`` where it fails (a probe names nothing then)."""
+    try:  # a probe only: the calls with the cases' own arguments already ran
+        got = number(fn(*args))
+    except Exception:  # noqa: BLE001 - a probe that fails names nothing
+        return None
+    return None if got is None or math.isnan(got) else got
+
+
+# the arguments a student may leave for the notebook's own numbers, and how a probe changes them
+_ARGUMENTS = ((0, "compute_ms", "compute_ms", lambda v: 2 * v),
+              (1, "bucket_bytes", "BUCKET_BYTES", lambda v: 2 * v),
+              (2, "buckets", "BUCKETS", lambda v: 2 * v),
+              (3, "hosts", "HOSTS", lambda v: v + 2),
+              (4, "alpha_s", "alpha", lambda v: 2 * v))
+
+
+def _unread(fn, case: tuple, got: float) -> str:
+    """The arguments ``fn``'s answer does not move with (changed one at a time at ``case``, where
+    the right answer moves), or ``""`` where it moves with each of them."""
+    unread = []
+    for index, name, notebook, change in _ARGUMENTS:
+        other = tuple(change(v) if k == index else v for k, v in enumerate(case))
+        if _close(hidden_rate(*other), hidden_rate(*case), 1e-9):
+            continue  # the right answer does not show this argument here either
+        again = _probe(fn, other)
+        if again is not None and _close(again, got, 1e-9):
+            unread.append((name, notebook))
+    if not unread:
+        return ""
+    if len(unread) == len(_ARGUMENTS):
+        return "your rate stays the same whatever the arguments: compute it from them"
+    names = " and ".join(name for name, _ in unread)
+    notebook = " and ".join(notebook for _, notebook in unread)
+    return (f"your rate does not change with the argument{'s' if len(unread) > 1 else ''} "
+            f"{names}: use the function's arguments, not the notebook's {notebook} (nor "
+            "its value typed in)")
+
+
+def _hint(fn, answers: list) -> str:
+    """A hint that does not give the model away: an argument left unread (probed), else what the
+    page's numbers hide (2 hosts, a small α), else how to set the rate up."""
+    (case, _, got), *_ = answers
+    if unread := _unread(fn, case, got):
+        return unread
     if _close(got, hidden_rate(*case)):
-        return ("right at this notebook's numbers only: use the function's arguments, not the "
-                "notebook's variables")
+        alpha_share = 2 * (case[3] - 1) * case[4] / (case[0] / 1e3 / case[2])
+        return (f"right at the page's numbers only, and your rate moves with every argument: "
+                f"there h = {case[3]} and α is {100 * alpha_share:.0f} % of the gap between two "
+                f"buckets, "
+                "so a slip in α's count of message steps, or in the ring's share of the bucket "
+                "for h hosts, hardly shows: count both for h hosts")
     return ("write one bucket's ring all-reduce time at a rate B (α per message step, the ring's "
             "share of the bucket over B), set it equal to the compute between two buckets and "
             "solve for B")
