@@ -15,6 +15,7 @@ from course_utils.checks.training import (
     check_int8_feedback,
     check_peak_prediction,
 )
+from course_utils.problems.classification import padded_size
 from course_utils.training.strategies import zero_peak_bytes
 
 P = 4
@@ -52,6 +53,12 @@ def peak_with(**changed):
 
 def state3(sizes, p):
     return 12 * sum(sizes) / p
+
+
+def page_vector(layer_sizes, p):  # n taken from the page's padded_size, not the layers
+    n = padded_size(p)
+    return {"data_parallel": 12 * n, "zero1": 8 * n + 8 * n / p, "zero2": 8 * n + 8 * n / p,
+            "zero3": 12 * n / p + 4 * max(layer_sizes)}
 
 
 def test_peak_right_in_three_forms(capsys):
@@ -103,8 +110,24 @@ def test_peak_slips_are_named():
          r"slices of n/p \(the table at the top of the page\)$"),
         (peak_with(zero3=lambda s, p, r: r - 4 * sum(s) / p),
          r"its state is three slices of n/p \(parameters, gradient, momentum\), not two$"),
-        (peak_with(data_parallel=lambda s, p, r: r + 4 * sum(s)),
-         "data parallelism's all-reduce sums the gradient it keeps, in place"),
+        (peak_with(data_parallel=lambda s, p, r: r + 4 * sum(s)),  # the sum or the new w
+         r"data_parallel: .*; data parallelism sums and updates in place: the all-reduce sums "
+         "the gradient it keeps, and the new w and v replace the old, whole"),
+        (peak_with(zero1=lambda s, p, r: r + 4 * sum(s), zero2=lambda s, p, r: r + 4 * sum(s)),
+         r"zero1: .*; updates happen in place, whole or sliced: ZeRO-1's all-gathered w "
+         "replaces the old w, so w counts once"),
+        (peak_with(zero2=lambda s, p, r: r + 4 * sum(s)),
+         r"zero2: .*; updates happen in place, whole or sliced: ZeRO-2's all-gathered w"),
+        (lambda s, p: right_peak(s, p - 1),
+         r"zero1: it is .* too large; a slice is n/p values \(p slices make the whole vector\), "
+         r"not n/\(p − 1\)$"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p - 1) + 4 * max(s)),
+         r"zero3: .*; a slice is n/p values"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + max(s)),
+         r"zero3: .*; count the gathered layer in bytes too: 4 per value, 4 × its size$"),
+        (page_vector,
+         r"data_parallel: .* on p = 8 .*; n is sum\(layer_sizes\), the vector these layers "
+         r"make \(padding included\); padded_size\(p\) is this page's vector"),
         (lambda s, p: {k: v / 4 for k, v in right_peak(s, p).items()},
          r"every stage is off in every case: count bytes \(4 per float32 value\), not values$"),
         (lambda s, p: {k: v * p for k, v in right_peak(s, p).items()},

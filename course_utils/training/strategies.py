@@ -235,8 +235,9 @@ def zero_peak_bytes(layer_sizes, p: int) -> dict[str, float]:
     beyond it: with the parameters sliced, one gathered layer at a time (the largest decides;
     its unreduced gradient in the backward pass takes the same room); else with the gradient
     kept in a slice, the whole local gradient before its reduce-scatter; else with the
-    optimizer's state sliced, the slice of the summed gradient it updates with. Activations,
-    what ``jax.grad`` keeps from the forward pass and the slices updated in place are left out.
+    optimizer's state sliced, the slice of the summed gradient it updates with. Sums and
+    updates happen in place, whole or sliced (the all-gathered w replaces the old w, counted
+    once); activations and what ``jax.grad`` keeps from the forward pass are left out.
 
     Examples:
         >>> zero_peak_bytes((8192, 256, 2048, 256), 4)
