@@ -86,12 +86,22 @@ def test_pmean_weights_names_each_slip():
         (lambda c: np.sum(c) / (len(c) * np.asarray(c)), "the factors are inverted"),
         (lambda c: np.asarray(c, float), "the row counts themselves, not normalised"),
         (lambda c: 4 * np.asarray(c) / np.sum(c), "use the page's N_DEVICES for p"),
+        (lambda c: (len(c) - 1) * np.asarray(c) / np.sum(c),
+         r"\(p − 1\)/p of the mean: .* pmean divides by p"),
+        (lambda c: len(c) ** 2 * np.asarray(c) / np.sum(c), "p× too large: .* twice"),
+        (lambda c: len(c) * np.asarray(c) / 16,
+         r"a fixed total, the page's row count \(n_rows\?\)"),
+        (lambda c: len(c) * np.asarray(c) // np.sum(c),
+         r"every factor is a whole number \(\[1, 0, 1, 1\]\): floor division \(//\)"),
+        (lambda c: np.asarray(c) // np.mean(c), r"floor division \(//\) or int\(\)"),
         (lambda c: _right_numpy(counts), "gives the factors of the page's counts"),
         (lambda c: _right_numpy(c)[:-1], r"returned 3 numbers, the wrong length: one factor per "
                                          r"device, 4 for 4 counts"),
         (lambda c: 1.0, "returned one number, the wrong length"),
         (lambda c: _right_numpy(c)[::-1], r"pmean_weights\(\[5, 3, 4, 4\]\) \(the page's counts, "
-                                          r"p = 4\): local mean × factor, then pmean, is off"),
+                                          r"p = 4\): the factors are in reverse order"),
+        (lambda c: _right_numpy(c) / np.max(_right_numpy(c)), r"pmean_weights\(\[5, 3, 4, 4\]\) "
+         r"\(the page's counts, p = 4\): local mean × factor, then pmean, is off"),
         (None, "pmean_weights is not defined"),
         (np.ones(4), "is an object of type ndarray, not a function"),
         (lambda c: None, "returned None: return the 4 factors"),

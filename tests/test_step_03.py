@@ -107,6 +107,13 @@ def _two_halves(x_block, y_block, w):  # two reduce-scatters of half the rows ea
     return sum(jax.lax.psum_scatter(s, "data", tiled=True) for s in parts)
 
 
+def _gather_then_add(x_block, y_block, w):  # every share everywhere, added, one slice kept
+    padded = _padded(x_block, y_block, w)
+    whole = jax.lax.all_gather(padded, "data").sum(axis=0)
+    k = whole.shape[0] // 4
+    return jax.lax.dynamic_slice_in_dim(whole, jax.lax.axis_index("data") * k, k)
+
+
 @pytest.mark.parametrize("fn, said", [
     (_jitted(_front), "padding at the front: the 9 real values must come first"),
     (_jitted(_by_p), "has 12 values: padded by p rather than to the next multiple of p; F = 8"),
@@ -120,6 +127,8 @@ def _two_halves(x_block, y_block, w):  # two reduce-scatters of half the rows ea
     (_jitted(_fixed_rows), r"divides by a fixed row count \(16, the notebook's n_rows\?\)"),
     (_jitted(_gather_rows), "has all-gather besides the reduce-scatter: devices receive other"),
     (_jitted(_two_halves), "has 2 reduce-scatters: the share is sent in pieces"),
+    (_jitted(_gather_then_add), r"has only all-gather: gathering the p shares and adding them "
+                                r"on every device .* end with jax.lax.psum_scatter"),
     (_jitted(lambda xb, yb, w: _right(xb, yb, w) + 0 * jax.lax.psum(_share(xb, yb, w), "data")[0]),
      "has all-reduce besides the reduce-scatter: every device still receives the whole sum"),
     (_jitted(lambda xb, yb, w: 4 * _right(xb, yb, w)), r"4× the expected value.*\(P\(\) in "

@@ -88,18 +88,28 @@ def _own_cases(p: int) -> list[tuple[np.ndarray, tuple]]:
     return cases
 
 
-# the slips, each a function of the counts and the page's p, with what the check says to it
+# the slips, each a function of the counts, the page's p and the page's total row count, with
+# what the check says to it
 _FACTOR_SLIPS = {
     "the result is p× too small: pmean divides by p after adding the p weighted means, so the "
-    "factors must make up for that division too": lambda c, p: c / c.sum(),
+    "factors must make up for that division too": lambda c, p, n: c / c.sum(),
+    "the result is (p − 1)/p of the mean: the factors make up for a division by p − 1, but "
+    "pmean divides by p, the number of devices (len(counts))":
+        lambda c, p, n: (len(c) - 1) * c / c.sum(),
+    "the result is p× too large: the factors make up for pmean's division by p twice; it "
+    "divides once": lambda c, p, n: len(c) ** 2 * c / c.sum(),
     "every factor is 1: that is the page's local mean + pmean, off with unequal shards; a "
-    "device's factor must depend on its row count": lambda c, p: np.ones(len(c)),
+    "device's factor must depend on its row count": lambda c, p, n: np.ones(len(c)),
     "the factors are inverted: a device with more rows must count more in the mean, not less":
-        lambda c, p: c.sum() / (len(c) * c),
+        lambda c, p, n: c.sum() / (len(c) * c),
     "the factors are the row counts themselves, not normalised: they scale the result by Σc / p":
-        lambda c, p: c.astype(np.float64),
+        lambda c, p, n: c.astype(np.float64),
     "the factors use the page's N_DEVICES for p: take p from the counts given (len(counts))":
-        lambda c, p: p * c / c.sum(),
+        lambda c, p, n: p * c / c.sum(),
+    "the factors are in reverse order: factor i is for device i, which holds counts[i] rows":
+        lambda c, p, n: len(c) * c[::-1] / c.sum(),
+    "the factors divide by a fixed total, the page's row count (n_rows?), not by the rows in "
+    "the counts given: take the total from counts": lambda c, p, n: len(c) * c / n,
 }
 
 
@@ -132,14 +142,20 @@ def _factors(exercise: str, fn, counts: np.ndarray, page_counts: np.ndarray) -> 
     return values
 
 
+def _listed(values: np.ndarray) -> str:
+    shown = ", ".join(f"{v:g}" for v in values[:6])
+    return f"[{shown}{', …' if values.size > 6 else ''}]"
+
+
 def check_pmean_weights(fn, mesh, counts, x_host, y_host, w_host) -> None:
     """Exercise 02: ``fn(counts) -> p factors`` such that every device's local mean gradient
     times its factor, averaged by ``pmean``, is the mean gradient over all rows (p·cᵢ/Σc). The
     factors are applied in a ``shard_map`` kernel (local mean × factor, then ``pmean``) to the
     page's uneven rows on ``mesh`` and to counts and data of the check's own on meshes of 2, 3
     and all the devices (those there are); the value is compared with the reference gradient
-    and the placement (replicated on every device). Named slips: cᵢ/Σc, all ones, Σc/(p·cᵢ),
-    cᵢ unnormalised, the page's p, the wrong length; the check's own reference is refused."""
+    and the placement (replicated on every device). Named slips: cᵢ/Σc, (p − 1)·cᵢ/Σc, p²·cᵢ/Σc,
+    all ones, Σc/(p·cᵢ), cᵢ unnormalised, the page's p, the page's total row count, reversed,
+    factors rounded to whole numbers, the wrong length; the check's own reference is refused."""
     exercise = "pmean weights"
     function_given(exercise, "pmean_weights", fn)
     page_counts = np.asarray(counts).astype(np.int64)
@@ -162,8 +178,13 @@ def check_pmean_weights(fn, mesh, counts, x_host, y_host, w_host) -> None:
         where = "the page's counts" if k == 0 else "counts of the check's own"
         call = f"pmean_weights({c.tolist()}) ({where}, p = {len(c)})"
         for why, slip in _FACTOR_SLIPS.items():
-            if all(np.allclose(a, slip(cc, p), rtol=1e-5) for (cc, _), a in zip(cases, answers)):
+            if all(np.allclose(a, slip(cc, p, page_counts.sum()), rtol=1e-5)
+                   for (cc, _), a in zip(cases, answers)):
                 fail(exercise, f"{call}: {why}")
+        if all(np.array_equal(a, np.round(a)) for a in answers):
+            fail(exercise, f"{call}: every factor is a whole number ({_listed(got)}): floor "
+                           "division (//) or int() rounds them, and the factors need not be "
+                           "whole; divide with /")
         if k and got.shape == page_counts.shape and np.allclose(
                 got, _exact_factors(page_counts), rtol=1e-5):
             fail(exercise, f"{call} gives the factors of the page's counts: use the argument "
@@ -299,10 +320,20 @@ def _scatter_program(exercise: str, name: str, fn, args: tuple) -> None:
                            f"{', '.join(sorted(set(ops)))} and no reduce-scatter: an all-reduce "
                            "then a slice makes every device receive the whole sum and keep only "
                            "its slice; end with jax.lax.psum_scatter")
-        fail(exercise, f"the right result, but the compiled program of {name} has "
-                       f"{'only ' + ', '.join(sorted(set(ops))) if ops else 'no collective'}: "
-                       "the devices never combine their shares (was the gradient computed "
-                       "elsewhere and placed?); compute each device's share inside "
+        if "all-gather" in ops:
+            fail(exercise, f"the right result, but the compiled program of {name} has only "
+                           f"{', '.join(sorted(set(ops)))}: gathering the p shares and adding "
+                           "them on every device makes each device receive all p shares and "
+                           "compute the whole sum, only to keep one slice of it; a "
+                           "reduce-scatter sends each device only the pieces of its own slice: "
+                           "end with jax.lax.psum_scatter")
+        if ops:
+            fail(exercise, f"the right result, but the compiled program of {name} combines the "
+                           f"shares with {', '.join(sorted(set(ops)))}, not a reduce-scatter: "
+                           "end with jax.lax.psum_scatter")
+        fail(exercise, f"the right result, but the compiled program of {name} has no "
+                       "collective: the devices never combine their shares (was the gradient "
+                       "computed elsewhere and placed?); compute each device's share inside "
                        "jax.shard_map and end with jax.lax.psum_scatter")
     extra, count = sorted({op for op in ops if op != "reduce-scatter"}), ops.count("reduce-scatter")
     if extra or count > 1:
@@ -327,8 +358,8 @@ def check_reduce_scatter(fn, mesh, n_devices: int) -> None:
     check's own placed on ``mesh`` (F that p does not divide, and one that it does); the first
     F values are compared with the reference, the padding with 0, the length, the placement
     (⌈F/p⌉ per device) and the compiled program. Named: padding in front, padding by p on a
-    multiple of p, an all-reduce then a slice, no padding (JAX's divisibility error, with a
-    hint); the package's kernels are refused."""
+    multiple of p, an all-reduce then a slice, an all-gather then a local sum, no padding
+    (JAX's divisibility error, with a hint); the package's kernels are refused."""
     exercise = "reduce-scatter of any length"
     name = "my_reduce_scatter"
     same_device_count(exercise, n_devices)

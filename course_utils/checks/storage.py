@@ -96,6 +96,7 @@ def _slips(m: float, p: int) -> dict:
     """What each slip the check names gives at memory ``m`` on ``p`` devices."""
     right = largest_gradient_bytes(m, p)
     swapped = _floor(m * (p + 1) / p, p)
+    ring = p / max(p - 1, 1)  # N per byte a ring's reduce-scatter sends, (p − 1)/p · N
     return {
         "the call's input is still on device 0 when it returns (nothing is donated): count "
         "the input and the output": {"all_reduce": _floor(m, p), "reduce_scatter": _floor(m * p, p),
@@ -106,11 +107,58 @@ def _slips(m: float, p: int) -> dict:
         "p and p + 1 are swapped: device 0 holds N + N/p = N·(p + 1)/p, so N is at most "
         "memory · p/(p + 1)": {**right, "reduce_scatter": swapped, "all_gather": swapped},
         "count bytes (4 per float32 value), not values": {k: v / 4 for k, v in right.items()},
-        "after the reduce-scatter device 0 keeps one slice of the sum, not all of it":
-            {**right, "reduce_scatter": right["all_reduce"]},
-        "the all-gather starts from the reduce-scattered slice, not the whole gradient":
-            {**right, "all_gather": _floor(m / (p + 1), p)},
+        "those are the sizes at which a ring sends memory_bytes per rank (2(p − 1)/p · N for "
+        "the all-reduce): the task counts the bytes device 0 holds, the call's input and its "
+        "output": {"all_reduce": _floor(m * ring / 2, p), "reduce_scatter": _floor(m * ring, p),
+                   "all_gather": _floor(m * ring, p)},
     }
+
+
+# one call's slip, each a function of (memory, p) giving the size it leads to (before rounding)
+_KEY_SLIPS = {
+    "all_reduce": {
+        "device 0 holds two whole gradients when the all-reduce returns, its input and the "
+        "sum, not three": lambda m, p: m / 3,
+        "when the all-reduce returns device 0 holds the whole sum, N bytes, not a slice: N in "
+        "and N out": lambda m, p: m * p / (p + 1),
+        "the all-reduce's input is still on device 0 when it returns (nothing is donated): "
+        "count it too": lambda m, p: m,
+    },
+    "reduce_scatter": {
+        "device 0 also holds its output, one slice of N/p bytes, when the reduce-scatter "
+        "returns: count the slice too": lambda m, p: m,
+        "a slice is N/p bytes, one of p, not N/(p − 1)": lambda m, p: m * (p - 1) / p,
+        "after the reduce-scatter device 0 keeps one slice of the sum, not all of it":
+            lambda m, p: m / 2,
+    },
+    "all_gather": {
+        "device 0 still holds its input, one slice of N/p bytes, when the all-gather returns: "
+        "count the slice too": lambda m, p: m,
+        "a slice is N/p bytes, one of p, not N/(p − 1)": lambda m, p: m * (p - 1) / p,
+        "the all-gather starts from the reduce-scattered slice (N/p bytes), not from a whole "
+        "gradient as the all-reduce does": lambda m, p: m / 2,
+        "that is the size of one slice, the all-gather's input: the key asks for the gradient "
+        "N it gathers": lambda m, p: m / (p + 1),
+    },
+}
+_UNITS = {"MiB": 2**20, "KiB": 2**10, "MB": 1e6, "kB": 1e3}
+
+
+def _named_key(answers: list) -> tuple[str, str] | None:
+    """(call, message) for a size in the wrong unit, or for one call's slip that explains that
+    key's answer at every memory and p (within the rounding to 4·p bytes), else None."""
+    for unit, scale in _UNITS.items():
+        if all(math.isclose(values[k] * scale, largest_gradient_bytes(m, p)[k], rel_tol=0.02)
+               for m, p, _, values in answers for k in KINDS):
+            return answers[0][2], f"the sizes are in {unit}: return bytes"
+    for k in KINDS:
+        rights = [largest_gradient_bytes(m, p)[k] for m, p, _, _ in answers]
+        if all(abs(values[k] - r) < 4 * p for (_, p, _, values), r in zip(answers, rights)):
+            continue  # right, up to the rounding (judged below)
+        for why, slip in _KEY_SLIPS[k].items():
+            if all(abs(values[k] - slip(m, p)) < 4 * p + 1e-6 for m, p, _, values in answers):
+                return answers[0][2], f"[{k!r}]: {why}"
+    return None
 
 
 def _held_bytes(devices, p: int, nbytes: int, kind: str) -> int:
@@ -159,11 +207,14 @@ def check_largest_gradient(largest_gradient, devices, *, memory_bytes: float) ->
         answers.append((m, p, call, values))
     for why, slip in _named(answers).items():
         fail(exercise, f"{slip}: {why}")
+    if named := _named_key(answers):
+        fail(exercise, "".join(named) if named[1].startswith("[") else ": ".join(named))
     for i, (m, p, call, values) in enumerate(answers):
         right = largest_gradient_bytes(m, p)
         for k, v in values.items():
             if v != int(v) or int(v) % (4 * p):
-                whole = " (a multiple of 4 is whole values in all, not on each device)" if (
+                whole = " (a multiple of 4 is whole values in all; the task asks for p slices of " \
+                        "whole values, for the all-reduce too)" if (
                     v == int(v) and int(v) % 4 == 0) else ""
                 fail(exercise, f"{call}[{k!r}] = {v:g} is not a whole number of float32 values on "
                      f"each of the {p} devices: round down to a multiple of 4·p bytes{whole}")
@@ -183,9 +234,10 @@ def check_largest_gradient(largest_gradient, devices, *, memory_bytes: float) ->
                 fail(exercise, f"{call}[{k!r}]: a gradient 4·p = {4 * p} bytes larger still fits "
                      f"when the {name} returns{_how(n, right[k], 'down once, at the end')}")
     m, p, _, values = answers[0]
-    passed(exercise, f"measured on device 0: at {m:,.0f} bytes of memory on p = {p} the sliced "
-           f"path fits {values['reduce_scatter'] / values['all_reduce']:.2f}× the all-reduce's "
-           f"gradient; right at {len(answers) - 1} more memory sizes and device counts")
+    passed(exercise, f"read from device 0's arrays: at {m:,.0f} bytes of memory on p = {p} the "
+           f"sliced path fits {values['reduce_scatter'] / values['all_reduce']:.2f}× the "
+           f"all-reduce's gradient; right at {len(answers) - 1} more memory sizes and device "
+           "counts")
 
 
 def _how(got: float, want: float, rounding: str) -> str:
@@ -202,19 +254,20 @@ def _named(answers: list) -> dict:
     """The one slip (its message: the first call it explains) that explains every answer, or
     ``{}``; a rule for the other p, or the page's sizes typed in, is named too."""
     for why, _ in _slips(1.0, 1).items():
-        if all(_same(values, _slips(m, p)[why]) for m, p, _, values in answers):
+        if all(_same(values, _slips(m, p)[why], p) for m, p, _, values in answers):
             return {why: answers[0][2]}
     p_all = answers[0][1]
     for m, p, call, values in answers:
-        if p != p_all and _same(values, largest_gradient_bytes(m, p_all)):
+        if p != p_all and _same(values, largest_gradient_bytes(m, p_all), max(p, p_all)):
             return {f"that is the answer for p = {p_all}, not for p = {p}: use the argument p, "
                     "not N_DEVICES": call}
         m0 = answers[0][0]
-        if m != m0 and _same(values, largest_gradient_bytes(m0, p)):
+        if m != m0 and _same(values, largest_gradient_bytes(m0, p), p):
             return {f"that is the answer for {m0:.0f} bytes, not for the {m:.0f} given: use the "
                     "argument memory_bytes": call}
     return {}
 
 
-def _same(values: dict, slip: dict) -> bool:
-    return all(math.isclose(values[k], slip[k], rel_tol=1e-9) for k in KINDS)
+def _same(values: dict, slip: dict, p: int) -> bool:
+    """Whether ``values`` are ``slip``'s sizes, up to a rounding of less than 4·p bytes."""
+    return all(abs(values[k] - slip[k]) < 4 * p for k in KINDS)
