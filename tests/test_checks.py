@@ -29,6 +29,7 @@ from course_utils.checks import (
 )
 from course_utils.checks.budget import _crossing
 from course_utils.checks.forbidden import uses_forbidden
+from course_utils.checks.updates import _unnamed
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +312,27 @@ def test_largest_gradient_passes_in_any_right_form(capsys):
     (lambda m, p: {**_largest(m, p), "reduce_scatter": m * (p + 1) / p // (4 * p) * 4 * p,
                    "all_gather": m * (p + 1) / p // (4 * p) * 4 * p}, "p and p . 1 are swapped"),
     (lambda m, p: {**_largest(m, p), "all_gather": m / (p + 1) // (4 * p) * 4 * p},
-     "the all-gather starts from the reduce-scattered slice"),
+     r"\['all_gather'\]: that is the size of one slice, the all-gather's input"),
+    (lambda m, p: {**_largest(m, p), "all_gather": _largest(m, p)["all_reduce"]},
+     r"\['all_gather'\]: the all-gather starts from the reduce-scattered slice"),
+    (lambda m, p: {**_largest(m, p), "reduce_scatter": m // (4 * p) * 4 * p,
+                   "all_gather": m // (4 * p) * 4 * p},
+     r"\['reduce_scatter'\]: device 0 also holds its output, one slice"),
+    (lambda m, p: {**_largest(m, p), "all_gather": m // (4 * p) * 4 * p},
+     r"\['all_gather'\]: device 0 still holds its input, one slice"),
+    (lambda m, p: {**_largest(m, p), "reduce_scatter": m // (4 * p) * 4 * (p - 1),
+                   "all_gather": m // (4 * p) * 4 * (p - 1)}, r"not N/\(p − 1\)"),
+    (lambda m, p: {**_largest(m, p), "all_reduce": m // (12 * p) * 4 * p},
+     r"\['all_reduce'\]: device 0 holds two whole gradients .* not three"),
+    (lambda m, p: {**_largest(m, p), "all_reduce": _largest(m, p)["reduce_scatter"],
+                   "reduce_scatter": _largest(m, p)["all_reduce"]},
+     r"\['all_reduce'\]: when the all-reduce returns device 0 holds the whole sum"),
+    (lambda m, p: {k: v / 2**20 for k, v in _largest(m, p).items()},
+     r"the sizes are in MiB: return bytes"),
+    (lambda m, p: {"all_reduce": m * p / (2 * (p - 1)) // (4 * p) * 4 * p,
+                   "reduce_scatter": m * p / (p - 1) // (4 * p) * 4 * p,
+                   "all_gather": m * p / (p - 1) // (4 * p) * 4 * p},
+     r"those are the sizes at which a ring sends memory_bytes per rank"),
     (lambda m, p: _largest(m, 4), r"largest_gradient\(3001, 2\): that is the answer for p = 4"),
     (lambda m, p: _largest(2**20, p), "use the argument memory_bytes"),
 ])
@@ -362,6 +383,8 @@ def _clipped_step(mesh, *, norm="slices", clip=0.1, lr=0.1, beta=0.9, gather_nor
     def kernel(x_block, y_block, w, v_slice):
         n_rows = x_block.shape[0] * jax.lax.axis_size(axis)
         partial = 2 * x_block.T @ (x_block @ w - y_block) / n_rows
+        if norm == "partials first":  # each device clips its partial before the reduce-scatter
+            partial = partial * jnp.minimum(1.0, clip / jnp.linalg.norm(partial))
         g = jax.lax.psum_scatter(partial, axis, tiled=True)
         squares = jnp.sum(g * g)
         length = {
@@ -370,6 +393,13 @@ def _clipped_step(mesh, *, norm="slices", clip=0.1, lr=0.1, beta=0.9, gather_nor
             "gathered squares": lambda: jnp.sqrt(jnp.sum(
                 jax.lax.all_gather(squares[None], axis, tiled=True))),
             "gathered gradient": lambda: jnp.linalg.norm(jax.lax.all_gather(g, axis, tiled=True)),
+            "pmean": lambda: jnp.sqrt(jax.lax.pmean(squares, axis)),
+            "pmax": lambda: jax.lax.pmax(jnp.linalg.norm(g), axis),
+            "max abs": lambda: jax.lax.pmax(jnp.max(jnp.abs(g)), axis),
+            "weights": lambda: jnp.linalg.norm(w),
+            "slice vector": lambda: jnp.sqrt(jnp.sum(jax.lax.psum(g * g, axis))),
+            "half": lambda: 2 * jnp.sqrt(jax.lax.psum(squares, axis)),  # no slip with a name
+            "partials first": lambda: jnp.zeros(()),  # clipped above: this clips nothing
         }[norm]()
         # a where in place of min: a second right form
         g = jnp.where(length > clip, g * clip / length, g)
@@ -395,8 +425,23 @@ def test_clipped_step_passes_right_forms_and_refuses_what_sends_the_gradient(set
     with pytest.raises(ExerciseFailed, match=r"gathers more than the new weights \(all-gathers "
                        r"of 256, 256 bytes\)"):
         check(_clipped_step(mesh, norm="gathered gradient"))
-    with pytest.raises(ExerciseFailed, match="v_next .clipping acts.: wrong values"):
-        check(_clipped_step(mesh, clip=0.2))  # the page's CLIP not used
+    with pytest.raises(ExerciseFailed, match=r"v_next .clipping acts.: the gradient was scaled "
+                       r"by 0.75, where min\(1, C/‖g‖\) is 0.25 \(3× too large\): the norm "
+                       "you clipped by, or the threshold, is not ‖g‖ or CLIP"):
+        check(_clipped_step(mesh, clip=0.3))  # the page's CLIP not used
+    slips = [
+        ("pmean", r"the factor is √p = 2× too large, .* averaged \(pmean divides by p\)"),
+        ("pmax", r"the largest slice's norm \(a pmax\), not the whole gradient's"),
+        ("max abs", r"the largest entry \(max \|g\|, the ∞-norm\), not the Euclidean norm"),
+        ("weights", "that is the norm of the weights w, not of the gradient"),
+        ("partials first", "each device clipped its partial gradient before the reduce-scatter"),
+        ("slice vector", r"all-reduces 64 bytes, a slice-long vector .*: sum the slice's squares "
+                         "to one number on each device first"),
+        ("half", r"scaled by 0.125, where min\(1, C/‖g‖\) is 0.25 \(2× too small\)"),
+    ]
+    for norm, match in slips:
+        with pytest.raises(ExerciseFailed, match=match):
+            check(_clipped_step(mesh, norm=norm))
     with pytest.raises(ExerciseFailed, match=r"w_next .* entries wrong"):
         check(_clipped_step(mesh, lr=0.2))
     with pytest.raises(ExerciseFailed, match="is .or wraps. one of the package's kernels"):
@@ -415,6 +460,25 @@ def test_clipped_step_passes_right_forms_and_refuses_what_sends_the_gradient(set
     two = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))  # a rebound mesh
     with pytest.raises(ExerciseFailed, match="mesh was changed after setup"):
         check_clipped_step(_clipped_step(two), two, lr=0.1, beta=0.9, clip=0.1)
+
+
+def test_clipped_step_reads_an_unnamed_slip_from_the_values():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 4)), rng.normal(size=8)
+    w, v = rng.normal(size=4), rng.normal(size=4)
+    g = 2 * x.T @ (x @ w - y) / 8
+    factor = min(1.0, 0.1 / np.linalg.norm(g))
+    right = 0.9 * v + factor * g
+
+    def why(got):
+        return _unnamed(got, right, (x, y, w, v), p=2, beta=0.9, clip=0.1)
+
+    assert why(right[:2]).startswith("v_next has shape (2,), not (4,)")
+    assert why(0.9 * v + factor * g[::-1]).startswith("v_next − β·v is not the gradient times")
+    assert why(0.9 * v + factor * g * [1, 1, 3, 3]).startswith(
+        "the devices scaled their slices by different factors")
+    assert f"({1 / 0.7:.3g}× too small)" in why(0.9 * v + 0.7 * factor * g)
+    assert "positive" in why(0.9 * v - factor * g)
 
 
 def kernels(mesh):

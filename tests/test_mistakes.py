@@ -54,6 +54,9 @@ TRIAL = {
     "02 inverted": "def pmean_weights(counts):\n    return counts.mean() / counts\n",
     "02 counts": "def pmean_weights(counts):\n    return counts.astype(float)\n",
     "02 one factor": "def pmean_weights(counts):\n    return len(counts) / counts.sum()\n",
+    "02 p - 1": "def pmean_weights(counts):\n"
+                "    return (len(counts) - 1) * counts / counts.sum()\n",
+    "02 floor": "def pmean_weights(counts):\n    return len(counts) * counts // counts.sum()\n",
     "02 check's answer": "pmean_weights = checks.gradients._exact_factors\n",
     "03 kernel": (
         "def my_kernel(x_block, y_block, w):\n"
@@ -233,17 +236,20 @@ PAGE_LAYERS = [8192, 256, 2048, 256]  # step 14's layers as laid out, p = 4
 
 
 def _peak(layer=max, values=False, state=True, zero2_slice=False, zero1_sum=True,
-          one_layer=True):
+          one_layer=True, gathered_w=False, less_one=False):
     """Exercise 14 answered with one thing changed: ZeRO-3's layer (``max``, the mean, the
     last), all layers gathered at once, its state left out, ZeRO-2's whole local gradient as a
-    slice, ZeRO-1's slice of the sum left out, values for bytes."""
+    slice, ZeRO-1's slice of the sum left out, values for bytes, ZeRO-1's all-gathered w
+    counted beside the old w, slices of n/(p − 1)."""
 
     def predicted_peak(layer_sizes, p):
         b, n = (1 if values else 4), sum(layer_sizes)
         held = layer(layer_sizes) if one_layer else n
+        p = p - 1 if less_one else p
         return {
             "data_parallel": 3 * b * n,
-            "zero1": 2 * b * n + b * n / p * (2 if zero1_sum else 1),
+            "zero1": 2 * b * n + b * n / p * (2 if zero1_sum else 1) + (b * n if gathered_w
+                                                                        else 0),
             "zero2": b * n + 2 * b * n / p + (b * n / p if zero2_slice else b * n),
             "zero3": (3 * b * n / p if state else 0) + b * held,
         }
@@ -409,6 +415,8 @@ def _clipped(norm="slices", clip_momentum=False, all_reduce=False):
     def kernel(x_block, y_block, w, v_slice):
         n_rows = x_block.shape[0] * jax.lax.axis_size(axis)
         partial = 2 * x_block.T @ (x_block @ w - y_block) / n_rows
+        if norm == "partials first":  # each device clips its own partial, then reduce-scatters
+            partial = partial * jnp.minimum(1.0, clip / jnp.linalg.norm(partial))
         k = w.shape[0] // jax.lax.axis_size(axis)
         if all_reduce:
             g = jax.lax.psum(partial, axis)
@@ -422,6 +430,10 @@ def _clipped(norm="slices", clip_momentum=False, all_reduce=False):
             "sum of norms": lambda: jax.lax.psum(jnp.linalg.norm(g_slice), axis),
             "no root": lambda: jax.lax.psum(jnp.sum(g_slice**2), axis),
             "whole": lambda: jnp.linalg.norm(g),
+            "pmean": lambda: jnp.sqrt(jax.lax.pmean(jnp.sum(g_slice**2), axis)),
+            "max abs": lambda: jax.lax.pmax(jnp.max(jnp.abs(g_slice)), axis),
+            "partials first": lambda: jnp.zeros(()),  # clipped above: min(1, C/0) is 1
+            "slice vector": lambda: jnp.sqrt(jnp.sum(jax.lax.psum(g_slice**2, axis))),
         }[norm]()
         scale = jnp.minimum(1.0, clip / length)
         w_slice = jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index(axis) * k, k)
@@ -454,6 +466,12 @@ CASES = {
     (2, "one factor for all devices"): lambda: check_pmean_weights(
         _trial("02 one factor", "pmean_weights"), *_page_02()
     ),
+    (2, "(p − 1)·cᵢ/Σc, p − 1 for p"): lambda: check_pmean_weights(
+        _trial("02 p - 1", "pmean_weights"), *_page_02()
+    ),
+    (2, "p·cᵢ // Σc, integer division"): lambda: check_pmean_weights(
+        _trial("02 floor", "pmean_weights"), *_page_02()
+    ),
     (2, "the check's own answer called"): lambda: check_pmean_weights(
         _trial("02 check's answer", "pmean_weights", dict(checks=cu.checks)), *_page_02()
     ),
@@ -463,6 +481,10 @@ CASES = {
         "    return jax.lax.psum_scatter(jnp.pad(share, (0, p - f % p)), 'data', tiled=True)\n"),
     (3, "an all-reduce, then each device's slice"): lambda: _check_03(
         "    whole = jax.lax.psum(jnp.pad(share, (0, -f % p)), 'data')\n"
+        "    k = whole.shape[0] // p\n"
+        "    return jax.lax.dynamic_slice_in_dim(whole, jax.lax.axis_index('data') * k, k)\n"),
+    (3, "an all-gather of the shares, added on every device"): lambda: _check_03(
+        "    whole = jax.lax.all_gather(jnp.pad(share, (0, -f % p)), 'data').sum(axis=0)\n"
         "    k = whole.shape[0] // p\n"
         "    return jax.lax.dynamic_slice_in_dim(whole, jax.lax.axis_index('data') * k, k)\n"),
     (3, "no padding"): lambda: _check_03(
@@ -476,6 +498,12 @@ CASES = {
     ),
     (5, "p and p + 1 swapped"): lambda: check_largest_gradient(
         _largest(held=lambda n, p: n * p / (p + 1)), jax.devices(), **MEMORY
+    ),
+    (5, "the reduce-scatter's output slice forgotten (N ≤ memory)"): lambda: (
+        check_largest_gradient(_largest(held=lambda n, p: n), jax.devices(), **MEMORY)
+    ),
+    (5, "the all-gather started from a whole gradient, as the all-reduce"): lambda: (
+        check_largest_gradient(_largest(gathered=lambda n, p: 2 * n), jax.devices(), **MEMORY)
     ),
     (5, "not rounded to whole float32 values per device"): lambda: check_largest_gradient(
         _largest(whole=0), jax.devices(), **MEMORY
@@ -495,6 +523,10 @@ CASES = {
     (6, "the square root missing"): lambda: _clipped("no root"),
     (6, "the momentum clipped instead of the gradient"): lambda: _clipped(clip_momentum=True),
     (6, "the whole gradient all-reduced for its norm"): lambda: _clipped("whole", all_reduce=True),
+    (6, "the squares averaged (pmean) instead of summed"): lambda: _clipped("pmean"),
+    (6, "the largest entry (∞-norm) as the norm"): lambda: _clipped("max abs"),
+    (6, "each partial clipped before the reduce-scatter"): lambda: _clipped("partials first"),
+    (6, "a slice-long vector all-reduced for the norm"): lambda: _clipped("slice vector"),
     (7, "the columns of x reordered instead of its rows"): _permuted_columns,
     (10, "the notebook's fit used instead of the arguments"): lambda: (
         check_bandwidth_fraction_size(answer(
@@ -633,6 +665,12 @@ CASES = {
     (14, "values counted instead of bytes"): lambda: check_peak_prediction(
         _peak(values=True), PAGE_LAYERS, 4
     ),
+    (14, "the all-gathered w counted beside the old w"): lambda: check_peak_prediction(
+        _peak(gathered_w=True), PAGE_LAYERS, 4
+    ),
+    (14, "slices of n/(p − 1)"): lambda: check_peak_prediction(
+        _peak(less_one=True), PAGE_LAYERS, 4
+    ),
     (15, "g quantized alone, not g + residual"): lambda: check_int8_feedback(
         _feedback(g_alone=True), 0.5
     ),
@@ -720,12 +758,21 @@ CASES = {
         _hidden(share=lambda h: 2 * (h - 1)), **STEP19
     ),
     (19, "α dropped"): lambda: check_overlap_rate(_hidden(steps=lambda h: 0), **STEP19),
+    (19, "α read as microseconds"): lambda: check_overlap_rate(
+        _hidden(alpha_unit=1e-6), **STEP19
+    ),
+    (19, "α for h − 1 message steps, not 2(h − 1)"): lambda: check_overlap_rate(
+        _hidden(steps=lambda h: h - 1), **STEP19
+    ),
     (19, "α left in seconds beside milliseconds"): lambda: check_overlap_rate(
         _hidden(alpha_unit=1e-3), **STEP19
     ),
     (19, "compute_ms taken for seconds"): lambda: check_overlap_rate(_hidden(to_s=1.0), **STEP19),
     (19, "the rate returned in bits per second"): lambda: check_overlap_rate(
         _hidden(per_byte=8.0), **STEP19
+    ),
+    (19, "the rate returned in Mbit/s"): lambda: check_overlap_rate(
+        _hidden(per_byte=8e-6), **STEP19
     ),
     (19, "buckets − 1 gaps for buckets"): lambda: check_overlap_rate(
         _hidden(gaps=lambda n: n - 1), **STEP19

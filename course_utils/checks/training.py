@@ -20,6 +20,7 @@ from course_utils.checks.helpers import (
 )
 from course_utils.constants import SCALE_BUCKET
 from course_utils.display import error_line
+from course_utils.problems.classification import padded_size
 from course_utils.training.strategies import ZERO_STAGES, spec, zero_peak_bytes
 
 STAGES = ZERO_STAGES
@@ -45,6 +46,13 @@ def _state(stage: str, n: int, p: int, count: int | None = None) -> float:
     return count * 4 * n / p + (3 - count) * 4 * n
 
 
+def _peak_with_n(stage: str, sizes, p: int, n: int) -> float:
+    """``stage``'s peak in the model with the vector's ``sum(sizes)`` values taken as ``n``
+    (the gathered layer, ZeRO-3's, kept)."""
+    layer = 4.0 * max(sizes) if spec(stage).parts.params == "sliced" else 0.0
+    return (zero_peak_bytes(sizes, p)[stage] - layer) * n / sum(sizes) + layer
+
+
 def _stage_slips(stage: str) -> dict[str, Callable]:
     """The honest slips of one stage's peak: ``{message: fn(sizes, p) -> bytes}``."""
     parts = spec(stage).parts
@@ -52,8 +60,21 @@ def _stage_slips(stage: str) -> dict[str, Callable]:
     def state(sizes, p, count=None):
         return _state(stage, sum(sizes), p, count)
 
+    def right(sizes, p):
+        return zero_peak_bytes(sizes, p)[stage]
+
+    sliced = {"a slice is n/p values (p slices make the whole vector), not n/(p − 1)":
+              lambda s, p: zero_peak_bytes(s, p - 1)[stage]}
+
+    def in_place(name):
+        return (f"updates happen in place, whole or sliced: {name}'s all-gathered w replaces the "
+                "old w, so w counts once, not as a second whole vector (the shape model's rules)")
+
     if parts.params == "sliced":  # ZeRO-3: its state and one gathered layer
         return {
+            **sliced,
+            "count the gathered layer in bytes too: 4 per value, 4 × its size":
+                lambda s, p: state(s, p) + max(s),
             "the layer held at the peak is the largest, not one of the mean size: each layer is "
             "gathered whole in its turn": lambda s, p: state(s, p) + 4 * sum(s) / len(s),
             "every layer is gathered in its turn, so the largest decides the peak, not the "
@@ -75,6 +96,8 @@ def _stage_slips(stage: str) -> dict[str, Callable]:
         }
     if parts.gradient == "sliced":  # ZeRO-2: it keeps a slice, computes the whole
         return {
+            **sliced,
+            in_place("ZeRO-2"): lambda s, p: right(s, p) + 4 * sum(s),
             "ZeRO-2 computes the whole local gradient (f32[n]) before its reduce-scatter (only "
             "what it keeps between steps is a slice), and it keeps the parameters whole":
                 lambda s, p: state(s, p) + 4 * sum(s) / p,
@@ -83,6 +106,8 @@ def _stage_slips(stage: str) -> dict[str, Callable]:
         }
     if parts.optimizer == "sliced":  # ZeRO-1: the slice of the sum it updates with
         return {
+            **sliced,
+            in_place("ZeRO-1"): lambda s, p: right(s, p) + 4 * sum(s),
             "ZeRO-1 updates its slice with its slice of the summed gradient (f32[n/p]), which "
             "its state does not keep: add it": lambda s, p: state(s, p),
             "one slice of n/p is counted whole: at the peak ZeRO-1 holds two (its momentum, "
@@ -90,8 +115,9 @@ def _stage_slips(stage: str) -> dict[str, Callable]:
                 lambda s, p: state(s, p) + 4 * sum(s),
         }
     return {  # data parallelism: nothing beyond its state
-        "data parallelism's all-reduce sums the gradient it keeps, in place: nothing beyond "
-        "its state": lambda s, p: state(s, p) + 4 * sum(s),
+        "data parallelism sums and updates in place: the all-reduce sums the gradient it "
+        "keeps, and the new w and v replace the old, whole (the shape model's rules): nothing "
+        "beyond its state": lambda s, p: state(s, p) + 4 * sum(s),
         "data parallelism holds nothing beyond its state (the all-reduce works in place)":
             lambda s, p: state(s, p) + 4 * sum(s) / p,
     }
@@ -169,6 +195,9 @@ def _peak_slip(stage: str, answers: list, got: float, want: float) -> str:
     if every(lambda sizes, q: zero_peak_bytes(*page)[stage]):
         return ("that is the page's number in every case: write the bytes from layer_sizes "
                 "and p, not numbers read off this page")
+    if every(lambda sizes, q: _peak_with_n(stage, sizes, q, padded_size(q))):
+        return ("n is sum(layer_sizes), the vector these layers make (padding included); "
+                "padded_size(p) is this page's vector, not the one asked about")
     causes = unit_causes(got, want)
     if causes:
         return " — or ".join(causes)
