@@ -16,13 +16,14 @@ reading the solution cells.
 
 Modules: ``algorithms``: steps 12 and 13: buckets, the two-level all-reduce; ``budget``: step 8's
 ring against recursive doubling; ``compute``: step 18's break-even batch size; ``diloco``: step
-21's smallest H; ``forbidden``: what a student's function is, calls or runs; ``gradients``: steps 2
-and 3: pmean's weights, the padded reduce-scatter; ``helpers``: what every check shares;
+21's smallest H; ``forbidden``: what a student's function is, calls or runs; ``gradients``: step 2's
+pmean weights; ``helpers``: what every check shares;
 ``hierarchy``: step 13's two-level reduce-scatter; ``lab``: step 10's bandwidth fraction;
 ``links``: step 17's predicted reduce-scatter times; ``local_sgd``: step 16's H for a byte
 budget; ``mesh_order``: step 13's check in a subprocess with 6 devices; ``overlap``: step 19's
 overlapped backward pass; ``overlap_rate``: step 19's slowest hidden rate; ``permutation``: step
-7's joint permutation; ``ring``: step 11's ring step; ``storage``: steps 4 and 5: shard shapes,
+7's joint permutation; ``ring``: step 11's ring step; ``scatter``: step 3's padded reduce-scatter;
+``storage``: steps 4 and 5: shard shapes,
 what fits; ``streaming``: step 22's slowest hidden rate; ``training``: steps 14–16: memory, error
 feedback around int8, local SGD's bytes; ``updates``: step 6's sliced step with clipping by the
 global norm.
@@ -32,7 +33,7 @@ from course_utils.checks.algorithms import check_bucket_model, check_two_level
 from course_utils.checks.budget import check_rd_crossover
 from course_utils.checks.compute import check_balanced_rows, check_break_even
 from course_utils.checks.diloco import check_smallest_h
-from course_utils.checks.gradients import check_pmean_weights, check_reduce_scatter
+from course_utils.checks.gradients import check_pmean_weights
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.hierarchy import check_two_level_scatter
 from course_utils.checks.lab import check_bandwidth_fraction_size
@@ -42,6 +43,7 @@ from course_utils.checks.overlap import check_overlapped_backward
 from course_utils.checks.overlap_rate import check_overlap_rate
 from course_utils.checks.permutation import check_joint_permutation
 from course_utils.checks.ring import check_ring_step
+from course_utils.checks.scatter import check_reduce_scatter
 from course_utils.checks.storage import check_largest_gradient, check_predicted_shard_shapes
 from course_utils.checks.streaming import check_slowest_hidden_rate
 from course_utils.checks.training import check_int8_feedback, check_peak_prediction

@@ -1,37 +1,25 @@
-"""Self-checks of steps 02 and 03: the factors that make ``pmean`` exact on unequal shards, and
-the student's reduce-scatter of a gradient whose length does not divide by p."""
+"""Self-check of step 02: the factors that make ``pmean`` exact on unequal shards (step 03's
+reduce-scatter check is ``checks.scatter``)."""
 
 from __future__ import annotations
 
 import math
-import re
 
 import jax
 import numpy as np
 from jax import P
 from jax.sharding import Mesh
 
-from course_utils.checks.forbidden import (
-    package_kernel_in,
-    runs_package_kernel,
-    through_package_kernel,
-)
 from course_utils.checks.helpers import (
-    call_failed,
     call_without,
-    check_placement,
-    check_values,
-    common_ratio,
     fail,
     function_given,
-    given,
     passed,
     same_device_count,
 )
 from course_utils.constants import ATOL
 from course_utils.devices.setup import placements
 from course_utils.display import error_line
-from course_utils.observe.ir import collectives_in
 from course_utils.problems.regression import reference_gradient
 
 # ---------------------------------------------------------------------------------------------
@@ -110,6 +98,9 @@ _FACTOR_SLIPS = {
         lambda c, p, n: len(c) * c[::-1] / c.sum(),
     "the factors divide by a fixed total, the page's row count (n_rows?), not by the rows in "
     "the counts given: take the total from counts": lambda c, p, n: len(c) * c / n,
+    "the factors divide by the mean row count rounded down (Σc // p, or int() of the mean): "
+    "the mean Σc / p need not be a whole number; divide with /":
+        lambda c, p, n: c / (c.sum() // len(c)),
 }
 
 
@@ -155,7 +146,8 @@ def check_pmean_weights(fn, mesh, counts, x_host, y_host, w_host) -> None:
     and all the devices (those there are); the value is compared with the reference gradient
     and the placement (replicated on every device). Named slips: cᵢ/Σc, (p − 1)·cᵢ/Σc, p²·cᵢ/Σc,
     all ones, Σc/(p·cᵢ), cᵢ unnormalised, the page's p, the page's total row count, reversed,
-    factors rounded to whole numbers, the wrong length; the check's own reference is refused."""
+    factors rounded to whole numbers, a mean row count rounded down, the wrong length; the
+    check's own reference is refused."""
     exercise = "pmean weights"
     function_given(exercise, "pmean_weights", fn)
     page_counts = np.asarray(counts).astype(np.int64)
@@ -199,202 +191,3 @@ def check_pmean_weights(fn, mesh, counts, x_host, y_host, w_host) -> None:
     passed(exercise, f"local mean × factor, then pmean, is the mean over all rows for the page's "
                      f"counts {page_counts.tolist()} and for counts of the check's own on {on} "
                      f"device{'s' if sizes != ['1'] else ''}")
-
-
-# ---------------------------------------------------------------------------------------------
-# step 03: my_reduce_scatter(x, y, w) for any feature count
-
-
-def _program(exercise: str, fn, args: tuple) -> list[str]:
-    """The collectives in the compiled program of ``fn`` (jitted here if it is not yet)."""
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)  # a bare shard_map is fine too
-    try:
-        return [op.op for op in collectives_in(jitted, *args).hlo]
-    except Exception as error:  # noqa: BLE001 - any failure to compile is the student's to fix
-        if through_package_kernel(error):
-            fail(exercise, "your function calls one of the package's kernels; write the "
-                 "jax.shard_map yourself")
-        fail(exercise, f"your function does not compile as one JAX program ({error_line(error)}); "
-                       "build it from jax.shard_map and wrap it in jax.jit")
-
-
-def _kernel_hint(error: BaseException, text: str) -> str:
-    """The hint for a failed call of exercise 03's kernel, for the mistakes of its own."""
-    if match := re.search(r"scatter dimension size (\d+) must be divisible by shard_count (\d+)",
-                          text):
-        size, p = (int(d) for d in match.groups())
-        return (f"psum_scatter(tiled=True) cuts the vector into p = {p} equal slices, and "
-                f"{size} values do not split into {p}: pad the share with zeros first, to a "
-                f"length that p divides")
-    if "out_specs" in text and "replicat" in text:
-        return ("out_specs=P() declares one value on every device, but after psum_scatter "
-                "each device holds a different slice: give out_specs the spec of a vector "
-                "split over 'data' (switching check_vma off would hide the mistake)")
-    if "positional argument" in text:
-        return "the kernel takes the three blocks (x_block, y_block, w), one per in_specs entry"
-    if match := re.search(r"dot_general requires contracting dimensions to have the same "
-                          r"shape, got \((\d+),\) and \((\d+),\)", text):
-        left, right = (int(d) for d in match.groups())
-        wrong = ("x's in_specs entry splits x's features over 'data': give x P('data', None), "
-                 "split by rows only" if left < right else
-                 "w's in_specs entry splits w over 'data': give w P(), every device needs the "
-                 "whole weights")
-        return (f"x_block @ w needs x_block's features and w's length to match, got {left} and "
-                f"{right}: {wrong}")
-    if "broadcasting" in text:
-        return ("x_block and y_block must hold the same rows: x split by rows "
-                "(P('data', None)) and y split the same way (P('data')); P() hands a device "
-                "the whole array")
-    return ""
-
-
-def _scatter_cases(p: int) -> list[tuple[int, int]]:
-    """(rows, features) of the check's own problems: feature counts p does not divide first
-    (nothing to pad with one device), then one it does, at two row counts."""
-    if p == 1:
-        return [(4, 5), (2, 8)]
-    return [(4 * p, 2 * p + 1), (2 * p, 2 * p - 1), (2 * p, 2 * p)]
-
-
-def _scatter_values(exercise: str, call: str, got: np.ndarray, expected: np.ndarray,
-                    n_rows: int, fixed: list) -> None:
-    """The padded gradient ``got`` against ``expected`` (the F real values): the real values
-    first, zeros after; names the padding in front, a non-zero padding, a factor."""
-    f, length = expected.size, got.size
-    pad = length - f
-    close = np.allclose
-    if pad and close(got[pad:], expected, atol=ATOL, rtol=1e-4) and close(got[:pad], 0):
-        fail(exercise, f"{call}: padding at the front: the {f} real values must come first, "
-                       "the zeros after them (slice i of the padded gradient is features "
-                       "i·⌈F/p⌉ onwards)")
-    if close(got[:f], expected, atol=ATOL, rtol=1e-4) and not close(got[f:], 0):
-        fail(exercise, f"{call}: the {f} real values are right, but the padding holds values "
-                       "other than 0: pad with zeros, which add nothing to the sum")
-    right = close(got[:f], expected, atol=ATOL, rtol=1e-4)
-    ratio = 1.0 if right else common_ratio(got[:f].astype(np.float64), expected)
-    hint = ""
-    if ratio is not None:
-        fixed.append(n_rows / ratio)  # the row count it divides by
-        if not right and len(fixed) > 1 and math.isclose(fixed[0], fixed[-1], rel_tol=1e-3):
-            fail(exercise, f"{call} divides by a fixed row count ({fixed[0]:g}, the notebook's "
-                           "n_rows?): take the global row count from the block, "
-                           "x_block.shape[0] × p")
-        if math.isclose(ratio, jax.device_count(), rel_tol=1e-3) and jax.device_count() > 1:
-            hint = ("every device seems to add the whole gradient: did each get all of x and y "
-                    "(P() in in_specs), or divide by the rows per device?")
-    check_values(exercise, f"the first {f} values of {call}", got[:f], expected, rtol=1e-4,
-                 hint=hint)
-
-
-def _scatter_shape(exercise: str, call: str, shape: tuple, f: int, p: int) -> None:
-    """Fail, naming the likely slip, unless ``shape`` is that of the padded gradient."""
-    length = p * math.ceil(f / p)
-    if shape == (length,):
-        return
-    if p > 1 and f % p == 0 and shape == (f + p,):
-        fail(exercise, f"{call} has {f + p} values: padded by p rather than to the next "
-                       f"multiple of p; F = {f} already divides by p = {p}, so there is "
-                       "nothing to pad")
-    if p > 1 and shape == (length // p,):
-        fail(exercise, f"{call} has the shape of one slice, {shape}: with out_specs=P() and "
-                       "check_vma off, JAX keeps one device's slice as if all held the same; say "
-                       "in out_specs that the result is split over 'data'")
-    if p > 1 and shape in ((length * p,), (f * p,)):
-        fail(exercise, f"{call} has shape {shape}, {p} whole gradients side by side: every "
-                       "device kept the whole sum, as an all-reduce (psum) leaves it; a "
-                       "reduce-scatter leaves each device only its slice")
-    fail(exercise, f"{call} has shape {shape}, expected ({length},): the gradient padded to "
-                   f"p·⌈F/p⌉ = {length} values for F = {f} features on p = {p} devices")
-
-
-def _scatter_program(exercise: str, name: str, fn, args: tuple) -> None:
-    """Fail unless the compiled program of ``fn`` communicates with one reduce-scatter and
-    nothing else, and does not run a package kernel."""
-    ops = _program(exercise, fn, args)
-    if runs_package_kernel(fn if hasattr(fn, "lower") else jax.jit(fn), args):
-        fail(exercise, f"{name} runs the package's reduce_scatter_gradient (or another package "
-             "kernel) inside; write the jax.shard_map and its psum_scatter yourself")
-    if "reduce-scatter" not in ops:
-        if "all-reduce" in ops:
-            fail(exercise, f"the right result, but the compiled program of {name} has "
-                           f"{', '.join(sorted(set(ops)))} and no reduce-scatter: an all-reduce "
-                           "then a slice makes every device receive the whole sum and keep only "
-                           "its slice; end with jax.lax.psum_scatter")
-        if "all-gather" in ops:
-            fail(exercise, f"the right result, but the compiled program of {name} has only "
-                           f"{', '.join(sorted(set(ops)))}: gathering the p shares and adding "
-                           "them on every device makes each device receive all p shares and "
-                           "compute the whole sum, only to keep one slice of it; a "
-                           "reduce-scatter sends each device only the pieces of its own slice: "
-                           "end with jax.lax.psum_scatter")
-        if ops:
-            fail(exercise, f"the right result, but the compiled program of {name} combines the "
-                           f"shares with {', '.join(sorted(set(ops)))}, not a reduce-scatter: "
-                           "end with jax.lax.psum_scatter")
-        fail(exercise, f"the right result, but the compiled program of {name} has no "
-                       "collective: the devices never combine their shares (was the gradient "
-                       "computed elsewhere and placed?); compute each device's share inside "
-                       "jax.shard_map and end with jax.lax.psum_scatter")
-    extra, count = sorted({op for op in ops if op != "reduce-scatter"}), ops.count("reduce-scatter")
-    if extra or count > 1:
-        why = {
-            "all-reduce": "every device still receives the whole sum",
-            "all-gather": "devices receive other devices' rows of x and y (or whole vectors)",
-        }
-        reasons = [why.get(op, "data moves between the devices beyond the one reduce-scatter")
-                   for op in extra] or ["the share is sent in pieces, one collective each"]
-        found = (f"{', '.join(extra)} besides " if extra else "") + (
-            "the reduce-scatter" if count == 1 else f"{count} reduce-scatters")
-        fail(exercise, f"the compiled program of {name} has {found}: "
-                       f"{'; '.join(dict.fromkeys(reasons))}; each device needs only its own "
-                       "blocks, so compute its share from x_block and y_block, pad it, and "
-                       "communicate once, with one jax.lax.psum_scatter")
-
-
-def check_reduce_scatter(fn, mesh, n_devices: int) -> None:
-    """Exercise 03: ``fn(x, y, w)``, a jitted ``shard_map`` that, for any feature count F,
-    leaves device i holding slice i of the gradient padded with zeros at the end to p·⌈F/p⌉
-    values, communicated by one reduce-scatter and nothing else. Called on inputs of the
-    check's own placed on ``mesh`` (F that p does not divide, and one that it does); the first
-    F values are compared with the reference, the padding with 0, the length, the placement
-    (⌈F/p⌉ per device) and the compiled program. Named: padding in front, padding by p on a
-    multiple of p, an all-reduce then a slice, an all-gather then a local sum, no padding
-    (JAX's divisibility error, with a hint); the package's kernels are refused."""
-    exercise = "reduce-scatter of any length"
-    name = "my_reduce_scatter"
-    same_device_count(exercise, n_devices)
-    given(exercise, name, fn, f"assign your jitted function to {name}")
-    if package_kernel_in(fn):
-        fail(exercise, f"{name} is (or wraps) the package's own kernel; write the shard_map "
-             "yourself")
-    if not callable(fn):
-        fail(exercise, f"{name} is an object of type {type(fn).__name__}, not a function; pass "
-             "the jitted function itself, the check calls it")
-    p = n_devices
-    rows, replicated, sliced = placements(mesh)
-    fixed: list[float] = []
-    checked = []
-    for k, (n_rows, f) in enumerate(_scatter_cases(p)):
-        rng = np.random.default_rng(300 + k)
-        hosts = [rng.standard_normal(s).astype(np.float32) for s in ((n_rows, f), (n_rows,), (f,))]
-        args = tuple(jax.device_put(h, s) for h, s in zip(hosts, (rows, sliced, replicated)))
-        call = f"{name}(x, y, w) with x of shape {(n_rows, f)}"
-        failure = None
-        try:
-            g = fn(*args)
-        except Exception as error:  # noqa: BLE001 - the student's function failed: say how
-            failure = f"with x of shape {(n_rows, f)}, " + call_failed(
-                name, "x, y, w", error, _kernel_hint)
-        if failure:
-            fail(exercise, failure)  # outside the except: no traceback chained into the package
-        if not hasattr(g, "addressable_shards") or (len(g.addressable_shards) == 1 < p):
-            fail(exercise, f"{call} is not on the {p} devices: it was computed outside the mesh "
-                           "(on the host, or as a constant), not by a shard_map over them")
-        _scatter_shape(exercise, call, tuple(np.shape(g)), f, p)
-        _scatter_values(exercise, call, np.asarray(g), reference_gradient(*hosts), n_rows, fixed)
-        check_placement(exercise, call, g, (math.ceil(f / p),), p)
-        if k == 0:
-            _scatter_program(exercise, name, fn, args)
-        checked.append(f)
-    passed(exercise, f"F = {', '.join(map(str, checked))} features on p = {p}: each device holds "
-                     "its slice of the zero-padded gradient, communicated by one reduce-scatter")
