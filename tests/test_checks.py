@@ -335,6 +335,8 @@ def test_largest_gradient_passes_in_any_right_form(capsys):
      r"those are the sizes at which a ring sends memory_bytes per rank"),
     (lambda m, p: _largest(m, 4), r"largest_gradient\(3001, 2\): that is the answer for p = 4"),
     (lambda m, p: _largest(2**20, p), "use the argument memory_bytes"),
+    (lambda m, p: _largest(m * p, p), r"largest_gradient\(1048576, 4\): memory_bytes is what "
+                                      r"device 0 has, not the memory of all p devices pooled"),
 ])
 def test_largest_gradient_names_the_slip(fn, match):
     with pytest.raises(ExerciseFailed, match=match) as failed:
@@ -399,6 +401,10 @@ def _clipped_step(mesh, *, norm="slices", clip=0.1, lr=0.1, beta=0.9, gather_nor
             "weights": lambda: jnp.linalg.norm(w),
             "slice vector": lambda: jnp.sqrt(jnp.sum(jax.lax.psum(g * g, axis))),
             "half": lambda: 2 * jnp.sqrt(jax.lax.psum(squares, axis)),  # no slip with a name
+            "slice means": lambda: jnp.sqrt(jax.lax.psum(jnp.mean(g * g), axis)),  # an RMS
+            "mean": lambda: jnp.sqrt(jax.lax.psum(squares, axis) / w.shape[0]),  # g's RMS
+            # C²/‖g‖ in the where below: min(1, ‖g‖/C), the ratio inverted
+            "inverted": lambda: clip**2 / jnp.sqrt(jax.lax.psum(squares, axis)),
             "partials first": lambda: jnp.zeros(()),  # clipped above: this clips nothing
         }[norm]()
         # a where in place of min: a second right form
@@ -426,7 +432,7 @@ def test_clipped_step_passes_right_forms_and_refuses_what_sends_the_gradient(set
                        r"of 256, 256 bytes\)"):
         check(_clipped_step(mesh, norm="gathered gradient"))
     with pytest.raises(ExerciseFailed, match=r"v_next .clipping acts.: the gradient was scaled "
-                       r"by 0.75, where min\(1, C/‖g‖\) is 0.25 \(3× too large\): the norm "
+                       r"by 0.188, where min\(1, C/‖g‖\) is 0.0625 \(3× too large\): the norm "
                        "you clipped by, or the threshold, is not ‖g‖ or CLIP"):
         check(_clipped_step(mesh, clip=0.3))  # the page's CLIP not used
     slips = [
@@ -437,7 +443,11 @@ def test_clipped_step_passes_right_forms_and_refuses_what_sends_the_gradient(set
         ("partials first", "each device clipped its partial gradient before the reduce-scatter"),
         ("slice vector", r"all-reduces 64 bytes, a slice-long vector .*: sum the slice's squares "
                          "to one number on each device first"),
-        ("half", r"scaled by 0.125, where min\(1, C/‖g‖\) is 0.25 \(2× too small\)"),
+        ("half", r"scaled by 0.031\d, where min\(1, C/‖g‖\) is 0.0625 \(2× too small\)"),
+        ("slice means", r"each slice's squares were averaged \(jnp.mean, a root mean square\)"),
+        ("mean", r"the squares were averaged \(a root mean square, ‖g‖/√n\), not summed"),
+        ("inverted", r"one shorter than the threshold was shrunk \(by ‖g‖/C\): the ratio is "
+                     "inverted"),
     ]
     for norm, match in slips:
         with pytest.raises(ExerciseFailed, match=match):

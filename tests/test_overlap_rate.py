@@ -12,7 +12,7 @@ from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.overlap_rate import _CASES, check_overlap_rate, hidden_rate
 from course_utils.models.cost_model import ring_time
 from course_utils.models.latency import bucketed_step_time, collective_time
-from course_utils.models.links import link_time_s
+from course_utils.models.links import FRAME_SHARE, link_time_s
 from course_utils.results.overlap import modelled as modelled_overlap
 
 # about the page's numbers: the compute at 200 Mbit/s, 16 buckets of 1 MiB, 2 hosts, step 17's α
@@ -132,6 +132,14 @@ def test_the_answer_is_where_the_bucketed_recurrence_stops_hiding(case):
     (lambda *a: _mine(*a, gaps=a[2] - 1), r"not compute_ms / \(buckets − 1\)"),
     (lambda *a: _mine(*a, gaps=1), "not in the whole backward pass"),
     (lambda c, b, n, h, a: _mine(c, b, n, 4, a), "the rate for 4 hosts in every case"),
+    # α added to the gap, with the inf test where α fills it and without
+    (lambda *a: math.inf if math.isinf(_mine(*a)) else _mine(*a[:4], -a[4]),
+     "α's time is taken from the gap, not added to it"),
+    (lambda c, b, n, h, a: _mine(c, b, n, h, -a), "α's time is taken from the gap, not added"),
+    (functools.partial(_mine, per_byte=1 / FRAME_SHARE), "that divides by FRAME_SHARE"),
+    (functools.partial(_mine, per_byte=FRAME_SHARE), "that multiplies by FRAME_SHARE"),
+    (lambda c, b, n, h, a: _mine(c, b, n, 2 * h, a), r"a ring over every device \(2 per host\)"
+     r".*h = hosts ranks"),
     (lambda c, b, n, h, a: _mine(*STEP_19.values()), "your rate stays the same whatever the "
      "arguments"),
 ])

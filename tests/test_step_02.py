@@ -94,6 +94,9 @@ def test_pmean_weights_names_each_slip():
         (lambda c: len(c) * np.asarray(c) // np.sum(c),
          r"every factor is a whole number \(\[1, 0, 1, 1\]\): floor division \(//\)"),
         (lambda c: np.asarray(c) // np.mean(c), r"floor division \(//\) or int\(\)"),
+        (lambda c: np.asarray(c) / (np.sum(c) // len(c)),
+         r"divide by the mean row count rounded down \(Σc // p"),
+        (lambda c: np.asarray(c) / int(np.mean(c)), "the mean Σc / p need not be a whole number"),
         (lambda c: _right_numpy(counts), "gives the factors of the page's counts"),
         (lambda c: _right_numpy(c)[:-1], r"returned 3 numbers, the wrong length: one factor per "
                                          r"device, 4 for 4 counts"),

@@ -94,6 +94,25 @@ def _fixed_rows(x_block, y_block, w):  # the notebook's 16 rows, typed in
     return jax.lax.psum_scatter(jnp.pad(share, (0, -share.shape[0] % 4)), "data", tiled=True)
 
 
+def _fixed_rows_24(x_block, y_block, w):  # a typed-in count the first case does not have
+    share = local_contribution(x_block, y_block, w, 24)
+    return jax.lax.psum_scatter(jnp.pad(share, (0, -share.shape[0] % 4)), "data", tiled=True)
+
+
+def _typed_in_length(length):  # the padded length from typed-in sizes
+    def kernel(x_block, y_block, w):
+        share = _share(x_block, y_block, w)
+        return jax.lax.psum_scatter(jnp.pad(share, (0, length - share.shape[0])), "data",
+                                    tiled=True)
+    return kernel
+
+
+def _first_rows_of_y(x_block, y, w):  # y whole on every device, its first rows taken
+    k = x_block.shape[0]
+    share = local_contribution(x_block, y[:k], w, k * jax.lax.axis_size("data"))
+    return jax.lax.psum_scatter(jnp.pad(share, (0, -share.shape[0] % 4)), "data", tiled=True)
+
+
 def _gather_rows(x_block, y_block, w):  # the whole data everywhere, then the reduce-scatter
     x, y = (jax.lax.all_gather(a, "data", tiled=True) for a in (x_block, y_block))
     share = local_contribution(x, y, w, x.shape[0]) / 4
@@ -125,6 +144,13 @@ def _gather_then_add(x_block, y_block, w):  # every share everywhere, added, one
                                       r"a slice"),
     (_jitted(_ones_padding), "the padding holds values other than 0: pad with zeros"),
     (_jitted(_fixed_rows), r"divides by a fixed row count \(16, the notebook's n_rows\?\)"),
+    (_jitted(_fixed_rows_24), r"\(16, 9\) divides by a fixed row count \(24, the notebook's"),
+    (_jitted(_typed_in_length(8)), r"(?s)raised ValueError:\nindex can't contain negative "
+                                   r"values\na negative padding: .* not from the page's"),
+    (_jitted(_typed_in_length(12)), r"has shape \(12,\), expected \(8,\): .*; padded too far"),
+    (jax.jit(jax.shard_map(_first_rows_of_y, mesh=data_mesh(), in_specs=(P("data", None), P(),
+                                                                          P()), out_specs=SLICED)),
+     r"paired its rows of x with the first 4 entries of y"),
     (_jitted(_gather_rows), "has all-gather besides the reduce-scatter: devices receive other"),
     (_jitted(_two_halves), "has 2 reduce-scatters: the share is sent in pieces"),
     (_jitted(_gather_then_add), r"has only all-gather: gathering the p shares and adding them "

@@ -91,6 +91,14 @@ def test_peak_slips_are_named():
          r"shows\); the largest layer decides the peak, wherever it sits, not the first$"),
         (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * sum(s)),
          "ZeRO-3 gathers one layer at a time, not all at once"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * sorted(s)[0]),
+         r"zero3: .*; that is the smallest layer \(an ascending sort puts it first\)"),
+        (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * sum(sorted(s)[-2:])),
+         "zero3: .*; the shape model holds one gathered layer at a time, the largest: not the "
+         r"next one beside it \(a prefetch"),
+        (peak_with(data_parallel=lambda s, p, r: 8 * sum(s)),
+         r"data_parallel: .*; data parallelism's state is three whole vectors .*: parameters, "
+         "momentum and the gradient"),
         (peak_with(zero3=lambda s, p, r: 4 * max(s)),
          "at the peak the device still holds its state, three slices of n/p"),
         (peak_with(zero3=lambda s, p, r: state3(s, p) + 4 * max(s) / p),

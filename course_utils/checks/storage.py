@@ -111,6 +111,9 @@ def _slips(m: float, p: int) -> dict:
         "the all-reduce): the task counts the bytes device 0 holds, the call's input and its "
         "output": {"all_reduce": _floor(m * ring / 2, p), "reduce_scatter": _floor(m * ring, p),
                    "all_gather": _floor(m * ring, p)},
+        "memory_bytes is what device 0 has, not the memory of all p devices pooled (p × "
+        "memory_bytes): the input and the output counted must fit on device 0 alone":
+            largest_gradient_bytes(m * p, p) if p > 1 else dict.fromkeys(KINDS, math.nan),
     }
 
 

@@ -81,6 +81,12 @@ def _stage_slips(stage: str) -> dict[str, Callable]:
             "last": lambda s, p: state(s, p) + 4 * s[-1],
             "the largest layer decides the peak, wherever it sits, not the first":
                 lambda s, p: state(s, p) + 4 * s[0],
+            "that is the smallest layer (an ascending sort puts it first): every layer is "
+            "gathered in its turn, so the largest decides the peak":
+                lambda s, p: state(s, p) + 4 * min(s),
+            "the shape model holds one gathered layer at a time, the largest: not the next one "
+            "beside it (a prefetch, which this model leaves out)":
+                lambda s, p: state(s, p) + 4 * sum(sorted(s)[-2:]),
             "ZeRO-3 gathers one layer at a time, not all at once: the whole vector gathered is "
             "the peak it avoids": lambda s, p: state(s, p) + 4 * sum(s),
             "at the peak the device still holds its state, three slices of n/p (parameters, "
@@ -120,6 +126,9 @@ def _stage_slips(stage: str) -> dict[str, Callable]:
         "beyond its state": lambda s, p: state(s, p) + 4 * sum(s),
         "data parallelism holds nothing beyond its state (the all-reduce works in place)":
             lambda s, p: state(s, p) + 4 * sum(s) / p,
+        "data parallelism's state is three whole vectors (the table at the top of the page): "
+        "parameters, momentum and the gradient, which the all-reduce sums in place; count all "
+        "three, not two": lambda s, p: state(s, p) - 4 * sum(s),
     }
 
 

@@ -27,7 +27,11 @@ from course_utils.observe.ir import collectives_in
 
 # the check's own shapes, (rows, features) per device count p: never the page's (4p, 2p), with
 # enough features that the whole gradient (64p bytes, 48p bytes) is far from "a few bytes"
-_CASES = ((6, 16, 4.0), (4, 12, 0.5))  # rows/p, features/p, the gradient's norm over the clip
+# norm: clipping acts by far (a norm several times too small, an RMS among them, still clips)
+_CASES = ((6, 16, 16.0), (4, 12, 0.5))  # rows/p, features/p, the gradient's norm over the clip
+_UNCLIPPED = "the gradient was not clipped"
+_INVERTED = ("the gradient was not clipped, and one shorter than the threshold was shrunk (by "
+             "‖g‖/C): the ratio is inverted; the factor is min(1, C/‖g‖)")
 
 
 def _inputs(mesh, rows: int, features: int, norm: float, seed: int):
@@ -66,7 +70,7 @@ def _momenta(x, y, w, v, *, p: int, beta: float, clip: float) -> tuple[np.ndarra
     moved = beta * v + g
     each = sum(_clipped(q, clip, np.linalg.norm(q)) for q in partials)  # clipped, then summed
     slips = {
-        "the gradient was not clipped": moved,
+        _UNCLIPPED: moved,
         "each device clipped by the norm of its own slice: the norm is the whole gradient's, and "
         "after the reduce-scatter no device holds it; combine one number from every device":
             beta * v + own,
@@ -101,6 +105,12 @@ def _momenta(x, y, w, v, *, p: int, beta: float, clip: float) -> tuple[np.ndarra
             beta * v + _clipped(g, clip, np.linalg.norm(w)),
         "that is the norm of the momentum v, not of the gradient: clip by ‖g‖":
             beta * v + _clipped(g, clip, np.linalg.norm(v)),
+        "each slice's squares were averaged (jnp.mean, a root mean square), not summed: that "
+        "norm is √(entries per slice) too small; ‖g‖ = sqrt(sum of every entry's square)":
+            beta * v + _clipped(g, clip, np.sqrt(sum(np.mean(s * s) for s in slices))),
+        "the squares were averaged (a root mean square, ‖g‖/√n), not summed: that norm is "
+        "√(entries) too small; ‖g‖ = sqrt(sum of every entry's square)":
+            beta * v + _clipped(g, clip, norm / np.sqrt(len(g))),
     }
     return right, slips
 
@@ -130,7 +140,23 @@ def _unnamed(got, right, host, *, p: int, beta: float, clip: float) -> str:
                 f"{want:.3g}, positive")
     off = f"{ratio:.3g}× too large" if ratio > 1 else f"{1 / ratio:.3g}× too small"
     return (f"the gradient was scaled by {factors[0]:.3g}, where min(1, C/‖g‖) is {want:.3g} "
-            f"({off}): the norm you clipped by, or the threshold, is not ‖g‖ or CLIP")
+            f"({off}): the norm you clipped by, or the threshold, is not ‖g‖ or CLIP — or the "
+            "momentum update is not v ← β·v + g, the page's rule")
+
+
+def _shrinks_short(step, mesh, beta: float, clip: float) -> bool:
+    """Whether ``step`` scales a gradient shorter than the threshold by ‖g‖/C, the inverted
+    ratio min(1, ‖g‖/C) (which leaves a longer one unclipped)."""
+    p = mesh.size
+    rows, features, over = _CASES[1]  # the gradient shorter than the threshold
+    host, placed = _inputs(mesh, rows * p, features * p, over * clip, 62)
+    try:
+        got = np.asarray(step(*placed)[1], dtype=np.float64)
+    except Exception:  # noqa: BLE001 - any failure: not this slip, the first message stands
+        return False
+    x, y, w, v = host
+    g = 2 * x.T @ (x @ w - y) / len(y)
+    return _near(got, beta * v + g * np.linalg.norm(g) / clip)
 
 
 def _near(got, want) -> bool:
@@ -223,6 +249,8 @@ def check_clipped_step(step, mesh, *, lr: float, beta: float, clip: float) -> No
             fail(exercise, f"v_next must be an array of numbers ({error_line(error)})")
         if not _near(got, right):
             slip = next((why for why, wrong in slips.items() if _near(got, wrong)), None)
+            if slip == _UNCLIPPED and over > 1 and _shrinks_short(step, mesh, beta, clip):
+                slip = _INVERTED  # min(1, ‖g‖/C): only a short gradient tells it apart
             fail(exercise, f"v_next ({acts}): " + (slip or _unnamed(got, right, (x, y, w, v),
                                                                   p=p, beta=beta, clip=clip)))
         for key, got, want in (("v_next", out[1], right), ("w_next", out[0], w - lr * right)):
