@@ -1,6 +1,7 @@
 """The rows each step of ``train`` sees: the task split into training and held-out rows, and the
 minibatches (or micro-batches) drawn from each device's contiguous shard of the training rows,
-placed on the mesh one (micro-)step at a time (``Batches``)."""
+placed on the mesh one (micro-)step at a time (``Batches``); or, on the stream task, fresh rows of
+the mixture every (micro-)step (``StreamBatches``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_utils.problems.classification import MLP, PART_THREE_MLP, classification_task
+from course_utils.problems.stream import stream_rows, task_centres
 
 # rows kept out of training when a held-out loss is asked for (15360 − 3072 = 12288 rows
 # remain: equal shards on 1, 2, 3, 4, 6 and 8 devices)
@@ -93,3 +95,23 @@ class Batches:
         if not self.fixed:
             self.first = self._draw()
         return taken
+
+
+class StreamBatches(Batches):
+    """``Batches`` on the stream task: every (micro-)step, the device at place d of the rows
+    draws ``batch_size`` fresh rows of the mixture (``stream_rows`` of this step and d), so
+    strategies with as many devices see the same rows at the same step."""
+
+    def __init__(self, mesh, rows_axis, mlp: MLP, *, batch_size: int, seed: int,
+                 task_seed: int = 0):
+        self.mesh, self.rows_axis, self.mlp = mesh, rows_axis, mlp
+        self.batch_size, self.seed, self.task_seed = batch_size, seed, task_seed
+        self.centres, self.count, self.fixed = task_centres(mlp, task_seed), 0, False
+        self.first = self._draw()
+
+    def _draw(self):
+        blocks = [stream_rows(self.centres, self.mlp, seed=self.seed, step=self.count, block=d,
+                              rows=self.batch_size, task_seed=self.task_seed)
+                  for d in range(self.mesh.size)]
+        self.count += 1
+        return placed_rows(self.mesh, self.rows_axis, *map(np.concatenate, zip(*blocks)))

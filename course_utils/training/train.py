@@ -30,7 +30,8 @@ from course_utils.problems.classification import (
     loss_sum,
     padded_size,
 )
-from course_utils.training.batches import Batches, split_task
+from course_utils.problems.stream import heldout_rows
+from course_utils.training.batches import Batches, StreamBatches, split_task
 from course_utils.training.optimizers import Optimizer
 from course_utils.training.programs import axes, build_programs, initial_state
 from course_utils.training.quantize import check_format
@@ -105,10 +106,24 @@ def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> 
         positive_int("heldout_every", heldout_every)
 
 
+def _stream_task(strategy, mlp, task_seed, *, skewed, batch_size, accumulate, heldout_every):
+    """The stream task's checks and its rows to read losses on: the held-out sample twice."""
+    if batch_size is None:
+        raise ValueError("a stream draws batch_size fresh rows per device every step: give "
+                         "batch_size")
+    if skewed:
+        raise ValueError("skewed orders a fixed task's rows by label; the stream draws every "
+                         "class at every step: leave skewed False")
+    _check_batches(strategy, batch_size, batch_size, accumulate, heldout_every)
+    x, y = heldout_rows(mlp, task_seed)
+    return x, y, (x, y) if heldout_every is not None else None
+
+
 def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: int = 1,
           topk_fraction: float = 0.01, skewed: bool = False, batch_size: int | None = None,
           accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE_MLP,
-          data_seed: int | None = None, optimizer: Optimizer | None = None) -> TrainingRun:
+          data_seed: int | None = None, optimizer: Optimizer | None = None,
+          stream: bool = False) -> TrainingRun:
     """Train the task's MLP for ``steps`` steps with ``strategy`` on ``mesh``.
 
     Args:
@@ -142,6 +157,12 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             the minibatch order (the seeds of a held-out curve).
         optimizer: the inner step's optimizer, instead of the strategy's
             (``StrategySpec.optimizer``): e.g. ``adamw(3e-3)`` for a learning-rate sweep.
+        stream: train on the stream task (``problems.stream``): ``batch_size`` fresh rows of
+            the mixture per device every (micro-)step, seeded by ``seed``, the step and the
+            device's place; the held-out loss on the mixture's fixed held-out sample, which
+            also stands for "all the training rows" (``final_loss``, ``averaged_loss``): a
+            stream has none. ``data_seed`` picks the mixture (``None``: 0, the same for every
+            ``seed``).
 
     Returns:
         A ``TrainingRun``.
@@ -161,17 +182,26 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
                         n=n, devices=mesh.size // p)
     if data_seed is not None:
         positive_int("data_seed", data_seed, low=0)
-    x, y, held = split_task(seed if data_seed is None else data_seed, skewed=skewed,
-                            heldout=heldout_every is not None, mlp=mlp)
-    if len(y) % mesh.size:
-        raise ValueError(f"{len(y)} rows do not split evenly across {mesh.size} devices")
-    _check_batches(strategy, len(y) // mesh.size, batch_size, accumulate, heldout_every)
+    if not isinstance(stream, bool):
+        raise ValueError(f"stream must be True or False, got {stream!r}")
+    if stream:
+        x, y, held = _stream_task(strategy, mlp, data_seed or 0, skewed=skewed,
+                                  batch_size=batch_size, accumulate=accumulate,
+                                  heldout_every=heldout_every)
+    else:
+        x, y, held = split_task(seed if data_seed is None else data_seed, skewed=skewed,
+                                heldout=heldout_every is not None, mlp=mlp)
+        if len(y) % mesh.size:
+            raise ValueError(f"{len(y)} rows do not split evenly across {mesh.size} devices")
+        _check_batches(strategy, len(y) // mesh.size, batch_size, accumulate, heldout_every)
     micro_rows = mesh.size * (batch_size or len(y) // mesh.size // accumulate)
     ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)),
                   mlp=mlp, optimizer=optimizer or spec.optimizer)
     state = initial_state(spec, mesh, ctx, init_params(n, seed, mlp), accumulate=accumulate)
-    batches = Batches(mesh, rows_axis, x, y, batch_size=batch_size, accumulate=accumulate,
-                      seed=seed)
+    batches = (StreamBatches(mesh, rows_axis, mlp, batch_size=batch_size, seed=seed,
+                             task_seed=data_seed or 0) if stream else
+               Batches(mesh, rows_axis, x, y, batch_size=batch_size, accumulate=accumulate,
+                       seed=seed))
     programs = build_programs(spec, mesh, ctx, state, batches.first, accumulate=accumulate,
                               local_steps=local_steps)
 
