@@ -5,9 +5,15 @@ import numpy as np
 import pytest
 
 from course_utils import data_mesh, replica_mesh, train
-from course_utils.problems.classification import PART_THREE_MLP, classification_task
+from course_utils.problems.classification import (
+    PART_THREE_MLP,
+    classification_task,
+    init_params,
+    padded_size,
+)
 from course_utils.problems.stream import bayes_loss, heldout_rows, stream_rows, task_centres
 from course_utils.training.batches import StreamBatches
+from course_utils.training.optimizers import adamw, warmup_cosine
 
 STREAM = {"steps": 6, "batch_size": 32, "heldout_every": 3, "stream": True}
 
@@ -49,9 +55,16 @@ def test_a_stream_run_repeats_exactly_and_learns_towards_the_floor():
     assert floor < first.heldout_loss[-1][1] < first.heldout_loss[0][1] < np.log(8) + 0.2
     assert first.final_loss == pytest.approx(first.heldout_loss[-1][1], rel=1e-6)
 
-def test_diloco_runs_on_the_stream():
-    run = train(replica_mesh(), "diloco", local_steps=3, **STREAM)
+def test_diloco_runs_on_the_stream_under_a_warm_up_and_cosine_schedule():
+    schedule = adamw(warmup_cosine(1e-3, steps=6, warmup=2))
+    run = train(replica_mesh(), "diloco", local_steps=3, optimizer=schedule, **STREAM)
     assert len(run.heldout_loss) == 2 and run.averaged_loss is not None
+    assert run.heldout_loss != train(replica_mesh(), "diloco", local_steps=3,
+                                     **STREAM).heldout_loss
+    first = train(data_mesh(), "data_parallel", optimizer=schedule, **{**STREAM, "steps": 1,
+                                                                          "heldout_every": None})
+    n = first.params.size  # the schedule's first step has learning rate 0: nothing moves
+    np.testing.assert_array_equal(first.params, init_params(padded_size(4), 0)[:n])
 
 @pytest.mark.parametrize("options, message", [
     ({"batch_size": None}, "give batch_size"),

@@ -93,9 +93,31 @@ def from_optax(transformation: optax.GradientTransformation) -> Optimizer:
     return Optimizer(transformation.init, update)
 
 
-def adamw(lr: float = ADAMW_LR, *, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 1e-4) -> Optimizer:
-    """AdamW (``optax.adamw``, its defaults): two moments and a step count as its state.
+def warmup_cosine(peak_lr: float, steps: int, warmup: int, end_fraction: float = 0.1
+                  ) -> optax.Schedule:
+    """The learning rate of step t (0-based, AdamW's count): from 0 up to ``peak_lr`` in
+    ``warmup`` steps, linearly, then down a cosine to ``end_fraction`` · ``peak_lr`` at
+    ``steps`` (the shape of the DiLoCo paper's inner schedule: warm-up, then cosine decay).
+
+    Examples:
+        >>> lr = warmup_cosine(1e-3, steps=100, warmup=10)
+        >>> [round(float(lr(t)), 6) for t in (0, 5, 10, 55, 100)]
+        [0.0, 0.0005, 0.001, 0.00055, 0.0001]
+        >>> warmup_cosine(1e-3, steps=10, warmup=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: warmup (10 steps) must be shorter than the run (10 steps)
+    """
+    if not 0 <= warmup < steps:
+        raise ValueError(f"warmup ({warmup} steps) must be shorter than the run ({steps} steps)")
+    return optax.warmup_cosine_decay_schedule(0.0, peak_lr, warmup, steps,
+                                              end_value=end_fraction * peak_lr)
+
+
+def adamw(lr: float | optax.Schedule = ADAMW_LR, *, b1: float = 0.9, b2: float = 0.999,
+          eps: float = 1e-8, weight_decay: float = 1e-4) -> Optimizer:
+    """AdamW (``optax.adamw``, its defaults): two moments and a step count as its state;
+    ``lr`` a number or a schedule of the count (``warmup_cosine``).
 
     Examples:
         >>> opt = adamw(0.01)
