@@ -183,3 +183,79 @@ def run_curves(mesh, plans: Sequence[CurvePlan],
             if on_run is not None:
                 on_run(plan, seed)
             yield plan, seed, train(mesh, plan.strategy, seed=seed, **plan.options)
+
+
+def reducible_band(start: float, floor: float,
+                   fractions: Sequence[float] = (0.5, 0.6, 0.7, 0.8, 0.9)) -> tuple[float, ...]:
+    """The losses at which each of ``fractions`` of the reducible loss (``start`` − ``floor``:
+    what any model can still learn) is gone: a band of targets, easiest first.
+
+    Examples:
+        >>> [round(t, 6) for t in reducible_band(2.0, 0.5, (0.5, 0.9))]
+        [1.25, 0.65]
+        >>> reducible_band(0.5, 2.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: the start (0.5) must lie above the floor (2): nothing is left to learn
+    """
+    if not start > floor:
+        raise ValueError(f"the start ({start:g}) must lie above the floor ({floor:g}): nothing "
+                         "is left to learn")
+    if not all(0 < f < 1 for f in fractions):
+        raise ValueError(f"fractions must lie strictly between 0 and 1, got {tuple(fractions)}")
+    return tuple(start - f * (start - floor) for f in fractions)
+
+
+@dataclass(frozen=True)
+class BandLead:
+    """How much sooner curve A reaches each target of a band than curve B, seed by seed
+    (each seed paired with itself): ``leads[target]`` holds B's time ÷ A's time per seed (above
+    1: A first; ``inf``: only A reaches it, 0: only B; ``None``: neither, in the steps run)."""
+
+    targets: tuple[float, ...]
+    leads: dict[float, tuple[float | None, ...]]
+
+    def holds(self) -> tuple[float, ...]:
+        """The targets at which A is first in every seed."""
+        return tuple(t for t in self.targets if all(r is not None and r > 1
+                                                     for r in self.leads[t]))
+
+    def flips(self) -> tuple[float, ...]:
+        """The targets at which A is not first in every seed (B first, a tie or never)."""
+        return tuple(t for t in self.targets if t not in self.holds())
+
+
+def band_lead(a: Sequence, b: Sequence, targets: Sequence[float], *, step_s_a: float = 1.0,
+              step_s_b: float = 1.0, **read) -> BandLead:
+    """``BandLead`` of the curves ``a`` over ``b`` (one per seed, in the same seed order) at each
+    target, their times ``seconds_to`` with each one's step time and ``step_to``'s ``read``
+    options (``stay=True``: first reaching and staying).
+
+    Examples:
+        >>> fast = [((10, 1.0), (20, 0.5), (30, 0.3)), ((10, 1.0), (20, 0.6), (30, 0.3))]
+        >>> slow = [((10, 1.0), (20, 0.8), (30, 0.4)), ((10, 1.0), (20, 0.5), (30, 0.5))]
+        >>> lead = band_lead(fast, slow, (0.7, 0.45), read="evaluated")
+        >>> lead.leads
+        {0.7: (1.5, 1.0), 0.45: (1.0, inf)}
+        >>> lead.holds(), lead.flips()
+        ((), (0.7, 0.45))
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"pair the seeds: {len(a)} curves against {len(b)}; give one curve per "
+                         "seed on each side, in the same seed order")
+    leads = {}
+    for target in targets:
+        pairs = [(seconds_to(x, target, step_s_a, **read), seconds_to(y, target, step_s_b, **read))
+                 for x, y in zip(a, b)]
+        leads[target] = tuple(_ratio(ta, tb) for ta, tb in pairs)
+    return BandLead(tuple(targets), leads)
+
+
+def _ratio(ta: float | None, tb: float | None) -> float | None:
+    """B's time ÷ A's: ``inf`` where only A reaches the target, 0 where only B, ``None`` where
+    neither; both at step 0 is a tie."""
+    if ta is None or tb is None:
+        return None if ta is None and tb is None else (0.0 if ta is None else float("inf"))
+    if ta == 0:
+        return 1.0 if tb == 0 else float("inf")
+    return tb / ta
