@@ -232,3 +232,22 @@ def test_the_conversion_keeps_every_number_and_an_old_file_names_it(tmp_path, mo
 def test_a_sync_reading_without_syncs_gets_one_line():
     with pytest.raises(ValueError, match=r"give their steps \(syncs=\)"):
         step_to(((10, 0.9), (20, 0.5)), 0.5, read="sync")
+
+
+def test_a_band_lead_pairs_seeds_and_names_where_it_flips():
+    from course_utils.results.curves import band_lead, reducible_band
+
+    targets = reducible_band(1.0, 0.0, (0.5, 0.8))  # 0.5 and 0.2 (to rounding)
+    a = [((1, 1.0), (2, 0.4), (3, 0.1)), ((1, 1.0), (2, 0.45), (3, 0.3))]
+    b = [((1, 1.0), (2, 0.6), (3, 0.3)), ((1, 1.0), (2, 0.6), (3, 0.1))]
+    lead = band_lead(a, b, targets, read="evaluated", step_s_a=2.0, step_s_b=1.0)
+    # A's steps cost twice B's: at 0.5 A needs 2 steps (4 s), B 3 (3 s) in both seeds
+    assert lead.leads[targets[0]] == (0.75, 0.75) and lead.holds() == ()
+    fast = band_lead(a, b, targets, read="evaluated")
+    assert fast.holds() == (targets[0],)  # 2 steps against 3 in both seeds
+    assert fast.leads[targets[1]] == (float("inf"), 0.0)  # 0.2: only A in seed 0, only B in 1
+    assert fast.flips() == (targets[1],)
+    with pytest.raises(ValueError, match="pair the seeds"):
+        band_lead(a, b[:1], targets)
+    with pytest.raises(ValueError, match="nothing is left to learn"):
+        reducible_band(0.1, 0.2)
