@@ -13,7 +13,7 @@ from course_utils.problems.classification import (
 )
 from course_utils.problems.stream import bayes_loss, heldout_rows, stream_rows, task_centres
 from course_utils.training.batches import StreamBatches
-from course_utils.training.optimizers import adamw, warmup_cosine
+from course_utils.training.optimizers import adamw, momentum, warmup_cosine
 
 STREAM = {"steps": 6, "batch_size": 32, "heldout_every": 3, "stream": True}
 
@@ -74,3 +74,21 @@ def test_diloco_runs_on_the_stream_under_a_warm_up_and_cosine_schedule():
 def test_bad_stream_options_are_refused_in_one_line(options, message):
     with pytest.raises(ValueError, match=message):
         train(data_mesh(), "data_parallel", **{**STREAM, **options})
+
+
+def test_a_warm_start_continues_the_stream_where_the_first_run_stopped():
+    sgd = momentum(0.05, 0.0)  # no optimizer state: two halves make the same run
+    mesh, options = data_mesh(), {**STREAM, "optimizer": sgd}
+    whole = train(mesh, "data_parallel", **options)
+    half = train(mesh, "data_parallel", **{**options, "steps": 3})
+    rest = train(mesh, "data_parallel", start=half.params, first_step=3,
+                 **{**options, "steps": 3})
+    np.testing.assert_allclose(rest.params, whole.params, rtol=1e-6, atol=1e-7)
+    assert [s for s, _ in rest.heldout_loss] == [6]
+    diloco = train(replica_mesh(), "diloco", local_steps=3, start=half.params, first_step=3,
+                   **{**STREAM, "steps": 3})
+    assert diloco.heldout_loss[0][0] == 6 and diloco.heldout_loss[0][1] < half.heldout_loss[0][1]
+    with pytest.raises(ValueError, match="start from a run on as many devices"):
+        train(mesh, "data_parallel", start=half.params[:-4], **STREAM)
+    with pytest.raises(ValueError, match="give stream=True"):
+        train(mesh, "data_parallel", first_step=3, steps=2)

@@ -100,13 +100,14 @@ class Batches:
 class StreamBatches(Batches):
     """``Batches`` on the stream task: every (micro-)step, the device at place d of the rows
     draws ``batch_size`` fresh rows of the mixture (``stream_rows`` of this step and d), so
-    strategies with as many devices see the same rows at the same step."""
+    strategies with as many devices see the same rows at the same step; ``first_step``: the
+    (micro-)steps a warm start's run already drew."""
 
     def __init__(self, mesh, rows_axis, mlp: MLP, *, batch_size: int, seed: int,
-                 task_seed: int = 0):
+                 task_seed: int = 0, first_step: int = 0):
         self.mesh, self.rows_axis, self.mlp = mesh, rows_axis, mlp
         self.batch_size, self.seed, self.task_seed = batch_size, seed, task_seed
-        self.centres, self.count, self.fixed = task_centres(mlp, task_seed), 0, False
+        self.centres, self.count, self.fixed = task_centres(mlp, task_seed), first_step, False
         self.first = self._draw()
 
     def _draw(self):

@@ -106,6 +106,17 @@ def _check_batches(strategy, shard, batch_size, accumulate_k, heldout_every) -> 
         positive_int("heldout_every", heldout_every)
 
 
+def _start(start, n: int, seed: int, mlp: MLP) -> np.ndarray:
+    """The initial flat parameters: ``start`` (checked against the run's length) or seed's."""
+    if start is None:
+        return init_params(n, seed, mlp)
+    w = np.asarray(start, dtype=np.float32)
+    if w.shape != (n,):
+        raise ValueError(f"start holds {w.size} parameters, this run's vector {n}: start from "
+                         "a run on as many devices (its params)")
+    return w
+
+
 def _stream_task(strategy, mlp, task_seed, *, skewed, batch_size, accumulate, heldout_every):
     """The stream task's checks and its rows to read losses on: the held-out sample twice."""
     if batch_size is None:
@@ -123,7 +134,8 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
           topk_fraction: float = 0.01, skewed: bool = False, batch_size: int | None = None,
           accumulate: int = 1, heldout_every: int | None = None, mlp: MLP = PART_THREE_MLP,
           data_seed: int | None = None, optimizer: Optimizer | None = None,
-          stream: bool = False) -> TrainingRun:
+          stream: bool = False, start: np.ndarray | None = None,
+          first_step: int = 0) -> TrainingRun:
     """Train the task's MLP for ``steps`` steps with ``strategy`` on ``mesh``.
 
     Args:
@@ -163,6 +175,12 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             also stands for "all the training rows" (``final_loss``, ``averaged_loss``): a
             stream has none. ``data_seed`` picks the mixture (``None``: 0, the same for every
             ``seed``).
+        start: the flat parameters to start from (a ``TrainingRun``'s ``params``, e.g. a
+            data-parallel run's, for a warm start), instead of ``seed``'s initial ones; the
+            optimizers' states start afresh.
+        first_step: the steps already trained before this run (a warm start's): the stream
+            draws the rows of step ``first_step`` on, and the recorded steps count from it.
+            An optimizer with a schedule takes its own count: shift it to match.
 
     Returns:
         A ``TrainingRun``.
@@ -197,9 +215,13 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     micro_rows = mesh.size * (batch_size or len(y) // mesh.size // accumulate)
     ctx = Context(axis, p, n, micro_rows * accumulate, k=max(1, round(topk_fraction * n)),
                   mlp=mlp, optimizer=optimizer or spec.optimizer)
-    state = initial_state(spec, mesh, ctx, init_params(n, seed, mlp), accumulate=accumulate)
+    state = initial_state(spec, mesh, ctx, _start(start, n, seed, mlp), accumulate=accumulate)
+    if positive_int("first_step", first_step, low=0) and not stream:
+        raise ValueError("first_step continues a stream's rows; a fixed task's minibatches "
+                         "start from seed: give stream=True, or leave first_step 0")
     batches = (StreamBatches(mesh, rows_axis, mlp, batch_size=batch_size, seed=seed,
-                             task_seed=data_seed or 0) if stream else
+                             task_seed=data_seed or 0, first_step=first_step * accumulate)
+               if stream else
                Batches(mesh, rows_axis, x, y, batch_size=batch_size, accumulate=accumulate,
                        seed=seed))
     programs = build_programs(spec, mesh, ctx, state, batches.first, accumulate=accumulate,
@@ -228,11 +250,12 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         if programs.outer is not None and merged >= every and merged % every == 0:
             if programs.merge is not None:
                 state = programs.merge(state)
-            averaged.append((t + 1, float(_mean_loss(np.asarray(state.params)[:n], x, y, mlp))))
+            averaged.append((first_step + t + 1,
+                             float(_mean_loss(np.asarray(state.params)[:n], x, y, mlp))))
         if held is not None and (t + 1) % heldout_every == 0:
             w = (spec.flat(state.params, n, p, mlp) if state.outer is None else
                  np.asarray(state.outer[0])[:n])  # the parameters at the last sync
-            heldout.append((t + 1, float(_mean_loss(w, *held, mlp))))
+            heldout.append((first_step + t + 1, float(_mean_loss(w, *held, mlp))))
 
     params = spec.flat(state.params, n, p, mlp)
     return TrainingRun(
