@@ -66,9 +66,19 @@ def test_diloco_runs_on_the_stream_under_a_warm_up_and_cosine_schedule():
     n = first.params.size  # the schedule's first step has learning rate 0: nothing moves
     np.testing.assert_array_equal(first.params, init_params(padded_size(4), 0)[:n])
 
+def test_a_skewed_stream_gives_each_device_its_share_of_the_classes():
+    batches = StreamBatches(data_mesh(), "data", PART_THREE_MLP, batch_size=64, seed=0, skewed=True)
+    y = np.asarray(batches.first[1]).reshape(4, 64)  # 8 classes over 4 devices
+    assert [sorted(set(row.tolist())) for row in y] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    run = train(replica_mesh(), "diloco", local_steps=3, skewed=True, **STREAM)
+    assert run.heldout_loss != train(replica_mesh(), "diloco", local_steps=3,
+                                     **STREAM).heldout_loss
+    with pytest.raises(ValueError, match="cannot be shared out over 9 blocks"):
+        stream_rows(task_centres(), PART_THREE_MLP, seed=0, step=0, block=0, rows=4, skewed_of=9)
+
+
 @pytest.mark.parametrize("options, message", [
     ({"batch_size": None}, "give batch_size"),
-    ({"skewed": True}, "leave skewed False"),
     ({"stream": "yes"}, "stream must be True or False"),
 ])
 def test_bad_stream_options_are_refused_in_one_line(options, message):

@@ -43,17 +43,21 @@ def task_centres(mlp: MLP = PART_THREE_MLP, task_seed: int = 0) -> np.ndarray:
     return rng.normal(size=(mlp.classes, mlp.features))
 
 
-def _draw(centres: np.ndarray, mlp: MLP, rng: np.random.Generator, rows: int
-          ) -> tuple[np.ndarray, np.ndarray]:
-    y = rng.integers(mlp.classes, size=rows)
+def _draw(centres: np.ndarray, mlp: MLP, rng: np.random.Generator, rows: int,
+          classes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    y = (rng.integers(mlp.classes, size=rows) if classes is None else
+         classes[rng.integers(len(classes), size=rows)])
     x = centres[y] + mlp.noise * rng.normal(size=(rows, mlp.features))
     return x.astype(np.float32), y.astype(np.int32)
 
 
 def stream_rows(centres: np.ndarray, mlp: MLP, *, seed: int, step: int, block: int, rows: int,
-                task_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                task_seed: int = 0, skewed_of: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` fresh rows ``(x, y)`` of the mixture for block ``block`` (a device's place in
-    the rows) of micro-step ``step`` of a run with ``seed``.
+    the rows) of micro-step ``step`` of a run with ``seed``. ``skewed_of``: the number of
+    blocks, each drawing only its own share of the classes (block d the classes c with
+    c · blocks // classes = d, as a fixed task's shards ordered by label), so that the blocks
+    together still draw the whole mixture.
 
     Examples:
         >>> c = task_centres()
@@ -64,9 +68,18 @@ def stream_rows(centres: np.ndarray, mlp: MLP, *, seed: int, step: int, block: i
         >>> other = stream_rows(c, PART_THREE_MLP, seed=0, step=6, block=1, rows=4)
         >>> bool((a[0] == other[0]).any())
         False
+        >>> sorted(set(stream_rows(c, PART_THREE_MLP, seed=0, step=5, block=1, rows=64,
+        ...                        skewed_of=4)[1].tolist()))  # 8 classes over 4 blocks
+        [2, 3]
     """
     rng = np.random.default_rng([task_seed, _TRAIN, seed, step, block])
-    return _draw(centres, mlp, rng, rows)
+    if skewed_of is None:
+        return _draw(centres, mlp, rng, rows)
+    if not 0 < skewed_of <= mlp.classes:
+        raise ValueError(f"{mlp.classes} classes cannot be shared out over {skewed_of} blocks: "
+                         f"skew over 1 to {mlp.classes} devices")
+    own = np.flatnonzero(np.arange(mlp.classes) * skewed_of // mlp.classes == block)
+    return _draw(centres, mlp, rng, rows, own)
 
 
 def heldout_rows(mlp: MLP = PART_THREE_MLP, task_seed: int = 0,

@@ -101,18 +101,21 @@ class StreamBatches(Batches):
     """``Batches`` on the stream task: every (micro-)step, the device at place d of the rows
     draws ``batch_size`` fresh rows of the mixture (``stream_rows`` of this step and d), so
     strategies with as many devices see the same rows at the same step; ``first_step``: the
-    (micro-)steps a warm start's run already drew."""
+    (micro-)steps a warm start's run already drew; ``skewed``: each device draws only its share
+    of the classes (``stream_rows``' ``skewed_of``)."""
 
     def __init__(self, mesh, rows_axis, mlp: MLP, *, batch_size: int, seed: int,
-                 task_seed: int = 0, first_step: int = 0):
+                 task_seed: int = 0, first_step: int = 0, skewed: bool = False):
         self.mesh, self.rows_axis, self.mlp = mesh, rows_axis, mlp
+        self.skewed_of = mesh.size if skewed else None
         self.batch_size, self.seed, self.task_seed = batch_size, seed, task_seed
         self.centres, self.count, self.fixed = task_centres(mlp, task_seed), first_step, False
         self.first = self._draw()
 
     def _draw(self):
         blocks = [stream_rows(self.centres, self.mlp, seed=self.seed, step=self.count, block=d,
-                              rows=self.batch_size, task_seed=self.task_seed)
+                              rows=self.batch_size, task_seed=self.task_seed,
+                              skewed_of=self.skewed_of)
                   for d in range(self.mesh.size)]
         self.count += 1
         return placed_rows(self.mesh, self.rows_axis, *map(np.concatenate, zip(*blocks)))

@@ -117,14 +117,11 @@ def _start(start, n: int, seed: int, mlp: MLP) -> np.ndarray:
     return w
 
 
-def _stream_task(strategy, mlp, task_seed, *, skewed, batch_size, accumulate, heldout_every):
+def _stream_task(strategy, mlp, task_seed, *, batch_size, accumulate, heldout_every):
     """The stream task's checks and its rows to read losses on: the held-out sample twice."""
     if batch_size is None:
         raise ValueError("a stream draws batch_size fresh rows per device every step: give "
                          "batch_size")
-    if skewed:
-        raise ValueError("skewed orders a fixed task's rows by label; the stream draws every "
-                         "class at every step: leave skewed False")
     _check_batches(strategy, batch_size, batch_size, accumulate, heldout_every)
     x, y = heldout_rows(mlp, task_seed)
     return x, y, (x, y) if heldout_every is not None else None
@@ -152,7 +149,8 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
             fragment's after every (H/F)-th, its result merged ``Sync.overlap`` steps later
             (``Sync.merge``). F divides H and the parameters, and τ < H/F.
         topk_fraction: for ``topk`` and ``topk_ef``: each device sends this fraction of entries.
-        skewed: shards ordered by label (each device sees mostly a few classes).
+        skewed: shards ordered by label (each device sees mostly a few classes); on the stream
+            each device draws only its share of the classes (``StreamBatches``).
         batch_size: rows each device draws from its shard per (micro-)step, without
             replacement, by a generator seeded with ``seed``; ``None``: the whole shard every
             step (full-batch descent).
@@ -203,8 +201,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     if not isinstance(stream, bool):
         raise ValueError(f"stream must be True or False, got {stream!r}")
     if stream:
-        x, y, held = _stream_task(strategy, mlp, data_seed or 0, skewed=skewed,
-                                  batch_size=batch_size, accumulate=accumulate,
+        x, y, held = _stream_task(strategy, mlp, data_seed or 0, batch_size=batch_size, accumulate=accumulate,
                                   heldout_every=heldout_every)
     else:
         x, y, held = split_task(seed if data_seed is None else data_seed, skewed=skewed,
@@ -220,7 +217,8 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         raise ValueError("first_step continues a stream's rows; a fixed task's minibatches "
                          "start from seed: give stream=True, or leave first_step 0")
     batches = (StreamBatches(mesh, rows_axis, mlp, batch_size=batch_size, seed=seed,
-                             task_seed=data_seed or 0, first_step=first_step * accumulate)
+                             task_seed=data_seed or 0, first_step=first_step * accumulate,
+                             skewed=skewed)
                if stream else
                Batches(mesh, rows_axis, x, y, batch_size=batch_size, accumulate=accumulate,
                        seed=seed))
