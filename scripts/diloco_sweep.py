@@ -1,8 +1,10 @@
 """Write part five's saved sweep, ``course_utils/saved/diloco.json`` (``results.diloco``): the
 inner learning rate's protocol (every rate of the grid from every seed), then data parallelism,
 local SGD, DiLoCo and the ablations of DiLoCo's outer optimizer (AdamW inside) at each H, on
-i.i.d. and skewed shards, from each seed of the plan (``results.diloco.PLAN``, from the
-registry's ``SAVED_PLANS["diloco.json"]``), each through ``results.curves.run_curves``.
+i.i.d. and skewed streams, from each seed of the plan (``results.diloco.PLAN``, from the
+registry's ``SAVED_PLANS["diloco.json"]``), each through ``results.curves.run_curves``; then
+DiLoCo from a data-parallel warm start at each H, and at the attribution's H on 1 and 4
+replicas. Every run on the stream task under ``scheduled_adamw`` (``PROTOCOL``).
 
     flock /tmp/d03-heavy.lock python scripts/diloco_sweep.py [--out PATH]
 
@@ -56,14 +58,21 @@ def main(argv: list[str]) -> int:
     from course_utils.results.diloco import DP, EVERY_H, PROTOCOL, DilocoResults, SweepCost, pick_lr
     from course_utils.results.meta import this_run
     from course_utils.results.records import save
-    from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, adamw
+    from course_utils.training.optimizers import (
+        ADAMW_LR,
+        OUTER_LR,
+        OUTER_MOMENTUM,
+        scheduled_adamw,
+    )
+    from course_utils.training.train import train
 
     start, mesh = time.time(), replica_mesh(PLAN.replicas)
-    common = {"steps": PLAN.steps, "batch_size": PLAN.batch_size, "data_seed": PLAN.data_seed}
+    common = {"steps": PLAN.steps, "batch_size": PLAN.batch_size, "data_seed": PLAN.data_seed,
+              "stream": True, "optimizer": scheduled_adamw(PLAN.steps)}
     lr_runs = []
     for lr in PLAN.lr_grid:
-        lr_plan = CurvePlan(DP, PLAN.seeds, {"heldout_every": PLAN.heldout_every,
-                                             "optimizer": adamw(lr), **common})
+        lr_plan = CurvePlan(DP, PLAN.seeds, {**common, "heldout_every": PLAN.heldout_every,
+                                             "optimizer": scheduled_adamw(PLAN.steps, lr)})
         lr_runs += [HeldoutCurve(DP, PLAN.batch_size, run.heldout_loss, seed, lr=lr,
                                  train_loss=_train_loss(run, PLAN.heldout_every))
                     for _, seed, run in run_curves(mesh, [lr_plan])]
@@ -97,6 +106,25 @@ def main(argv: list[str]) -> int:
                                            run.bytes_per_step, _memory(run)))
                 print(f"{strategy} H={h} skewed={skewed} seed={seed}: "
                       f"{run.heldout_loss[-1][1]:.4f}", flush=True)
+    warm, rest = PLAN.warm_start, PLAN.steps - PLAN.warm_start
+    for seed in PLAN.seeds:  # the paper's main setting: DiLoCo after data parallelism's start
+        first = train(mesh, DP, **{**common, "steps": warm}, seed=seed)
+        for h in PLAN.local_steps:
+            run = train(mesh, "diloco", **{**common, "steps": rest}, seed=seed, local_steps=h,
+                        heldout_every=h, start=first.params, first_step=warm,
+                        optimizer=scheduled_adamw(PLAN.steps, offset=warm))
+            curves.append(HeldoutCurve("diloco", PLAN.batch_size, run.heldout_loss, seed, h,
+                                       False, train_loss=_train_loss(run, h), warm_start=warm))
+            print(f"diloco H={h} after {warm} DP steps, seed={seed}: "
+                  f"{run.heldout_loss[-1][1]:.4f}", flush=True)
+    h = PLAN.attribution_h
+    for replicas in PLAN.attribution_replicas:  # 1: the outer step alone, nothing sent
+        for _, seed, run in run_curves(replica_mesh(replicas), [CurvePlan("diloco", PLAN.seeds, {
+                **common, "heldout_every": h, "local_steps": h})]):
+            curves.append(HeldoutCurve("diloco", PLAN.batch_size, run.heldout_loss, seed, h,
+                                       False, train_loss=_train_loss(run, h), replicas=replicas))
+            print(f"diloco H={h} on {replicas} replicas, seed={seed}: "
+                  f"{run.heldout_loss[-1][1]:.4f}", flush=True)
     meta = this_run("python scripts/diloco_sweep.py", time.time() - start)
     save(DilocoResults(meta, PROTOCOL, PLAN, ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, tuple(lr_runs),
                        tuple(curves), tuple(costs)), args.out)

@@ -1,12 +1,13 @@
 """Re-train the held-out curves of a ``training.json`` from several seeds, in this process, without
-the cluster (the curves do not depend on the link); the timed rows stay as they are.
+the cluster (the curves do not depend on the link); the timed rows stay as they are, and the
+file's ``curves_meta`` records this command, its version, commit and time.
 
     python scripts/retrain_curves.py course_utils/saved/training.json --seeds 3
     python scripts/retrain_curves.py training.json --seeds 3 --batch-sizes 128 --steps 512=200
 
 Each curve of the file (row, batch size, its steps and its evaluation interval) is trained from
-seeds 0 … N − 1 on the cluster's hosts × devices as logical CPU devices; a curve of the file of
-the same row, batch size and seed that reaches as many steps is kept, not trained again.
+seeds 0 … N − 1 on the cluster's hosts × devices as logical CPU devices, on the stream task
+(``tools.cluster.training.train_curves``); every curve asked for is trained again.
 ``--batch-sizes`` re-trains only those batch sizes (the others keep their curves);
 ``--steps B=S`` trains batch size B's curves for S steps; ``--strategies`` only those rows.
 """
@@ -18,6 +19,7 @@ import sys
 import time
 from dataclasses import replace
 
+from course_utils.results.meta import this_run
 from course_utils.results.records import load, save
 from course_utils.results.training import TrainingResults
 from course_utils.tools.cluster.training import train_curves
@@ -60,7 +62,7 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     trained = train_curves([(*key, *plan[key]) for key in plan],
                            results.cluster.hosts * results.cluster.devices_per_host,
-                           seeds=range(args.seeds), kept=results.curves)
+                           seeds=range(args.seeds))
     new = {(c.strategy, c.batch_size): [] for c in trained}
     for c in trained:
         new[c.strategy, c.batch_size].append(c)
@@ -72,7 +74,9 @@ def main(argv: list[str]) -> int:
         elif key not in done:
             curves.extend(new[key])
             done.add(key)
-    save(replace(results, curves=tuple(curves)), args.path)
+    seconds = time.perf_counter() - start
+    save(replace(results, curves=tuple(curves),
+                 curves_meta=this_run("python scripts/retrain_curves.py", seconds)), args.path)
     print(f"retrain_curves: {len(plan)} curves × {args.seeds} seeds in "
           f"{time.perf_counter() - start:.0f} s")
     return 0

@@ -41,7 +41,9 @@ class HeldoutCurve:
     parallelism), ``skewed`` shards, the inner learning rate ``lr``, and ``train_loss`` at the
     held-out's steps (for a strategy with an outer step, the synced parameters' loss on all
     the training rows; for data parallelism the mean of its minibatch losses over the steps
-    since the last evaluation).
+    since the last evaluation), the ``replicas`` of a run on another count than the file's,
+    and ``warm_start``: the data-parallel steps a run started after (its steps count on from
+    them).
 
     Attributes:
         strategy: the strategy (or part-four row) trained.
@@ -58,6 +60,8 @@ class HeldoutCurve:
     skewed: bool | None = None
     lr: float | None = None
     train_loss: Points | None = None
+    replicas: int | None = None
+    warm_start: int | None = None
 
 
 def points_of(curve) -> Points:

@@ -31,22 +31,28 @@ EVERY_H = COMPARED + ABLATIONS
 
 # the protocol that fixed the hyperparameters before anything was compared (also in the file)
 PROTOCOL = (
-    "Fixed before measuring, none tuned to make one method win. Inner optimizer: AdamW "
-    "(optax's defaults but the learning rate), the same for every strategy. Its learning rate: "
-    "for each rate of the grid lr_grid, data parallelism (i.i.d. shards) is trained from each "
-    "of the sweep's seeds and each run's lowest held-out loss over the run is taken; the rate "
-    "with the lowest seed-mean of these wins; a rate whose seeds' range (lowest to highest) "
-    "overlaps the winner's is a tie, and of the tied rates the largest is kept, so the choice "
-    "never slows data parallelism, the baseline, in favour of the methods that amplify its "
-    "step. The sweep stops if that rate is not ADAMW_LR. Outer optimizer: the DiLoCo paper's "
-    "SGD with Nesterov momentum, learning rate 0.7, momentum 0.9, transplanted from the paper's "
-    "setting (H = 500, 8 replicas, a language model) and not validated here; local SGD's outer "
-    "step is the average (learning rate 1, no momentum). Two ablations of the outer optimizer, "
-    "fixed with it: outer SGD at learning rate 0.7 without momentum (DiLoCo without its "
-    "momentum), and outer Nesterov at learning rate 0.1 = 1 - momentum, momentum 0.9 (the "
-    "momentum at plain averaging's steady step, lr / (1 - momentum) = 1). H: 8, 32 and 128. "
-    "The model, batch and steps: part three's MLP, chosen so that data parallelism's held-out "
-    "curve still falls at TARGET_FRACTION of the run and H = 128 syncs 8 times.")
+    "Fixed before measuring, none tuned to make one method win. The task: the stream (fresh "
+    "rows of part three's mixture every step, the same rows for every strategy at a step; the "
+    "held-out loss on one fixed sample of 8,192 rows; skewed: each device draws only its share "
+    "of the classes). Inner optimizer: AdamW with the DiLoCo paper's weight decay 0.1 and "
+    "shape of schedule (a linear warm-up over the first 5 % of the run, then a cosine decay to "
+    "a tenth of the peak at its end), the same for every strategy. Its peak learning rate: for "
+    "each rate of the grid lr_grid, data parallelism (i.i.d.) is trained from each of the "
+    "sweep's seeds and each run's lowest held-out loss is taken; the rate with the lowest "
+    "seed-mean wins; a rate whose seeds' range (lowest to highest) overlaps the winner's is a "
+    "tie, and of the tied rates the largest is kept, so the choice never slows data "
+    "parallelism, the baseline, in favour of the methods that amplify its step. The sweep stops "
+    "if that rate is not ADAMW_LR. Outer optimizer: the DiLoCo paper's SGD with Nesterov "
+    "momentum, learning rate 0.7, momentum 0.9, transplanted from the paper's setting (H = 500, "
+    "8 replicas, a language model) and not validated here; local SGD's outer step is the "
+    "average (learning rate 1, no momentum). Two ablations of the outer optimizer, fixed with "
+    "it: outer SGD at learning rate 0.7 without momentum, and outer Nesterov at learning rate "
+    "0.1 = 1 - momentum, momentum 0.9 (plain averaging's steady step, lr / (1 - momentum) = 1). "
+    "H: 8, 32 and 128, every one with at least 8 syncs. DiLoCo from scratch and from a "
+    "data-parallel warm start (the paper's main setting: warm_start steps of data parallelism, "
+    "then DiLoCo with fresh AdamW moments, the schedule going on). The attribution: DiLoCo at "
+    "H = attribution_h on 1 replica (the outer Nesterov step with nothing sent) and on 4, "
+    "beside the sweep's 2, all on the same 4 devices and rows.")
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,9 @@ class SweepPlan:
     ``data_seed``; the learning-rate protocol's ``lr_grid`` (data parallelism, i.i.d. shards,
     from each of ``seeds``), then each H of ``local_steps`` from each of ``seeds``;
     ``heldout_every``:
-    data parallelism's evaluation interval (the others are evaluated at their syncs)."""
+    data parallelism's evaluation interval (the others are evaluated at their syncs);
+    ``warm_start``: the data-parallel steps DiLoCo's warm-started runs begin after;
+    ``attribution_h`` and ``attribution_replicas``: DiLoCo's runs on other replica counts."""
 
     devices: int
     replicas: int
@@ -68,6 +76,9 @@ class SweepPlan:
     local_steps: tuple[int, ...]
     seeds: tuple[int, ...]
     heldout_every: int
+    warm_start: int
+    attribution_h: int
+    attribution_replicas: tuple[int, ...]
 
     @property
     def rows_per_step(self) -> int:
@@ -79,7 +90,8 @@ _SAVED = SAVED_PLANS[SAVED]  # the registry's plan of the file; here, on 4 devic
 PLAN = SweepPlan(devices=4, replicas=2, batch_size=_SAVED.replica_rows * 2 // 4,
                  steps=_SAVED.steps, data_seed=_SAVED.data_seed,
                  lr_grid=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2), local_steps=_SAVED.local_steps,
-                 seeds=_SAVED.seeds, heldout_every=_SAVED.heldout_every)
+                 seeds=_SAVED.seeds, heldout_every=_SAVED.heldout_every,
+                 warm_start=_SAVED.steps // 4, attribution_h=32, attribution_replicas=(1, 4))
 
 
 @dataclass(frozen=True)
@@ -193,15 +205,21 @@ def pick_lr(lr_runs: tuple[HeldoutCurve, ...]) -> LrPick:
     return LrPick(scores, best.lr, tied, max(tied))
 
 
-def sweep_curves(results: DilocoResults, strategy: str, local_steps: int, skewed: bool
+def sweep_curves(results: DilocoResults, strategy: str, local_steps: int, skewed: bool, *,
+                 replicas: int | None = None, warm_start: int | None = None
                  ) -> dict[int, HeldoutCurve]:
-    """``strategy``'s curves at H = ``local_steps`` on the shards ``skewed`` says, by seed."""
+    """``strategy``'s curves at H = ``local_steps`` on the shards ``skewed`` says, by seed: on
+    the plan's replicas (``replicas`` another count's) from scratch (``warm_start``: after that
+    many data-parallel steps)."""
     found = {c.seed: c for c in results.curves
-             if (c.strategy, c.local_steps, c.skewed) == (strategy, local_steps, skewed)}
+             if (c.strategy, c.local_steps, c.skewed, c.replicas, c.warm_start) == (
+                 strategy, local_steps, skewed, replicas, warm_start)}
     if not found:
         runs = ", ".join(sorted({f"{c.strategy} H={c.local_steps}" for c in results.curves}))
-        raise ValueError(f"no run of {strategy} at H={local_steps}, skewed={skewed} in the "
-                         f"sweep; it has {runs}")
+        extra = "".join(f", {k}={v}" for k, v in (("replicas", replicas),
+                                                  ("warm_start", warm_start)) if v is not None)
+        raise ValueError(f"no run of {strategy} at H={local_steps}, skewed={skewed}{extra} in "
+                         f"the sweep; it has {runs}")
     return found
 
 

@@ -57,7 +57,8 @@ class OwnWorkRow:
 class TrainingResults:
     """What ``training.json`` holds: how it was made (``meta.runs``: the runs whose medians
     the times are), on which cluster, one device's FLOPs per second while every device
-    computes, and the rows, curves and own work."""
+    computes, and the rows, curves and own work; ``curves_meta``: how the curves were made
+    where another command re-trained them (``scripts/retrain_curves.py``)."""
 
     meta: RunMeta
     cluster: ClusterSetup
@@ -65,6 +66,7 @@ class TrainingResults:
     rows: tuple[TrainingRow, ...]
     curves: tuple[HeldoutCurve, ...]
     own_work: tuple[OwnWorkRow, ...] = ()
+    curves_meta: RunMeta | None = None
 
 
 def median_of_runs(runs: Sequence[TrainingResults]) -> TrainingResults:

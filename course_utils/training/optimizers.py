@@ -24,11 +24,12 @@ import optax
 
 from course_utils.collectives.kernels import momentum_update
 from course_utils.constants import BETA
+from course_utils.validate import positive_int
 
 # the learning rate of every run of part three (momentum BETA as everywhere in the course)
 TRAIN_LR = 0.02
 # part five's inner AdamW learning rate (fixed by the protocol of ``results.diloco.PROTOCOL``)
-ADAMW_LR = 1e-3
+ADAMW_LR = 3e-3
 # DiLoCo's outer step: the paper's learning rate and Nesterov momentum (Douillard et al. 2023)
 OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
 # the ablation "momentum at plain averaging's steady step": lr / (1 − μ) = 1 (lr = 1 − μ)
@@ -127,6 +128,30 @@ def adamw(lr: float | optax.Schedule = ADAMW_LR, *, b1: float = 0.9, b2: float =
         0.989999
     """
     return from_optax(optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+
+
+# part five's inner set-up on the stream (the DiLoCo paper's shape, arXiv:2311.08105): warm-up
+# over this share of the run, then a cosine decay to a tenth; AdamW's weight decay the paper's
+WARMUP_SHARE, PAPER_WEIGHT_DECAY = 0.05, 0.1
+
+
+def scheduled_adamw(steps: int, lr: float = ADAMW_LR, *, offset: int = 0) -> Optimizer:
+    """Part five's inner optimizer on the stream, the same for every strategy: AdamW with weight
+    decay ``PAPER_WEIGHT_DECAY`` under ``warmup_cosine`` over a run of ``steps`` (warm-up over
+    ``WARMUP_SHARE`` of it). ``offset``: the steps a warm start's run already took, so the
+    schedule goes on where it stopped (its moments start afresh).
+
+    Examples:
+        >>> opt = scheduled_adamw(100, offset=60)  # past the warm-up: a step moves w
+        >>> w, _ = opt.update(np.float32([2.0]), opt.init(np.ones(1, np.float32)),
+        ...                   np.ones(1, np.float32))
+        >>> bool(w[0] < 1)
+        True
+    """
+    schedule = warmup_cosine(lr, positive_int("steps", steps), round(WARMUP_SHARE * steps))
+    if not 0 <= offset < steps:
+        raise ValueError(f"offset ({offset}) must lie in the run of {steps} steps")
+    return adamw(lambda count: schedule(count + offset), weight_decay=PAPER_WEIGHT_DECAY)
 
 
 def outer_nesterov(lr: float = OUTER_LR, momentum: float = OUTER_MOMENTUM) -> Optimizer:

@@ -72,10 +72,10 @@ __all__ = ["MEMORY_PART", "POWERSGD_RANK", "TRAIN_LR", "Context", "StepInfo", "S
 # ``diloco.json`` (``scripts/diloco_sweep.py``): the two compared, then the ablations of
 # DiLoCo's outer optimizer; ``streaming.json`` (``scripts/streaming_curves.py``): H is the
 # middle of the sweep's, a replica's rows a cluster host's batch (``course cluster --measure
-# diloco``), 3 rounds of H (data parallelism's held-out loss still falls at 20 % of the run)
+# diloco``); both on the stream, every H with at least 8 syncs (streaming.json: 10 rounds)
 SAVED_PLANS = {
-    "diloco.json": SavedPlan((8, 32, 128), (0, 1, 2), 32, 1024, 16),
-    "streaming.json": SavedPlan((32,), (0, 1, 2), 512, 96, 8),
+    "diloco.json": SavedPlan((8, 32, 128), (0, 1, 2), 32, 2048, 8),
+    "streaming.json": SavedPlan((32,), (0, 1, 2), 512, 320, 8),
 }
 
 

@@ -154,10 +154,12 @@ def heldout_curves(plan: dict, p: int) -> list[HeldoutCurve]:
 def train_curves(wanted: Sequence[tuple[str, int, int, int]], p: int, *,
                  seeds: Sequence[int], kept: Sequence[HeldoutCurve] = ()) -> list[HeldoutCurve]:
     """The held-out curve of each ``(row name, batch size, steps, every)`` of ``wanted`` from
-    each seed (``train``'s ``seed``: the initial parameters and the minibatch order; the task's
-    rows are seed 0's), trained in this process on ``p`` devices (``curves.run_curves``). A
+    each seed (``train``'s ``seed``: the initial parameters and the stream's rows; the mixture
+    is task seed 0's), trained in this process on ``p`` devices (``curves.run_curves``). A
     curve of ``kept`` of the same row, batch size and seed that reaches as many steps is used
-    as it is; a row with the same updates as another (``SAME_CURVE``) copies it."""
+    as it is; a row with the same updates as another (``SAME_CURVE``) copies it. Every curve
+    is of the stream task (``problems.stream``: fresh rows every step, the same rows for every
+    row of the table at a step), with part four's optimizer (momentum SGD) unchanged."""
     from course_utils.devices.setup import data_mesh, use_cpu_devices
     from course_utils.results.curves import CurvePlan, run_curves
 
@@ -182,7 +184,8 @@ def train_curves(wanted: Sequence[tuple[str, int, int, int]], p: int, *,
                                             curves), {
             "steps": steps, "data_seed": 0, "batch_size": batch_size,
             "accumulate": row.accumulate, "local_steps": row.local_steps,
-            "topk_fraction": TOPK_FRACTION, "heldout_every": every, "mlp": PART_FOUR_MLP})
+            "topk_fraction": TOPK_FRACTION, "heldout_every": every, "mlp": PART_FOUR_MLP,
+            "stream": True})
         for _, seed, run in run_curves(mesh, [plan]):
             curves[name, batch_size, seed] = HeldoutCurve(name, batch_size, tuple(
                 (step, loss) for step, loss in run.heldout_loss), seed)
