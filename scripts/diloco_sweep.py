@@ -110,9 +110,9 @@ def main(argv: list[str]) -> int:
     for seed in PLAN.seeds:  # the paper's main setting: DiLoCo after data parallelism's start
         first = train(mesh, DP, **{**common, "steps": warm}, seed=seed)
         for h in PLAN.local_steps:
-            run = train(mesh, "diloco", **{**common, "steps": rest}, seed=seed, local_steps=h,
-                        heldout_every=h, start=first.params, first_step=warm,
-                        optimizer=scheduled_adamw(PLAN.steps, offset=warm))
+            run = train(mesh, "diloco", **{**common, "steps": rest, "optimizer": scheduled_adamw(
+                PLAN.steps, offset=warm)}, seed=seed, local_steps=h, heldout_every=h,
+                start=first.params, first_step=warm)
             curves.append(HeldoutCurve("diloco", PLAN.batch_size, run.heldout_loss, seed, h,
                                        False, train_loss=_train_loss(run, h), warm_start=warm))
             print(f"diloco H={h} after {warm} DP steps, seed={seed}: "

@@ -24,9 +24,7 @@ from course_utils.results.diloco import (
     COMPARED,
     DP,
     PLAN,
-    rows_to_target,
     saved_diloco_results,
-    syncs_to_target,
 )
 from course_utils.results.strategies import saved_strategy_results
 from course_utils.results.streaming import (
@@ -34,8 +32,8 @@ from course_utils.results.streaming import (
     CURVE_LOCAL_STEPS,
     CURVE_STRATEGIES,
     REPLICA_ROWS,
+    dated_curves,
     saved_streaming_curves,
-    steps_to_target,
 )
 from course_utils.results.training import crossing_step, saved_training_results, steps_to
 from course_utils.training.strategies import SAVED_PLANS, SPECS, saved_in
@@ -103,26 +101,19 @@ def test_the_pages_readers_are_the_new_readers_with_today_s_option():
         for target in _targets(curve.heldout_loss):
             assert steps_to(curve, target) == _old_steps_to(curve.heldout_loss, target)
             assert crossing_step(curve, target) == _old_crossing_step(curve.heldout_loss, target)
-    diloco = saved_diloco_results()
-    for c in diloco.curves[:40]:
-        target = c.heldout_loss[len(c.heldout_loss) // 2][1]
-        rows = rows_to_target(diloco, c.strategy, c.local_steps, c.skewed, target)[c.seed]
-        assert rows == _old_crossing_step(c.heldout_loss, target) * PLAN.rows_per_step
-        if c.local_steps > 1:
-            syncs = syncs_to_target(diloco, c.strategy, c.local_steps, c.skewed, target)[c.seed]
-            assert syncs == _old_steps_to(c.heldout_loss, target) // c.local_steps
     streaming = saved_streaming_curves()
     for c in streaming.curves:
         sync = SPECS[c.strategy].sync
         merges = [e.step for e in schedule(streaming.steps, local_steps=streaming.local_steps,
                                            fragments=sync.fragments, overlap=sync.overlap)
                   if e.kind == "merge"]
+        # step 22 reads each evaluation dated at the merge it sees (``dated_curves``), as the
+        # evaluation: the old staircase's step (the merge that the first evaluation sees)
+        dated = dated_curves(streaming, c.strategy)[c.seed]
         for target in _targets(c.heldout_loss):
-            old = (_old_crossing_step(c.heldout_loss, target) if sync.outer is None
+            old = (_old_steps_to(c.heldout_loss, target) if sync.outer is None
                    else _old_synced_step(c.heldout_loss, target, merges))
-            assert steps_to_target(streaming, c.strategy, target)[c.seed] == old
-            assert steps_to_target(streaming, c.strategy, target, interpolate=False)[
-                c.seed] == _old_steps_to(c.heldout_loss, target)
+            assert step_to(dated, target, read="evaluated") == old
 
 
 def test_first_reaching_and_staying_a_band_and_seconds():
@@ -152,7 +143,7 @@ def test_an_old_record_shape_and_an_unknown_strategy_get_one_line():
     with pytest.raises(ValueError, match="unknown strategy 'ddp'; choose one of"):
         next(run_curves(None, [CurvePlan("ddp", (0,))]))
     with pytest.raises(ValueError, match="unknown strategy 'ddp'"):
-        steps_to_target(saved_streaming_curves(), "ddp", 0.5)
+        dated_curves(saved_streaming_curves(), "ddp")
 
 
 def test_the_runner_trains_every_seed_of_every_plan_in_order(monkeypatch):
@@ -192,41 +183,6 @@ def test_part_five_s_plans_are_the_registry_s():
     with pytest.raises(ValueError, match="no saved curves 'sweep.json' in the registry; choose "
                                          "one of diloco.json, strategies.json, streaming"):
         saved_in("sweep.json")
-
-
-def _old_shape(data: dict) -> dict:
-    """``diloco.json`` as the records before ``HeldoutCurve`` held it (``LrRun``: lr, seed,
-    heldout_loss, train_loss; ``SweepCurve``: strategy, local_steps, skewed, seed,
-    heldout_loss, train_loss; as at 6eaaf92)."""
-    lr_runs = [{k: r[k] for k in ("lr", "seed", "heldout_loss", "train_loss")}
-               for r in data["lr_runs"]]
-    curves = [{k: c[k] for k in ("strategy", "local_steps", "skewed", "seed", "heldout_loss",
-                                 "train_loss")} for c in data["curves"]]
-    return {**data, "lr_runs": lr_runs, "curves": curves}
-
-
-def test_the_conversion_keeps_every_number_and_an_old_file_names_it(tmp_path, monkeypatch):
-    import json
-    import runpy
-    from pathlib import Path
-
-    from course_utils.results import diloco
-    from course_utils.results.records import saved_path
-
-    main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "convert_curves.py"))["main"]
-
-    text = saved_path("diloco.json").read_text()
-    old = tmp_path / "diloco.json"
-    old.write_text(json.dumps(_old_shape(json.loads(text)), indent=1))
-    monkeypatch.setattr(diloco, "saved_path", lambda name: old)
-    with pytest.raises(ValueError, match=r"lr_runs\[0\].strategy: missing; an older file: "
-                                         r"python scripts/convert_curves.py; else regenerate"
-                       ) as error:
-        diloco.saved_diloco_results()
-    assert "\n" not in str(error.value)
-    assert main([str(old), "--out", str(tmp_path / "new.json")]) == 0
-    assert (tmp_path / "new.json").read_text() == text  # the saved file, byte for byte
-    assert main([str(tmp_path / "new.json")]) == 0 and (tmp_path / "new.json").read_text() == text
 
 
 def test_a_sync_reading_without_syncs_gets_one_line():

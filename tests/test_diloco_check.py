@@ -91,6 +91,8 @@ def _with(*, factor=32, ring=lambda r, d: r, rounding=math.ceil, floor_at_one=Tr
      "the replica's link carries every device's slice: D slices of n/D values"),
     (lambda n, r, d, rate, step, frac: max(1, math.ceil(
         (r - 1) / r * 32 * n / rate / (frac * step))), "count both passes of the ring"),
+    (lambda n, r, d, rate, step, frac: max(1, math.ceil(32 * n / rate / (frac * step))),
+     r"sends 2\(R − 1\)/R of the outer gradient's bytes, not the bytes once"),  # no ring factor
     (_with(factor=16), "half the bytes: count both passes .* 4-byte float32 values"),  # bf16
     (_with(rounding=lambda x: x), "H is a whole number of inner steps; round up"),
     (_with(rounding=round), "round up, not to the nearest"),

@@ -51,8 +51,8 @@ def test_four_panels_rows_and_bytes_on_iid_and_skewed_shards():
     data = diloco_figure_data(_sweep())
     validate_figure_data(data)
     titles = [p["title"] for p in data["panels"]]
-    assert titles == ["i.i.d. shards: against the rows seen", "i.i.d. shards: against the bytes "
-                      "sent", "skewed shards: against the rows seen", "skewed shards: against "
+    assert titles == ["i.i.d. stream: against the rows seen", "i.i.d. stream: against the bytes "
+                      "sent", "skewed stream: against the rows seen", "skewed stream: against "
                       "the bytes sent"]
     rows, sent = data["panels"][0], data["panels"][1]
     assert [s["label"] for s in rows["series"]] == [

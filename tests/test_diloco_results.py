@@ -1,6 +1,6 @@
 """Part five's saved sweep (``results.diloco``, ``scripts/diloco_sweep.py``): made by the plan
-and protocol it states, its first steps what the code trains, read back through typed records
-with one-line errors, and the target rule step 20's."""
+and protocol it states, on the stream, its first steps what the code trains, read back through
+typed records with one-line errors, and its band of targets reached by data parallelism."""
 
 import json
 
@@ -8,24 +8,26 @@ import numpy as np
 import pytest
 
 from course_utils import replica_mesh, train
-from course_utils.results.curves import HeldoutCurve
+from course_utils.results.curves import HeldoutCurve, step_to
 from course_utils.results.diloco import (
     DP,
     EVERY_H,
     PLAN,
     PROTOCOL,
     DilocoResults,
-    lowest_by_seed,
     pick_lr,
-    rows_to_target,
     saved_diloco_results,
+    sweep_band,
     sweep_cost,
     sweep_curves,
-    sweep_target,
-    syncs_to_target,
 )
 from course_utils.results.records import load, saved_path
-from course_utils.training.optimizers import ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, adamw
+from course_utils.training.optimizers import (
+    ADAMW_LR,
+    OUTER_LR,
+    OUTER_MOMENTUM,
+    scheduled_adamw,
+)
 
 SAVED = saved_diloco_results()
 
@@ -45,6 +47,13 @@ def test_the_sweep_is_the_plan_s_and_its_protocol_picked_the_learning_rate_in_us
             assert list(curves) == list(PLAN.seeds)
             for curve in curves.values():  # the training loss at the held-out's steps
                 assert [s for s, _ in curve.train_loss] == [s for s, _ in curve.heldout_loss]
+    kinds = [{"warm_start": PLAN.warm_start}] * len(PLAN.local_steps)
+    runs = [("diloco", h, kind) for h, kind in zip(PLAN.local_steps, kinds)] + [
+        ("diloco", PLAN.attribution_h, {"replicas": r}) for r in PLAN.attribution_replicas]
+    for strategy, h, kind in runs + [(s, h, {}) for s in EVERY_H for h in PLAN.local_steps]:
+        for curve in sweep_curves(SAVED, strategy, h, False, **kind).values():
+            syncs = len(curve.heldout_loss)  # evaluated at every sync
+            assert syncs >= 8 and curve.heldout_loss[-1][0] == PLAN.steps
 
 
 def _lr_runs(lows: dict[float, list[float]]) -> tuple[HeldoutCurve, ...]:
@@ -64,35 +73,32 @@ def test_the_protocol_picks_the_lowest_seed_mean_minimum_and_of_ties_the_largest
     assert [s.range for s in tie.scores][1] == (0.30, 0.34)
 
 
-def test_each_run_s_lowest_held_out_loss_and_the_syncs_to_the_target_read_from_the_curves():
+def test_on_the_stream_data_parallelism_does_not_rise_and_reaches_every_target_of_the_band():
+    band = sweep_band()
+    assert band.floor < band.targets[-1] < band.targets[0] < band.start
     for skewed in (False, True):
-        target = sweep_target(SAVED, skewed)
-        for strategy in EVERY_H:
-            curves = sweep_curves(SAVED, strategy, 32, skewed)
-            for seed, (step, low) in lowest_by_seed(SAVED, strategy, 32, skewed).items():
-                points = dict(curves[seed].heldout_loss)
-                assert points[step] == low == min(points.values())
-                assert low <= curves[seed].heldout_loss[-1][1]
-            syncs = syncs_to_target(SAVED, strategy, 32, skewed, target)
-            rows = rows_to_target(SAVED, strategy, 32, skewed, target, interpolate=False)
-            assert {seed: None if k is None else k * 32 * PLAN.rows_per_step
-                    for seed, k in syncs.items()} == rows
-    with pytest.raises(ValueError, match="dp_adamw at H=1 has no outer step to count"):
-        syncs_to_target(SAVED, DP, 1, False, 0.5)
+        curves = sweep_curves(SAVED, DP, 1, skewed).values()
+        ends = [c.heldout_loss[-1][1] for c in curves]
+        rises = [end - min(x for _, x in c.heldout_loss) for end, c in zip(ends, curves)]
+        assert max(rises) <= max(ends) - min(ends)  # within the seeds' range at the end
+        for target in band.targets:
+            assert all(step_to(c, target, read="evaluated", stay=True) for c in curves)
 
 
-@pytest.mark.parametrize("strategy, h, skewed, seed, steps", [
-    (DP, 1, False, 0, 32), ("diloco", 8, True, 1, 16), ("local_sgd_adamw", 32, False, 2, 32),
-    ("diloco_sgd", 8, False, 1, 16), ("diloco_unit_step", 8, True, 2, 16)])
+@pytest.mark.parametrize("strategy, h, skewed, seed, steps, replicas", [
+    (DP, 1, False, 0, 16, None), ("diloco", 8, True, 1, 16, None),
+    ("local_sgd_adamw", 32, False, 2, 32, None), ("diloco_sgd", 8, False, 1, 16, None),
+    ("diloco_unit_step", 8, True, 2, 16, None), ("diloco", 32, False, 0, 32, 1)])
 def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy, h, skewed,
-                                                                        seed, steps):
-    mesh = replica_mesh(PLAN.replicas)
+                                                                        seed, steps, replicas):
+    mesh = replica_mesh(replicas or PLAN.replicas)
     assert mesh.size == PLAN.devices
     every = PLAN.heldout_every if h == 1 else h
     options = {} if h == 1 else {"local_steps": h}
     run = train(mesh, strategy, steps=steps, batch_size=PLAN.batch_size, seed=seed,
-                data_seed=PLAN.data_seed, skewed=skewed, heldout_every=every, **options)
-    curve = sweep_curves(SAVED, strategy, h, skewed)[seed]
+                data_seed=PLAN.data_seed, skewed=skewed, heldout_every=every, stream=True,
+                optimizer=scheduled_adamw(PLAN.steps), **options)
+    curve = sweep_curves(SAVED, strategy, h, skewed, replicas=replicas)[seed]
     saved = curve.heldout_loss[:len(run.heldout_loss)]
     assert [s for s, _ in run.heldout_loss] == [s for s, _ in saved]
     np.testing.assert_allclose([v for _, v in run.heldout_loss], [v for _, v in saved], rtol=1e-4)
@@ -102,27 +108,30 @@ def test_the_saved_curves_are_what_the_code_trains_in_their_first_steps(strategy
                                rtol=1e-4)
 
 
-def test_the_protocol_s_first_run_is_what_the_code_trains():
+def test_the_protocol_s_first_run_and_a_warm_start_are_what_the_code_trains():
     run = train(replica_mesh(PLAN.replicas), DP, steps=PLAN.heldout_every, seed=PLAN.seeds[0],
-                batch_size=PLAN.batch_size, data_seed=PLAN.data_seed,
-                heldout_every=PLAN.heldout_every, optimizer=adamw(PLAN.lr_grid[0]))
+                batch_size=PLAN.batch_size, data_seed=PLAN.data_seed, stream=True,
+                heldout_every=PLAN.heldout_every,
+                optimizer=scheduled_adamw(PLAN.steps, PLAN.lr_grid[0]))
     assert run.heldout_loss[0][1] == pytest.approx(SAVED.lr_runs[0].heldout_loss[0][1], rel=1e-4)
+    mesh, warm, h = replica_mesh(PLAN.replicas), PLAN.warm_start, PLAN.local_steps[0]
+    common = {"batch_size": PLAN.batch_size, "data_seed": PLAN.data_seed, "stream": True}
+    first = train(mesh, DP, steps=warm, optimizer=scheduled_adamw(PLAN.steps), **common)
+    run = train(mesh, "diloco", steps=h, local_steps=h, heldout_every=h, start=first.params,
+                first_step=warm, optimizer=scheduled_adamw(PLAN.steps, offset=warm), **common)
+    saved = sweep_curves(SAVED, "diloco", h, False, warm_start=warm)[0].heldout_loss[0]
+    assert run.heldout_loss[0][0] == saved[0] == warm + h
+    assert run.heldout_loss[0][1] == pytest.approx(saved[1], rel=1e-4)
 
 
-def test_the_target_is_data_parallelism_s_seed_mean_at_the_fraction_and_its_rows_interpolate():
-    for skewed in (False, True):
-        target = sweep_target(SAVED, skewed)
-        dp = sweep_curves(SAVED, DP, 1, skewed).values()
-        at = 0.2 * PLAN.steps  # TARGET_FRACTION of the run, where the curve still falls
-        before = [np.interp(at - PLAN.heldout_every, *zip(*c.heldout_loss)) for c in dp]
-        assert np.mean(before) > target  # still falling there
-        rows = rows_to_target(SAVED, DP, 1, skewed, target).values()
-        assert min(rows) <= at * PLAN.rows_per_step <= max(rows)  # the seeds' crossings around
+def test_diloco_sends_a_h_th_of_data_parallelism_s_bytes_and_a_missing_run_is_named():
     cost = sweep_cost(SAVED, "diloco", 32)
     assert cost.bytes_across_replicas == pytest.approx(
         sweep_cost(SAVED, DP, 1).bytes_across_replicas / 32, rel=0.05)
     with pytest.raises(ValueError, match="no run of diloco at H=16, skewed=False in the sweep"):
         sweep_curves(SAVED, "diloco", 16, False)
+    with pytest.raises(ValueError, match="skewed=False, replicas=3 in the sweep"):
+        sweep_curves(SAVED, "diloco", 32, False, replicas=3)
 
 
 def test_a_bad_file_is_named_in_one_line_with_the_command(tmp_path):

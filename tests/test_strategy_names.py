@@ -51,7 +51,7 @@ from course_utils.results import strategies as rs
 from course_utils.results import streaming as rst
 from course_utils.results import training as rt
 from course_utils.results.diloco_figures import diloco_figure_data
-from course_utils.results.training_figures import step_figure_data, time_to_target_figure_data
+from course_utils.results.training_figures import step_figure_data
 from course_utils.training.part_four import COMPRESSED, PART_FOUR_ROWS, find_row
 from course_utils.training.strategies import DATA_PARALLEL, DILOCO, SPECS, ZERO_STAGES, saved_in
 
@@ -73,22 +73,20 @@ rs.heldout_figure_data(runs, labels, from_step=96)
 # part four
 training = rt.saved_training_results()
 step_figure_data(training, alpha_s={{"50mbit": 4e-4}})
-time_to_target_figure_data(training, (DATA_PARALLEL, *COMPRESSED), 128, 0.12)
 assert rt.baseline_row() == DATA_PARALLEL
 assert any(rt.own_work_s(training, s) > 0 for s in COMPRESSED)
 # part five: the sweep, the streaming curves, the cluster's rounds
 sweep = rd.saved_diloco_results()
 diloco_figure_data(sweep)
 assert rd.EVERY_H == saved_in("diloco.json", "compared", "ablation")
-target = rd.sweep_target(sweep, False)
-assert rd.syncs_to_target(sweep, DILOCO, 32, False, target) and rd.sweep_cost(sweep, DILOCO, 32)
+assert rd.sweep_curves(sweep, DILOCO, 32, False) and rd.sweep_cost(sweep, DILOCO, 32)
 curves = rst.saved_streaming_curves()
-target = rst.streaming_target(curves)
-assert all(rst.steps_to_target(curves, s, target) and rst.bytes_of(curves, s)
+assert all(rst.dated_curves(curves, s) and rst.rises(curves, s) and rst.bytes_of(curves, s)
            for s in rst.CURVE_STRATEGIES)
 wall_clock_figure_data({{s: [c.heldout_loss for c in rst.curves_of(curves, s).values()]
                         for s in rst.CURVE_STRATEGIES}},
-                       {{"1gbit": {{s: 0.1 for s in rst.CURVE_STRATEGIES}}}}, target=target)
+                       {{"1gbit": {{s: 0.1 for s in rst.CURVE_STRATEGIES}}}}, floor=0.05,
+                       targets={{"target": 0.2}})
 cluster = dc.saved_diloco_cluster()
 h, rate = dc.local_steps(cluster)[0], dc.rates(cluster)[0]
 assert all(dc.modelled_step_s(cluster, name, h, rate) > 0

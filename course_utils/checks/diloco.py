@@ -157,6 +157,10 @@ def _slip(answers: list, boundary: bool) -> str:
         return max(1, math.ceil(Fraction(2) * 32 * n / (Fraction(rate) * Fraction(frac)
                                                          * Fraction(step))))
 
+    def no_ring(n, r, d, rate, step, frac):  # the outer gradient's bytes once, any R
+        return max(1, math.ceil(Fraction(32 * n) / (Fraction(rate) * Fraction(frac)
+                                                     * Fraction(step))))
+
     def one_pass(n, r, d, rate, step, frac):
         return max(1, math.ceil(Fraction(r - 1, r) * 32 * n / (Fraction(rate) * Fraction(frac)
                                                                 * Fraction(step))))
@@ -173,6 +177,9 @@ def _slip(answers: list, boundary: bool) -> str:
          "link (a ring of the R replicas); the one inside a replica runs every step on its own "
          "links, and step_seconds already holds it"),
         (h(32, share=lambda d: Fraction(1, d)), _ONE_SLICE),
+        (no_ring, "a ring all-reduce among R replicas sends 2(R − 1)/R of the outer gradient's "
+         "bytes, not the bytes once: at this page's R = 2 the factor is 1, so its numbers cannot "
+         "tell; at R = 3 it is 4/3"),
         (ring_factor, "a device keeps its own chunk: the ring's factor counts the R − 1 other "
          "replicas, not R"),
         (one_pass, "half the bytes: count both passes of the ring all-reduce (reduce-scatter, then "

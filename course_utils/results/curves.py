@@ -15,9 +15,12 @@ A curve is its ``(step, loss)`` evaluations: ``heldout_loss`` of the one saved r
   ``None``: never reached in the steps run.
 - ``steps_to_band``: ``step_to`` of each target of a band (the band within the curve's
   evaluated losses, else one line naming the fix); ``seconds_to``: steps times a step time.
+- ``Band`` (``task_band``): a band of targets by the share of the reducible loss gone, above the
+  stream task's floor; ``band_lead``: each seed's lead of one curve over another at each target
+  of a band (``BandLead``: where it holds in every seed, where it flips).
 
 The older readers (``results.training.steps_to``, ``crossing_step``, ``loss_at``;
-``results.diloco.rows_to_target``, ``syncs_to_target``; ``results.streaming.steps_to_target``)
+``results.streaming.steps_to_target``)
 are these readers with today's reading as their option.
 """
 
@@ -211,6 +214,60 @@ def reducible_band(start: float, floor: float,
 
 
 @dataclass(frozen=True)
+class Band:
+    """A band of targets on a task whose floor is known: the loss of a model that has learned
+    nothing (``start``: log of the class count, a uniform guess), the floor no model passes
+    (the mixture's Bayes loss, ``problems.stream.bayes_loss``, with its standard error), and
+    the ``fractions`` of the reducible loss (start − floor) gone at each target."""
+
+    start: float
+    floor: float
+    floor_error: float
+    fractions: tuple[float, ...]
+
+    @property
+    def targets(self) -> tuple[float, ...]:
+        """The target losses, easiest first (``reducible_band``)."""
+        return reducible_band(self.start, self.floor, self.fractions)
+
+    def below(self, loss: float) -> Band:
+        """The band's targets below ``loss`` (those a run at ``loss`` has still to reach).
+
+        Examples:
+            >>> Band(2.0, 0.0, 0.0, (0.5, 0.6, 0.7)).below(0.9).fractions
+            (0.6, 0.7)
+        """
+        return Band(self.start, self.floor, self.floor_error,
+                    tuple(f for f, t in zip(self.fractions, self.targets) if t < loss))
+
+    def fraction_of(self, target: float) -> float:
+        """The share of the reducible loss gone at ``target``.
+
+        Examples:
+            >>> round(Band(2.0, 0.5, 0.0, (0.5,)).fraction_of(0.65), 6)
+            0.9
+        """
+        return (self.start - target) / (self.start - self.floor)
+
+
+def task_band(mlp, fractions: Sequence[float]) -> Band:
+    """The stream task's band for ``mlp``'s mixture (``problems.stream``): its floor estimated
+    once (about a second), the start log(classes).
+
+    Examples:
+        >>> from course_utils.problems.classification import PART_THREE_MLP
+        >>> band = task_band(PART_THREE_MLP, (0.5, 0.9))
+        >>> round(band.start, 3), 0.31 < band.floor < 0.33, len(band.targets)
+        (2.079, True, 2)
+    """
+    from course_utils.problems.stream import bayes_loss
+
+    reducible_band(1.0, 0.0, fractions)  # bad fractions: one line, before the estimate
+    floor, error = bayes_loss(mlp)
+    return Band(float(np.log(mlp.classes)), floor, error, tuple(fractions))
+
+
+@dataclass(frozen=True)
 class BandLead:
     """How much sooner curve A reaches each target of a band than curve B, seed by seed
     (each seed paired with itself): ``leads[target]`` holds B's time ÷ A's time per seed (above
@@ -227,6 +284,43 @@ class BandLead:
     def flips(self) -> tuple[float, ...]:
         """The targets at which A is not first in every seed (B first, a tie or never)."""
         return tuple(t for t in self.targets if t not in self.holds())
+
+    def trails(self) -> tuple[float, ...]:
+        """The targets at which B is first in every seed (A's lead below 1 in each)."""
+        return tuple(t for t in self.targets if all(r is not None and r < 1
+                                                     for r in self.leads[t]))
+
+
+def describe_lead(lead: BandLead, band: Band, a: str = "A", b: str = "B") -> str:
+    """``lead`` over ``band`` in one line: runs of neighbouring targets by who is first in every
+    seed (``a``, ``b``, else split), each with its shares of the reducible loss and the seeds'
+    range of the lead (B's time ÷ A's; ``never``: a run that does not reach a target).
+
+    Examples:
+        >>> band = Band(2.0, 0.0, 0.0, (0.5, 0.6, 0.7))
+        >>> lead = BandLead(band.targets, dict(zip(band.targets, [(1.5, 1.2), (1.1, 0.9),
+        ...                                                       (0.8, 0.5)])))
+        >>> describe_lead(lead, band, "D", "P")
+        'D first at 50 % (1.20–1.50×); split at 60 % (0.90–1.10×); P first at 70 % (0.50–0.80×)'
+    """
+    holds, trails = set(lead.holds()), set(lead.trails())
+    groups: list[tuple[str, list[float]]] = []
+    for target in band.targets:
+        who = f"{a} first" if target in holds else f"{b} first" if target in trails else "split"
+        if groups and groups[-1][0] == who:
+            groups[-1][1].append(target)
+        else:
+            groups.append((who, [target]))
+    parts = []
+    for who, targets in groups:
+        shares = [round(100 * band.fraction_of(t)) for t in targets]
+        where = f"{shares[0]} %" if len(shares) == 1 else f"{shares[0]}–{shares[-1]} %"
+        values = [r for t in targets for r in lead.leads[t]]
+        finite = [r for r in values if r is not None and 0 < r < float("inf")]
+        span = f"{min(finite):.2f}–{max(finite):.2f}×" if finite else ""
+        never = "some never" if len(finite) < len(values) else ""
+        parts.append(f"{who} at {where} ({', '.join(x for x in (span, never) if x)})")
+    return "; ".join(parts)
 
 
 def band_lead(a: Sequence, b: Sequence, targets: Sequence[float], *, step_s_a: float = 1.0,

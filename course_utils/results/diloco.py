@@ -1,23 +1,24 @@
 """Part five's saved sweep (``diloco.json``, written by ``scripts/diloco_sweep.py``): the inner
 learning rate's protocol runs, then data parallelism, local SGD, DiLoCo and two ablations of
-DiLoCo's outer optimizer (all with AdamW inside) at several H, on i.i.d. and skewed shards,
-from several seeds: held-out loss at the syncs against inner steps (and training loss beside
-it), bytes one device sends across the replicas per inner step, and memory per device by part.
-The target rule is step 20's (``results.training``: data parallelism's seed-mean held-out loss
-at ``TARGET_FRACTION`` of the run, crossings interpolated), with data parallelism here the
+DiLoCo's outer optimizer (all with AdamW inside) at several H, on i.i.d. and skewed streams,
+from several seeds, and DiLoCo from a data-parallel warm start and on 1 and 4 replicas:
+held-out loss at the syncs against inner steps (and training loss beside it), bytes one device
+sends across the replicas per inner step, and memory per device by part. Every verdict reads a
+band of targets (``BAND``, ``sweep_band``; ``curves.band_lead``), data parallelism here the
 AdamW one (``dp_adamw``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.results.curves import HeldoutCurve, loss_at_step, step_to
+from course_utils.problems.classification import PART_THREE_MLP
+from course_utils.results.curves import Band, HeldoutCurve, task_band
 from course_utils.results.meta import RunMeta
 from course_utils.results.records import load, saved_path
-from course_utils.results.training import TARGET_FRACTION
 from course_utils.training.strategies import SAVED_PLANS, saved_in
 
 COMMAND = "python scripts/diloco_sweep.py"
@@ -53,6 +54,11 @@ PROTOCOL = (
     "then DiLoCo with fresh AdamW moments, the schedule going on). The attribution: DiLoCo at "
     "H = attribution_h on 1 replica (the outer Nesterov step with nothing sent) and on 4, "
     "beside the sweep's 2, all on the same 4 devices and rows.")
+
+
+# the band of targets every verdict of step 21 reads: these shares of the reducible loss
+# (log of the class count − the floor) gone
+BAND = (0.5, 0.6, 0.7, 0.8, 0.9, 0.92, 0.94, 0.96, 0.98)
 
 
 @dataclass(frozen=True)
@@ -127,11 +133,9 @@ class DilocoResults:
 
 
 def saved_diloco_results() -> DilocoResults:
-    """The saved sweep, ``course_utils/saved/diloco.json``. Regenerate (about 3 minutes on this
-    machine's two shared cores): ``python scripts/diloco_sweep.py``; a file of the records before
-    ``HeldoutCurve`` (``LrRun``, ``SweepCurve``): ``python scripts/convert_curves.py``."""
-    return load(DilocoResults, saved_path(SAVED), f"an older file: python scripts/convert_curves."
-                f"py; else regenerate with {COMMAND}")
+    """The saved sweep, ``course_utils/saved/diloco.json``. Regenerate (about 10 minutes alone on
+    this machine's two shared cores, 24 beside other jobs): ``python scripts/diloco_sweep.py``."""
+    return load(DilocoResults, saved_path(SAVED), f"regenerate it with {COMMAND}")
 
 
 @dataclass(frozen=True)
@@ -223,65 +227,10 @@ def sweep_curves(results: DilocoResults, strategy: str, local_steps: int, skewed
     return found
 
 
-def sweep_target(results: DilocoResults, skewed: bool, fraction: float = TARGET_FRACTION
-                 ) -> float:
-    """The target on these shards: data parallelism's seed-mean held-out loss at ``fraction``
-    of the run (step 20's rule, ``results.training.target_loss``)."""
-    curves = sweep_curves(results, DP, 1, skewed).values()
-    return float(np.mean([loss_at_step(c, fraction * results.plan.steps) for c in curves]))
-
-
-def rows_to_target(results: DilocoResults, strategy: str, local_steps: int, skewed: bool,
-                   target: float, *, interpolate: bool = True) -> dict[int, float | None]:
-    """Each seed's rows seen (inner steps × rows per step, over all replicas) when its held-out
-    loss first reaches ``target``: interpolated between evaluations (step 20's rule), or with
-    ``interpolate=False`` the first evaluation at or below it (``curves.step_to``'s readings
-    ``"linear"`` and ``"evaluated"``). A curve evaluated at its syncs is a staircase — the
-    synced parameters do not change between syncs — so the interpolated rows are a lower
-    bound and the sync that reaches the target an upper one; they differ by less than H steps.
-    ``None``: not in the steps run.
-
-    Examples:
-        >>> from dataclasses import replace
-        >>> plan = replace(PLAN, devices=2, batch_size=8)  # 16 rows per step
-        >>> curve = HeldoutCurve("diloco", 8, ((32, 0.9), (64, 0.5)), 0, 32, False)
-        >>> sweep = DilocoResults(None, "", plan, 0, 0, 0, (), (curve,), ())
-        >>> (rows_to_target(sweep, "diloco", 32, False, 0.7),
-        ...  rows_to_target(sweep, "diloco", 32, False, 0.7, interpolate=False))
-        ({0: 768.0}, {0: 1024})
-    """
-    rows, read = results.plan.rows_per_step, "linear" if interpolate else "evaluated"
-    return {seed: (None if (step := step_to(c, target, read=read)) is None else step * rows)
-            for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
-
-
-def lowest_by_seed(results: DilocoResults, strategy: str, local_steps: int, skewed: bool
-                   ) -> dict[int, tuple[int, float]]:
-    """Each seed's lowest held-out loss over its run and the step it was reached at
-    (``lowest_heldout``), beside which the end of the run (``heldout_loss[-1]``) reads."""
-    return {seed: lowest_heldout(c)
-            for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
-
-
-def syncs_to_target(results: DilocoResults, strategy: str, local_steps: int, skewed: bool,
-                    target: float) -> dict[int, int | None]:
-    """Each seed's number of outer steps (syncs) until its synced parameters' held-out loss is
-    first at or below ``target`` (``None``: not in the steps run): the k at which the outer
-    optimizer's multiplier (``optimizers.nesterov_multiplier``) is read.
-
-    Examples:
-        >>> curve = HeldoutCurve("diloco", 8, ((32, 0.9), (64, 0.5)), 0, 32, False)
-        >>> sweep = DilocoResults(None, "", PLAN, 0, 0, 0, (), (curve,), ())
-        >>> syncs_to_target(sweep, "diloco", 32, False, 0.7), syncs_to_target(
-        ...     sweep, "diloco", 32, False, 0.1)
-        ({0: 2}, {0: None})
-    """
-    if local_steps < 2:
-        raise ValueError(f"{strategy} at H={local_steps} has no outer step to count; give a "
-                         "strategy of H inner steps (EVERY_H) and its H")
-    return {seed: (None if (step := step_to(c, target, read="evaluated")) is None
-                   else step // local_steps)
-            for seed, c in sweep_curves(results, strategy, local_steps, skewed).items()}
+def sweep_band(fractions: Sequence[float] = BAND) -> Band:
+    """The band of targets on the sweep's task (part three's mixture on the stream): ``BAND``'s
+    shares of the reducible loss gone (``curves.task_band``)."""
+    return task_band(PART_THREE_MLP, fractions)
 
 
 def sweep_cost(results: DilocoResults, strategy: str, local_steps: int) -> SweepCost:

@@ -1,7 +1,7 @@
 """The figure of part five's saved sweep (``diloco.json``, ``results.diloco``): held-out loss of
 the synced parameters against the rows seen and against the bytes one device has sent across
 the replicas, for data parallelism, local SGD and DiLoCo (AdamW inside) at each H, on i.i.d. and
-on skewed shards; each curve the mean over the seeds, their range as a band."""
+on skewed streams; each curve the mean over the seeds, their range as a band."""
 
 from __future__ import annotations
 
@@ -54,12 +54,13 @@ def _byte_ticks(series: Sequence[dict]) -> list[int]:
 
 
 def diloco_figure_data(results: DilocoResults, local_steps: Sequence[int] | None = None,
-                       strategies: Sequence[str] = COMPARED) -> dict:
-    """Four panels, i.i.d. shards above and skewed below: the held-out loss of the synced
+                       strategies: Sequence[str] = COMPARED, floor: float | None = None) -> dict:
+    """Four panels, i.i.d. streams above and skewed below: the held-out loss of the synced
     parameters against the rows seen over all replicas (left) and against the bytes one device
     has sent across the replicas (right), for data parallelism and each strategy of H inner
     steps of ``strategies`` (default: local SGD and DiLoCo; ``EVERY_H`` adds the ablations) at
-    each H of ``local_steps`` (default: the sweep's); seed means, their range a band.
+    each H of ``local_steps`` (default: the sweep's); seed means, their range a band;
+    ``floor``: the task's floor (``curves.Band``), drawn as a line.
 
     Raises:
         ValueError: a run is missing, or one device sent nothing across the replicas (a
@@ -75,7 +76,7 @@ def diloco_figure_data(results: DilocoResults, local_steps: Sequence[int] | None
         raise ValueError("a run of this sweep sent nothing across the replicas: its curves "
                          "have no bytes to be drawn against (a sweep of one replica?)")
     panels = []
-    for skewed, shards in ((False, "i.i.d. shards"), (True, "skewed shards")):
+    for skewed, shards in ((False, "i.i.d. stream"), (True, "skewed stream")):
         by_rows = [_series(results, s, h, skewed, by_bytes=False) for s, h in runs]
         by_bytes = [_series(results, s, h, skewed, by_bytes=True) for s, h in runs]
         panels.append({"kind": "line", "title": f"{shards}: against the rows seen",
@@ -87,4 +88,25 @@ def diloco_figure_data(results: DilocoResults, local_steps: Sequence[int] | None
                        "series": by_bytes, "yscale": "log",
                        "xlabel": "bytes one device sent across replicas",
                        "ylabel": "held-out loss, synced"})
+    if floor is not None:
+        for panel in panels:
+            panel["hline"] = floor
     return {"panels": panels}
+
+
+def fit_figure_data(results: DilocoResults, floor: float) -> dict:
+    """One panel: data parallelism's training loss (the mean of its minibatch losses since the
+    last evaluation: fresh rows of the stream) and its held-out loss against the inner steps,
+    seed means with their range, and the task's ``floor``. On a task that cannot be overfit the
+    two lie on each other."""
+    curves = list(sweep_curves(results, DP, 1, False).values())
+    steps = [s for s, _ in curves[0].heldout_loss]
+    series = []
+    for label, field in (("training loss (fresh rows)", "train_loss"),
+                         ("held-out loss", "heldout_loss")):
+        losses = np.array([[loss for _, loss in getattr(c, field)] for c in curves])
+        series.append({"label": label, "y": losses.mean(0).tolist(),
+                       "low": losses.min(0).tolist(), "high": losses.max(0).tolist()})
+    return {"panels": [{"kind": "line", "title": "Data parallelism on the stream", "x": steps,
+                        "series": series, "xlabel": "inner steps", "ylabel": "loss",
+                        "yscale": "log", "hline": floor}]}

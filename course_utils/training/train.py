@@ -201,8 +201,8 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
     if not isinstance(stream, bool):
         raise ValueError(f"stream must be True or False, got {stream!r}")
     if stream:
-        x, y, held = _stream_task(strategy, mlp, data_seed or 0, batch_size=batch_size, accumulate=accumulate,
-                                  heldout_every=heldout_every)
+        x, y, held = _stream_task(strategy, mlp, data_seed or 0, batch_size=batch_size,
+                                  accumulate=accumulate, heldout_every=heldout_every)
     else:
         x, y, held = split_task(seed if data_seed is None else data_seed, skewed=skewed,
                                 heldout=heldout_every is not None, mlp=mlp)
