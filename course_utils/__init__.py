@@ -131,7 +131,7 @@ _API = {
     "RTOL": ("constants", "RTOL"),
     "bars_figure_data": ("figures.builders", "bars_figure_data"),
     "model_figure_data": ("figures.builders", "model_figure_data"),
-    "lead_figure_data": ("figures.builders", "lead_figure_data"),
+    "lead_figure_data": ("results.curves", "lead_figure_data"),
     "band_lead": ("results.curves", "band_lead"),
     "describe_lead": ("results.curves", "describe_lead"),
     "timing_figure_data": ("figures.builders", "timing_figure_data"),

@@ -4,9 +4,10 @@
     python scripts/streaming_curves.py --out build/streaming.json --seeds 3 --steps 96
 
 Every strategy of ``CURVE_STRATEGIES`` from seeds 0 … N − 1 on 4 logical CPU devices (2
-replicas of 2), part four's model, H = ``CURVE_LOCAL_STEPS``; then the target (step 20's rule), each
-strategy's steps to it (seed mean and range) and its bytes across the replicas, against
-DiLoCo's in float32.
+replicas of 2), part four's model, H = ``CURVE_LOCAL_STEPS``; then each strategy's lead in
+steps over data parallelism across step 22's band of targets (first reaching and staying, each
+seed paired with itself: ``curves.describe_lead``), how far its curves end above their lowest
+point, and its bytes across the replicas, against DiLoCo's in float32.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ def main(argv: list[str]) -> int:
     from course_utils import use_cpu_devices
 
     use_cpu_devices(4)
+    from course_utils.results.curves import band_lead, describe_lead
     from course_utils.results.records import save
     from course_utils.results.streaming import (
+        BASELINE,
         CURVE_STEPS,
         CURVE_STRATEGIES,
         bytes_of,
-        steps_to_target,
-        streaming_target,
+        dated_curves,
+        rises,
+        streaming_band,
         train_streaming_curves,
     )
     from course_utils.training.diloco import replica_mesh
@@ -47,24 +51,23 @@ def main(argv: list[str]) -> int:
         on_run=lambda s, seed: print(f"{s} seed {seed} ({time.perf_counter() - start:.0f} s)",
                                      flush=True))
     save(results, args.out)
-    target = streaming_target(results)
-    print(f"target (held-out loss): {target:.4f}")
+    band = streaming_band()
+    print(f"band: {', '.join(f'{t:.4f}' for t in band.targets)} (floor {band.floor:.4f})")
     # DiLoCo in float32, whole: the curve strategy whose sync is neither fewer bits nor fragments
     whole = bytes_of(results, next(s for s in CURVE_STRATEGIES[1:] if spec(s).sync.dtype ==
                                    "float32" and spec(s).sync.fragments == 1))
     for strategy in CURVE_STRATEGIES:
-        reached = list(steps_to_target(results, strategy, target).values())
-        evaluated = list(steps_to_target(results, strategy, target, interpolate=False).values())
-        steps_text = ("not reached by every seed" if None in reached else
-                      f"{sum(reached) / len(reached):.1f} [{min(reached):.1f}, "
-                      f"{max(reached):.1f}] steps interpolated, first evaluation at or below "
-                      f"{sum(evaluated) / len(evaluated):.1f} [{min(evaluated)}, "
-                      f"{max(evaluated)}]")
+        rise = ", ".join(f"{r:.4f}" for r in rises(results, strategy))
+        print(f"{strategy}: end − lowest {rise}")
+        if strategy != BASELINE:
+            lead = band_lead(dated_curves(results, strategy), dated_curves(results, BASELINE),
+                             band.targets, read="evaluated", stay=True)
+            print(f"  in steps: {describe_lead(lead, band, strategy, BASELINE)}")
         sent = bytes_of(results, strategy)
         per_sync = ("" if sent.per_sync is None else
                     f", one sync {sent.per_sync / whole.per_sync:.4f} of DiLoCo's")
-        print(f"{strategy}: {steps_text}; per inner step {sent.per_step / whole.per_step:.4f} "
-              f"of DiLoCo's bytes across{per_sync}")
+        print(f"  per inner step {sent.per_step / whole.per_step:.4f} of DiLoCo's bytes "
+              f"across{per_sync}")
     print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -32,6 +32,7 @@ from course_utils.results.bench import figure_data as bench_figure_data
 from course_utils.results.bench import saved_results, steps_figure_data
 from course_utils.results.cluster import figure_data as cluster_figure_data
 from course_utils.results.cluster import saved_cluster_results
+from course_utils.results.curves import lead_figure_data
 from course_utils.results.diloco import saved_diloco_results
 from course_utils.results.diloco_figures import diloco_figure_data
 from course_utils.results.strategies import (
@@ -42,7 +43,7 @@ from course_utils.results.strategies import (
 )
 from course_utils.results.streaming import curves_of, saved_streaming_curves
 from course_utils.results.training import saved_training_results
-from course_utils.results.training_figures import step_figure_data, time_to_target_figure_data
+from course_utils.results.training_figures import step_figure_data
 from course_utils.training.streaming import schedule
 
 
@@ -112,9 +113,12 @@ SAVED = {
     "local SGD": lambda: local_sgd_figure_data(saved_strategy_results(), [1, 4, 8, 16]),
     "training steps": lambda: step_figure_data(saved_training_results(),
                                                alpha_s={"50mbit": 4e-4, "10gbit": 5e-4}),
-    "time to a target": lambda: time_to_target_figure_data(
-        saved_training_results(), ["data_parallel", "bf16", "int8", "topk_ef", "powersgd"],
-        128, 0.12),
+    "leads across a band": lambda: {"panels": [lead_figure_data(  # step 20's two panels
+        {rate: ((0.95, 0.96, 0.97, 0.98), [[x * lead for x in (0.97, 1.0, 1.04)]] * 4)
+         for rate, lead in (("50 Mbit/s", 9.8), ("200 Mbit/s", 3.9), ("1 Gbit/s", 1.1),
+                            ("10 Gbit/s", 0.47))},
+        title=f"{scheme} against data parallelism, batch 128", ylabel="lead (× sooner)",
+    )["panels"][0] for scheme in ("int8", "topk_ef")]},
     "streaming schedule": lambda: schedule_figure_data(
         [(e.step, e.fragment) for e in schedule(32, local_steps=16, fragments=4, overlap=2)
          if e.kind == "send"], fragments=4, tau=2, steps=33),
@@ -124,7 +128,7 @@ SAVED = {
         {rate: {"dp_adamw": 4.0 / mbit, "diloco": 0.04 + 0.25 / mbit,
                 "streaming_diloco": 0.04 + 0.01 / mbit}
          for rate, mbit in (("10mbit", 10), ("50mbit", 50), ("200mbit", 200), ("1gbit", 1000))},
-        target=0.17),
+        floor=0.085, targets={"95 % gone": 0.22, "99 % gone": 0.11}, ceiling=0.66),
     "DiLoCo sweep": lambda: diloco_figure_data(saved_diloco_results()),
     "ring budget": lambda: model_figure_data(
         [2, 4, 8, 16, 32, 64], {"all-reduce, sent": [1.0, 1.5, 1.75, 1.88, 1.94, 1.97],

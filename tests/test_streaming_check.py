@@ -68,6 +68,13 @@ def test_right_answers_in_several_forms_pass(fn, capsys):
     (lambda *a: _mine(*a) / FRAME_SHARE, "that counts frame headers"),
     (lambda *a: _mine(*a) * FRAME_SHARE, "FRAME_SHARE does not belong in it"),
     (lambda *a: _mine(*a) / 1e6, "that is Mbit/s"),
+    # the student trial's four (2026-12-05), each once told only a restatement of the goal or
+    # "use the arguments": a scale per value, the ring's share dropped (1 at the page's 2
+    # hosts), f32 values without scales, 8 / bits bits per value
+    (functools.partial(_mine, scale=256), "one 4-byte scale per 64 values, not one per value"),
+    (functools.partial(_mine, ring=1), r"the ring's share is missing: .* 2\(R − 1\)/R"),
+    (functools.partial(_mine, each=4, scales=False), "not as f32 values"),
+    (lambda *a: _mine(*a, each=1 / a[2]), "bits / 8 bytes, not 1 / bits"),
     (lambda *a: 2.3e6, "right at this notebook's numbers|is about|too"),
 ])
 def test_each_slip_is_named(fn, message):

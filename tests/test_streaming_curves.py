@@ -1,8 +1,10 @@
 """Streaming DiLoCo's saved curves (``results.streaming``, ``saved/streaming.json``): the plan it
-holds, its first steps as the code trains them, and the target read from it."""
+holds, its first steps as the code trains them, and the curves step 22 reads from it."""
 
 import pytest
 
+from course_utils.problems.classification import PART_FOUR_MLP
+from course_utils.results.diloco import pick_lr
 from course_utils.results.meta import Machine, RunMeta
 from course_utils.results.records import save, saved_path
 from course_utils.results.streaming import (
@@ -12,19 +14,21 @@ from course_utils.results.streaming import (
     CURVE_STRATEGIES,
     DATA_SEED,
     HELDOUT_EVERY,
+    LR_GRID,
     REPLICA_ROWS,
     SEEDS,
     StreamingCurves,
     bytes_of,
     curves_of,
+    dated_curves,
+    rises,
     saved_streaming_curves,
-    steps_to_target,
-    streaming_target,
-    train_streaming_curves,
 )
 from course_utils.results.training import HeldoutCurve
 from course_utils.tools.cluster.diloco import DILOCO_PLANS
+from course_utils.training.optimizers import scheduled_adamw
 from course_utils.training.strategies import SPECS
+from course_utils.training.train import train
 
 
 def test_the_saved_run_is_the_plan_every_strategy_from_every_seed(tmp_path):
@@ -67,9 +71,10 @@ def test_the_saved_curves_are_what_the_runner_trains_in_their_first_steps(strate
     mesh = replica_mesh(saved.replicas)
     assert mesh.size == saved.replicas * saved.devices_per_replica
     curve = curves_of(saved, strategy)[0]
-    fresh = train_streaming_curves(mesh, seeds=(0,), steps=_first_seen(strategy),
-                                   strategies=(strategy,))  # seed 0 only: the others differ
-    (run,) = fresh.curves
+    run = train(mesh, strategy, steps=_first_seen(strategy), seed=0, data_seed=saved.data_seed,
+                batch_size=saved.batch_size, stream=True, heldout_every=saved.heldout_every,
+                mlp=PART_FOUR_MLP, local_steps=1 if strategy == BASELINE else saved.local_steps,
+                optimizer=scheduled_adamw(saved.steps, saved.adamw_lr))  # the saved schedule
     first = curve.heldout_loss[:len(run.heldout_loss)]
     assert [s for s, _ in run.heldout_loss] == [s for s, _ in first]
     # a quantized sync rounds each value to a level: where another JAX release's float sums differ
@@ -80,9 +85,19 @@ def test_the_saved_curves_are_what_the_runner_trains_in_their_first_steps(strate
                                                                    rel=1e-3 if quantized else 1e-4)
     if len(run.heldout_loss) > 1:  # past the first merge: the held-out parameters moved
         assert run.heldout_loss[-1][1] < run.heldout_loss[0][1]
-    (sent,), saved_sent = fresh.bytes, bytes_of(saved, strategy)
-    assert saved_sent.per_step == pytest.approx(sent.per_step)
-    assert saved_sent.per_sync == (None if sent.per_sync is None else pytest.approx(sent.per_sync))
+    sent, per_sync = run.bytes_across_replicas, run.bytes_per_sync_across_replicas
+    assert bytes_of(saved, strategy).per_step == pytest.approx(sent)
+    assert bytes_of(saved, strategy).per_sync == (None if per_sync is None else
+                                                  pytest.approx(per_sync))
+
+
+def test_the_learning_rate_is_the_protocol_s_pick_on_this_model():
+    saved = saved_streaming_curves()
+    assert sorted({r.lr for r in saved.lr_runs}) == sorted(LR_GRID)
+    assert pick_lr(saved.lr_runs).picked == saved.adamw_lr
+    kept = [r for r in saved.lr_runs if r.lr == saved.adamw_lr]  # the baseline's curves
+    assert [r.heldout_loss for r in kept] == [c.heldout_loss for c in
+                                              curves_of(saved, BASELINE).values()]
 
 
 def _results(curves) -> StreamingCurves:
@@ -90,23 +105,106 @@ def _results(curves) -> StreamingCurves:
     return StreamingCurves(meta, 2, 2, 8, 8, 50, 10, 0, tuple(curves), ())  # H = 8
 
 
-def test_the_target_is_step_20_s_rule_with_data_parallelism_adamw_as_the_baseline():
+def test_each_evaluation_is_dated_at_the_merge_it_sees():
     curves = [HeldoutCurve(BASELINE, 8, ((10, 0.8), (20, 0.6), (50, 0.1)), seed)
-              for seed in (0, 1)]
-    curves += [HeldoutCurve("diloco", 8, ((10, 0.9), (20, 0.8), (50, 0.6)), 0),
-               HeldoutCurve("diloco", 8, ((10, 0.9), (20, 0.7), (50, 0.7)), 1)]
+              for seed in (1, 0)]  # out of order: read back in seed order
+    curves += [HeldoutCurve("diloco", 8, ((10, 0.9), (20, 0.8), (22, 0.8), (50, 0.6)), 0)]
+    curves += [HeldoutCurve("streaming_diloco", 8, ((1, 1.0), (10, 0.9), (20, 0.5)), 0)]
     results = _results(curves)
-    assert streaming_target(results) == pytest.approx(0.8)  # at 0.2 · 50 steps
-    assert streaming_target(results, fraction=0.3) == pytest.approx(0.7)  # halfway, step 15
-    assert steps_to_target(results, BASELINE, 0.7) == pytest.approx({0: 15.0, 1: 15.0})
-    assert steps_to_target(results, BASELINE, 0.05) == {0: None, 1: None}
-    # DiLoCo's synced loss moves at its syncs (every H = 8): the sync the evaluation first sees
-    assert steps_to_target(results, "diloco", 0.75) == {0: 48, 1: 16}
-    assert steps_to_target(results, "diloco", 0.65) == {0: 48, 1: None}
-    assert steps_to_target(results, "diloco", 0.75, interpolate=False) == {0: 50, 1: 20}
-    with pytest.raises(ValueError, match="no curve of 'streaming_diloco'; the run has "
-                                         "dp_adamw, diloco"):
-        curves_of(results, "streaming_diloco")
-    # Streaming DiLoCo's fragments (F = 4, τ = 1) merge after steps 3, 5, 7, …: seen at 20, 19
-    streaming = _results([HeldoutCurve("streaming_diloco", 8, ((10, 0.9), (20, 0.5)), 0)])
-    assert steps_to_target(streaming, "streaming_diloco", 0.75) == {0: 19}
+    # data parallelism: as evaluated, one curve per seed in seed order
+    assert dated_curves(results, BASELINE) == [((10, 0.8), (20, 0.6), (50, 0.1))] * 2
+    # DiLoCo merges after every H = 8 steps: 10 sees 8, 20 and 22 both see 16 (the first kept)
+    assert dated_curves(results, "diloco") == [((8, 0.9), (16, 0.8), (48, 0.6))]
+    # Streaming DiLoCo (F = 4, τ = 1) merges after 3, 5, 7, …: step 1 sees none yet
+    assert dated_curves(results, "streaming_diloco") == [((0, 1.0), (9, 0.9), (19, 0.5))]
+    with pytest.raises(ValueError, match="no curve of 'diloco_4bit'; the run has "
+                                         "dp_adamw, diloco, streaming_diloco"):
+        dated_curves(results, "diloco_4bit")
+
+
+def test_a_rise_is_the_end_above_the_lowest_point_by_seed():
+    curves = [HeldoutCurve("diloco", 8, ((10, 0.9), (20, 0.5), (50, 0.6)), 1),
+              HeldoutCurve("diloco", 8, ((10, 0.9), (20, 0.7), (50, 0.4)), 0)]
+    assert rises(_results(curves), "diloco") == pytest.approx([0.0, 0.1])
+
+
+def _leads(rate=None):
+    """Step 22's reading (cells "Time to a target, across a band"): each strategy's curves dated
+    at their merges, read at the evaluations, reaching and staying; times from the cluster run."""
+    from course_utils.results import diloco_cluster as dc
+    from course_utils.results.curves import band_lead
+    from course_utils.results.streaming import streaming_band
+
+    saved, band, run = saved_streaming_curves(), streaming_band(), dc.saved_diloco_cluster()
+    four = next(m.name for m in run.methods if (m.dtype, m.fragments) == ("int4", 1))
+    timed = {BASELINE: "data_parallel", "diloco": "diloco", "diloco_int8": "diloco_int8",
+             "diloco_4bit": four, "streaming_diloco": "streaming_diloco"}
+
+    def lead(a, b):
+        times = {} if rate is None else {
+            f"step_s_{k}": dc.step(run, timed[s], saved.local_steps, rate).median
+            for k, s in (("a", a), ("b", b))}
+        return band_lead(dated_curves(saved, a), dated_curves(saved, b), band.targets,
+                         read="evaluated", stay=True, **times)
+
+    return band, lead
+
+
+def test_the_verdicts_step_22_states_hold_in_the_saved_runs():
+    band, lead = _leads()
+    saved, (*most, hardest) = saved_streaming_curves(), band.targets
+    # data parallelism reaches and stays at every target of the band in every seed (the band's
+    # rule) and ends at its lowest; every DiLoCo variant is below every target at its first
+    # sync, climbs away and stays at none
+    assert max(rises(saved, BASELINE)) <= 1e-3
+    for strategy in ("diloco", "diloco_int8", "diloco_4bit"):
+        assert all(r == 0.0 for t in band.targets for r in lead(strategy, BASELINE).leads[t])
+        for curve in dated_curves(saved, strategy):
+            first_sync = next(loss for step, loss in curve if step > 0)
+            assert first_sync < hardest and curve[-1][1] > band.targets[0]
+    # Streaming DiLoCo stays at every target but the hardest in every seed, and ends just above
+    # that one; DiLoCo at none, so Streaming is first over the rest at every rate
+    streaming = lead("streaming_diloco", "diloco")
+    assert all(r == float("inf") for t in most for r in streaming.leads[t])
+    assert all(r is None for r in streaming.leads[hardest])
+    ends = [c[-1][1] for c in dated_curves(saved, "streaming_diloco")]
+    assert all(band.targets[-2] > end > hardest for end in ends)
+    # against data parallelism: first over the rest at 10 to 200 Mbit/s; at 1 Gbit/s first at the
+    # two easiest, split at the middle one, last from there on; last at the hardest everywhere
+    for rate in ("10mbit", "50mbit", "200mbit", "1gbit"):
+        _, lead_at = _leads(rate)
+        x = lead_at("streaming_diloco", BASELINE)
+        assert all(r == 0.0 for r in x.leads[hardest])
+        first = most if rate != "1gbit" else most[:2]
+        assert all(r > 1 for t in first for r in x.leads[t]), rate
+    middle, next_one = band.targets[2], band.targets[3]
+    assert middle in x.flips() and middle not in x.trails() and next_one in x.trails()
+
+
+def test_the_accelerator_s_h_against_the_paper_s_is_what_step_22_says():
+    # "dispatched back to back, well above the paper's H = 500; waiting on every step, near it"
+    from course_utils.models.links import FRAME_SHARE, rate_bytes_per_s
+    from course_utils.results import diloco_cluster as dc
+    from course_utils.results.accelerator import load_accelerator_step
+
+    run, chip = dc.saved_diloco_cluster(), load_accelerator_step()
+    sync_s = dc.sync_link_bytes(dc.method(run, "diloco"), run.sizes.n, run.cluster.hosts) / (
+        rate_bytes_per_s(dc.rates(run)[-1]) * FRAME_SHARE)
+    step = next(t for t in chip.timings if t.rows == run.sizes.batch_size)
+    assert sync_s / (0.1 * step.back_to_back * 1e-3) > 2 * 500
+    assert 0.7 * 500 < sync_s / (0.1 * step.blocked * 1e-3) < 1.3 * 500
+
+
+def test_the_appendix_s_set_up_is_the_code_s():
+    from course_utils.problems.stream import FLOOR_ROWS, STREAM_HELDOUT_ROWS
+    from course_utils.training.optimizers import (
+        OUTER_LR,
+        OUTER_MOMENTUM,
+        PAPER_WEIGHT_DECAY,
+        WARMUP_SHARE,
+    )
+
+    # notebooks/appendix/streaming_method.ipynb types these
+    assert (STREAM_HELDOUT_ROWS, FLOOR_ROWS, HELDOUT_EVERY) == (8192, 200_000, 8)
+    assert (WARMUP_SHARE, PAPER_WEIGHT_DECAY, OUTER_MOMENTUM, OUTER_LR) == (0.05, 0.1, 0.9, 0.7)
+    assert HELDOUT_EVERY == CURVE_LOCAL_STEPS // SPECS["streaming_diloco"].sync.fragments

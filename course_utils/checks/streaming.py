@@ -58,11 +58,18 @@ _SLIPS = {
         lambda *a: _with(*a, share=2.0 * (a[3] - 1)),
     "an all-reduce is two passes of the ring (reduce-scatter, then all-gather): 2(R − 1)/R, "
     "not (R − 1)/R": lambda *a: _with(*a, share=(a[3] - 1) / a[3]),
+    "the ring's share is missing: a ring all-reduce puts 2(R − 1)/R of the fragment on each "
+    "host's link (1 only at 2 hosts, this page's count)": lambda *a: _with(*a, share=1.0),
     "the scales travel too: one 4-byte scale per 64 values":
         lambda *a: _with(*a, scales=False),
+    "one 4-byte scale per 64 values, not one per value": lambda *a: _with(*a, scale_bytes=256.0),
     "a scale is an f32: 4 bytes (32 bits), not 4 bits": lambda *a: _with(*a, scale_bytes=0.5),
     "the codes are `bits` bits each, not a whole f32": lambda *a: _with(*a, value_bytes=4.0),
+    "the values go as `bits`-bit codes with their scales, not as f32 values (that is the "
+    "sync unquantized)": lambda *a: _with(*a, value_bytes=4.0, scales=False),
     "the codes are `bits` bits each, not a whole byte": lambda *a: _with(*a, value_bytes=1.0),
+    "a `bits`-bit code is bits / 8 bytes, not 1 / bits (8 / bits is codes per byte)":
+        lambda *a: _with(*a, value_bytes=1 / a[2]),
     "that counts frame headers: the rate asked is of payload (FRAME_SHARE left out)":
         lambda *a: hiding_rate_bits(*a) / FRAME_SHARE,
     "the rate asked is the payload's, before headers: FRAME_SHARE does not belong in it":

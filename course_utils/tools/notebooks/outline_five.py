@@ -42,9 +42,9 @@ PART_FIVE_STEPS = (
     StepOutline(
         22, "22_training_across_slow_links", PART_FIVE,
         title="Training across slow links: Streaming DiLoCo, measured",
-        line="Streaming DiLoCo's fragments on a schedule; a 4-bit sync across the hosts on the "
-             "page; on the cluster at 10 Mbit/s to 1 Gbit/s, time per step against the round "
-             "model, where overlap hides a sync, time to a target",
+        line="Streaming DiLoCo's scheduled fragments; its 4-bit sync on the page; on the cluster "
+             "at 10 Mbit/s to 1 Gbit/s, the step against the round model, where overlap hides a "
+             "sync, time to a band of targets; a chip's H",
         exercise=Exercise(
             task="the slowest link rate at which one fragment's quantized sync still hides "
                  "behind the τ inner steps it overlaps",
@@ -58,6 +58,8 @@ PART_FIVE_STEPS = (
                 Mistake("every parameter counted, not one fragment",
                         "one fragment is n_params / fragments values"),
                 Mistake("the scales left out", "the scales travel too"),
+                Mistake("the ring's share 2(R − 1)/R dropped (1 at the page's 2 hosts)",
+                        "the ring's share is missing"),
                 Mistake("one inner step to hide behind, not τ",
                         "the sync has tau inner steps to hide behind, not one"),
             ),
