@@ -131,9 +131,6 @@ _API = {
     "RTOL": ("constants", "RTOL"),
     "bars_figure_data": ("figures.builders", "bars_figure_data"),
     "model_figure_data": ("figures.builders", "model_figure_data"),
-    "lead_figure_data": ("results.curves", "lead_figure_data"),
-    "band_lead": ("results.curves", "band_lead"),
-    "describe_lead": ("results.curves", "describe_lead"),
     "timing_figure_data": ("figures.builders", "timing_figure_data"),
     "ring_reduce_scatter_figure_data": ("figures.data", "ring_reduce_scatter_figure_data"),
     "ring_reduce_scatter_steps": ("figures.data", "ring_reduce_scatter_steps"),
@@ -162,9 +159,7 @@ _API = {
     "init_params": ("problems.classification", "init_params"),
     "loss_sum": ("problems.classification", "loss_sum"),
     "step_figure_data": ("results.training_figures", "step_figure_data"),
-    "time_to_target_figure_data": ("results.training_figures", "time_to_target_figure_data"),
     "diloco_figure_data": ("results.diloco_figures", "diloco_figure_data"),
-    "fit_figure_data": ("results.diloco_figures", "fit_figure_data"),
     "micro_batch_rows": ("training.batches", "micro_batch_rows"),
     "split_task": ("training.batches", "split_task"),
     "hsdp_program": ("training.hsdp", "hsdp_program"),
@@ -198,7 +193,6 @@ _NAMESPACES = {
     "strategy_runs": "results.strategies",
     "streaming": "training.streaming",
     "streaming_curves": "results.streaming",
-    "stream_task": "problems.stream",
     "training_runs": "results.training",
 }
 

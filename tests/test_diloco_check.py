@@ -113,6 +113,8 @@ def _with(*, factor=32, ring=lambda r, d: r, rounding=math.ceil, floor_at_one=Tr
      r"gives H = 115: at that H the sync adds 0.1995 of an inner step, more than the fraction "
      r"0.1: a larger H is needed"),
     (lambda *a: right(*a) + 1, "a smaller H also keeps the sync within the fraction"),
+    (lambda n, r, d, rate, step, frac: max(1, math.ceil(
+        2 * (r - 1) * 32 * n / rate / (frac * step))), "the sync's seconds are overcounted"),
 ])
 def test_each_slip_is_named(fn, said):
     with pytest.raises(ExerciseFailed, match=said):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from course_utils import padded_size, replica_mesh, train
-from course_utils.results.curves import band_lead
+from course_utils.results.curves import Band, band_lead, largest_climb
 from course_utils.results.diloco import DP, saved_diloco_results, sweep_band, sweep_curves
 
 SWEEP = saved_diloco_results()
@@ -58,20 +58,23 @@ def _rises(strategy, h):
             for c in _curves(strategy, h)]
 
 
-def test_the_stream_cannot_be_overfit_and_only_one_ablation_rises():
+def test_the_stream_cannot_be_overfit_and_the_outer_momentum_climbs():
     # "data parallelism's training loss on fresh rows lies on its held-out loss"
     for c in _curves(DP, 1):  # over the run, the minibatch loss's mean is the held-out's
         gaps = [t - h for (_, t), (_, h) in zip(c.train_loss, c.heldout_loss)]
         assert abs(np.mean(gaps)) < 3 * np.std(gaps) / np.sqrt(len(gaps)) + 0.002
-    # "every run ends at or near its lowest but Nesterov 0.1 at H = 128"
-    runs = [(DP, 1)] + [(s, h) for s in ("local_sgd_adamw", "diloco", "diloco_sgd",
-                                    "diloco_unit_step") for h in HS]
-    for strategy, h in runs:
-        rises = _rises(strategy, h)
-        if (strategy, h) == ("diloco_unit_step", 128):
-            assert min(rises) > 0.03
-        else:
-            assert max(rises) < 0.005
+    # "DiLoCo's synced loss climbs back above its lowest mid-run, in every seed and H, from
+    # scratch, a warm start, 1 or 4 replicas; runs without its outer momentum climb far less"
+    plan = SWEEP.plan
+    diloco = [_curves("diloco", h) for h in HS] + [
+        _curves("diloco", h, warm_start=plan.warm_start) for h in HS] + [
+        _curves("diloco", plan.attribution_h, replicas=r) for r in plan.attribution_replicas]
+    without = [_curves(s, h) for s in ("diloco_sgd", "local_sgd_adamw") for h in HS]
+    least = min(largest_climb(c) for runs in diloco[:3] + diloco[-2:] for c in runs)
+    assert least > 3 * max(largest_climb(c) for runs in without for c in runs)
+    assert all(largest_climb(c) > 0 for runs in diloco for c in runs)
+    # "the lowest-to-end gap hides it": near 0 for DiLoCo
+    assert max(max(_rises("diloco", h)) for h in HS) < 0.005
 
 
 def test_who_is_first_reads_as_the_page_says():
@@ -90,18 +93,21 @@ def test_who_is_first_reads_as_the_page_says():
 
 def test_the_warm_start_the_replicas_and_the_ablations_read_as_the_page_says():
     plan, dp = SWEEP.plan, _curves(DP, 1)
-    # "from a warm start DiLoCo reaches the one target left later than data parallelism"
+    # "from a warm start ... data parallelism is first at every target in every seed"
     at_warm = max(np.interp(plan.warm_start, *zip(*c.heldout_loss)) for c in dp)
-    later = BAND.below(at_warm)
-    assert len(later.targets) == 1
+    later = Band(at_warm, BAND.floor, BAND.floor_error, (0.1, 0.2, 0.3, 0.4, 0.5, 0.6))
     for h in HS:
         warmed = _curves("diloco", h, warm_start=plan.warm_start)
-        assert _lead(warmed, dp, later.targets).trails() == later.targets
-    # "the outer step alone (1 replica) leads at 90 % as 2 replicas do, and 4 do not"
+        lead = _lead(warmed, dp, later.targets)
+        assert all(all(r is not None and r < 1 for r in lead.leads[t] if r != 0)
+                   for t in later.targets) and lead.holds() == ()
+    # "the outer step alone (1 replica) leads data parallelism at 90 % as 2 replicas do";
+    # "nearer the floor 2 and 4 replicas stay below the targets before 1 does"
     h, ninety = plan.attribution_h, tuple(_at((0.9,)))
-    assert _lead(_curves("diloco", h, replicas=1), dp).holds() == ninety
-    assert _lead(_curves("diloco", h), dp).holds() == ninety
-    assert _lead(_curves("diloco", h, replicas=4), dp).holds() == ()
+    one = _curves("diloco", h, replicas=1)
+    assert _lead(one, dp).holds() == ninety == _lead(_curves("diloco", h), dp).holds()
+    for more in (_curves("diloco", h), _curves("diloco", h, replicas=4)):
+        assert set(_lead(more, one).holds()) >= set(_at((0.92, 0.96, 0.98)))
     # "without the momentum DiLoCo is slower early and faster near the floor"
     for k in HS:
         sgd = _lead(_curves("diloco_sgd", k), _curves("diloco", k))

@@ -10,7 +10,7 @@ import pytest
 from course_utils.checks import check_slowest_hidden_rate
 from course_utils.checks.helpers import ExerciseFailed
 from course_utils.checks.streaming import _UNSEEN, hiding_rate_bits
-from course_utils.models.cost_model import Topology, link_bytes_sent
+from course_utils.models.cost_model import Topology, link_bytes_sent, ring_bytes
 from course_utils.models.links import FRAME_SHARE
 from course_utils.results.diloco_cluster import MethodRow, sync_link_bytes
 from course_utils.training.diloco import sync_traffic
@@ -114,11 +114,16 @@ def _by_cluster_model(n, f, bits, hosts, tau, step_s):  # right at the page's nu
     return 8 * sync_link_bytes(MethodRow("streaming_diloco"), n, hosts) / (tau * step_s)
 
 
-@pytest.mark.parametrize("fn", [_by_exchange, _by_ring, _by_sync_model, _by_cluster_model])
+def _by_ring_bytes(n, f, bits, hosts, tau, step_s):  # the student trial's: the ring's factor
+    return 8 * ring_bytes(n / f * (bits / 8 + 4 / 64), hosts).all_reduce / (tau * step_s)
+
+
+@pytest.mark.parametrize("fn", [_by_exchange, _by_ring, _by_sync_model, _by_cluster_model,
+                                _by_ring_bytes])
 def test_the_package_s_byte_models_are_refused(fn):
     with pytest.raises(ExerciseFailed, match=r"uses the package's (exchange_bytes|link_bytes_sent|"
                                              r"sync_traffic|diloco_cluster\.sync_link_bytes|"
-                                             r"diloco_sync_bytes), which counts the sync's bytes"):
+                                             r"ring_bytes), which counts the sync's bytes"):
         check_slowest_hidden_rate(fn, **STEP22)
 
 

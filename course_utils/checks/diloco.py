@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from course_utils.checks.byte_models import BYTE_MODELS
 from course_utils.checks.forbidden import public_name, uses_forbidden
 from course_utils.checks.helpers import (
     call_without,
@@ -18,12 +19,6 @@ from course_utils.checks.helpers import (
     passed,
     scalar,
 )
-from course_utils.models import cost, cost_model, latency, links, step
-from course_utils.models.link_traffic import ring_traffic
-from course_utils.observe import ir
-from course_utils.results import diloco_cluster
-from course_utils.training import diloco, local, quantize
-from course_utils.training.traffic import strategy_traffic
 
 EXERCISE = "the smallest H for a link"
 NAME = "my_smallest_h"
@@ -46,19 +41,6 @@ def expected_h(n_params: int, replicas: int, devices_per_replica: int, rate_bits
     sync_bits = Fraction(2 * (replicas - 1), replicas) * 4 * n_params * 8
     budget = Fraction(fraction) * Fraction(step_seconds) * Fraction(rate_bits_per_s)
     return max(1, math.ceil(sync_bits / budget))
-
-
-# every byte or time model of the package a student can reach, each as the function its module
-# defines: a student's call is caught as that function, and the models they call are not
-# followed (``forbidden.uses_forbidden`` follows the notebook's code only), so ``link_bytes``,
-# which calls ``link_bytes_sent``, must be named itself
-BYTE_MODELS = (cost_model.bytes_sent, cost_model.link_bytes_sent, cost_model.ring_bytes,
-               cost_model.ring_time, cost_model.modelled_time, cost_model.bus_factor,
-               cost.communication_budget, links.link_bytes, links.link_time_s,
-               latency.collective_time, latency.hierarchical_time, step.step_time, ring_traffic,
-               local.local_sgd_bytes, strategy_traffic, diloco.sync_traffic,
-               diloco.every_h_traffic, local.every_h_traffic, cost.busbw_gbps, ir.ring_payload,
-               quantize.exchange_bytes, diloco_cluster.sync_link_bytes)
 
 
 def _ratio(case: tuple) -> Fraction:
@@ -238,4 +220,8 @@ def _how_far(case: tuple, got: int) -> str:
     if added > case[5]:
         return (f"at that H the sync adds {added:.4g} of an inner step, more than the "
                 f"fraction {case[5]:g}: a larger H is needed")
-    return "a smaller H also keeps the sync within the fraction: return the smallest"
+    if got <= expected_h(*case) + 1:  # one more than the smallest: the rounding
+        return "a smaller H also keeps the sync within the fraction: return the smallest"
+    return (f"at that H the sync adds only {added:.4g} of an inner step, under the fraction "
+            f"{case[5]:g} by more than one step's rounding: the sync's seconds are overcounted "
+            "(its bytes: the ring's share 2(R − 1)/R, no headers; or the rate's units)")

@@ -99,22 +99,17 @@ def check_slowest_hidden_rate(fn, *, n_params: int, fragments: int, bits: int, h
     rate in payload bit/s at which one fragment's quantized sync hides behind ``tau`` inner
     steps (``hiding_rate_bits``), within ``TOLERANCE``, at the exercise's numbers and at cases
     the page never shows (one drawn anew at every call). The check's own model and the
-    package's byte models (the registry's model of one sync, ``diloco.sync_traffic``, and
-    what reads or feeds it: ``sync_link_bytes``, ``exchange_bytes``, ``bytes_sent``,
-    ``link_bytes_sent``) are refused."""
+    package's byte and time models (``byte_models.BYTE_MODELS``: the registry's model of one
+    sync, ``sync_link_bytes``, ``exchange_bytes``, the ring's models, …) are refused."""
     exercise = "the slowest rate that still hides a fragment's sync"
     function_given(exercise, "my_slowest_rate", fn)
-    from course_utils.models.cost_model import bytes_sent, link_bytes_sent
-    from course_utils.results.diloco_cluster import sync_link_bytes
-    from course_utils.training.diloco import sync_traffic
-    from course_utils.training.quantize import exchange_bytes
+    from course_utils.checks.byte_models import BYTE_MODELS
 
     if uses_forbidden(fn, (hiding_rate_bits,)) is not None:
         fail(exercise, "my_slowest_rate uses the check's own hiding_rate_bits, which computes "
                        "the answer: write the fragment's bytes and its time yourself")
-    models = (sync_traffic, sync_link_bytes, exchange_bytes, bytes_sent, link_bytes_sent)
-    if (name := uses_forbidden(fn, models)) is not None:
-        name = next(public_name(f) for f in models if f.__name__ == name)  # as the page spells it
+    if (name := uses_forbidden(fn, BYTE_MODELS)) is not None:
+        name = next(public_name(f) for f in BYTE_MODELS if f.__name__ == name)  # as on the page
         fail(exercise, f"my_slowest_rate uses the package's {name}, which counts the sync's "
                        "bytes for you: count the codes, the scales and the ring's share "
                        "yourself")

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from course_utils.problems.stream import STREAM_HELDOUT_ROWS  # the sample every band is read on
 
 Points = tuple[tuple[int, float], ...]
 READS = ("linear", "evaluated", "sync")
@@ -139,6 +141,21 @@ def step_to(curve, target: float, *, read: str = "linear", stay: bool = False,
     return s0 + (step - s0) * (l0 - target) / (l0 - loss)
 
 
+def largest_climb(curve) -> float:
+    """How far the curve's loss ever rises above its lowest so far (0: it never rises): a rise in
+    the middle of a run that the end minus the lowest would hide.
+
+    Examples:
+        >>> round(largest_climb(((1, 1.0), (2, 0.5), (3, 0.8), (4, 0.4))), 6)
+        0.3
+    """
+    low, climb = float("inf"), 0.0
+    for _, loss in points_of(curve):
+        low = min(low, loss)
+        climb = max(climb, loss - low)
+    return climb
+
+
 def steps_to_band(curve, targets: Sequence[float], **read) -> dict[float, float | None]:
     """``step_to`` (with ``read``'s options) of each target of a band, which lies within the
     curve's evaluated losses.
@@ -219,12 +236,15 @@ class Band:
     """A band of targets on a task whose floor is known: the loss of a model that has learned
     nothing (``start``: log of the class count, a uniform guess), the floor no model passes
     (the mixture's Bayes loss, ``problems.stream.bayes_loss``, with its standard error), and
-    the ``fractions`` of the reducible loss (start − floor) gone at each target."""
+    the ``fractions`` of the reducible loss (start − floor) gone at each target; the held-out
+    sample's rows and the standard error of a loss near the floor on them."""
 
     start: float
     floor: float
     floor_error: float
     fractions: tuple[float, ...]
+    heldout_rows: int = 0
+    heldout_error: float = 0.0
 
     @property
     def targets(self) -> tuple[float, ...]:
@@ -238,8 +258,8 @@ class Band:
             >>> Band(2.0, 0.0, 0.0, (0.5, 0.6, 0.7)).below(0.9).fractions
             (0.6, 0.7)
         """
-        return Band(self.start, self.floor, self.floor_error,
-                    tuple(f for f, t in zip(self.fractions, self.targets) if t < loss))
+        return replace(self, fractions=tuple(f for f, t in zip(self.fractions, self.targets)
+                                             if t < loss))
 
     def fraction_of(self, target: float) -> float:
         """The share of the reducible loss gone at ``target``.
@@ -261,11 +281,13 @@ def task_band(mlp, fractions: Sequence[float]) -> Band:
         >>> round(band.start, 3), 0.31 < band.floor < 0.33, len(band.targets)
         (2.079, True, 2)
     """
-    from course_utils.problems.stream import bayes_loss
+    from course_utils.problems.stream import FLOOR_ROWS, bayes_loss
 
     reducible_band(1.0, 0.0, fractions)  # bad fractions: one line, before the estimate
     floor, error = bayes_loss(mlp)
-    return Band(float(np.log(mlp.classes)), floor, error, tuple(fractions))
+    per_row = error * math.sqrt(FLOOR_ROWS)  # the spread of a near-floor model's row losses
+    return Band(float(np.log(mlp.classes)), floor, error, tuple(fractions), STREAM_HELDOUT_ROWS,
+                per_row / math.sqrt(STREAM_HELDOUT_ROWS))
 
 
 @dataclass(frozen=True)
@@ -293,9 +315,10 @@ class BandLead:
 
 
 def describe_lead(lead: BandLead, band: Band, a: str = "A", b: str = "B") -> str:
-    """``lead`` over ``band`` in one line: runs of neighbouring targets by who is first in every
-    seed (``a``, ``b``, else split), each with its shares of the reducible loss and the seeds'
-    range of the lead (B's time ÷ A's; ``never``: a run that does not reach a target).
+    """``lead`` over ``band`` in one line: runs of neighbouring targets by who is first in
+    every seed (``a``, ``b``; neither reaches it in any seed; else split), each with its shares
+    of the reducible loss and the seeds' range of the lead (B's time ÷ A's; ``never``: a run
+    that does not reach a target).
 
     Examples:
         >>> band = Band(2.0, 0.0, 0.0, (0.5, 0.6, 0.7))
@@ -307,7 +330,8 @@ def describe_lead(lead: BandLead, band: Band, a: str = "A", b: str = "B") -> str
     holds, trails = set(lead.holds()), set(lead.trails())
     groups: list[tuple[str, list[float]]] = []
     for target in band.targets:
-        who = f"{a} first" if target in holds else f"{b} first" if target in trails else "split"
+        who = (f"{a} first" if target in holds else f"{b} first" if target in trails else
+               "neither reaches it" if all(r is None for r in lead.leads[target]) else "split")
         if groups and groups[-1][0] == who:
             groups[-1][1].append(target)
         else:

@@ -239,3 +239,21 @@ def sweep_cost(results: DilocoResults, strategy: str, local_steps: int) -> Sweep
     if not found:
         raise ValueError(f"no cost of {strategy} at H={local_steps} in the sweep")
     return found[0]
+
+
+def fit_figure_data(results: DilocoResults, floor: float) -> dict:
+    """One panel: data parallelism's training loss (the mean of its minibatch losses since the
+    last evaluation: fresh rows of the stream) and its held-out loss against the inner steps,
+    seed means with their range, and the task's ``floor``. On a task that cannot be overfit the
+    two lie on each other."""
+    curves = list(sweep_curves(results, DP, 1, False).values())
+    steps = [s for s, _ in curves[0].heldout_loss]
+    series = []
+    for label, field in (("training loss (fresh rows)", "train_loss"),
+                         ("held-out loss", "heldout_loss")):
+        losses = np.array([[loss for _, loss in getattr(c, field)] for c in curves])
+        series.append({"label": label, "y": losses.mean(0).tolist(),
+                       "low": losses.min(0).tolist(), "high": losses.max(0).tolist()})
+    return {"panels": [{"kind": "line", "title": "Data parallelism on the stream", "x": steps,
+                        "series": series, "xlabel": "inner steps", "ylabel": "loss",
+                        "yscale": "log", "hline": floor}]}
