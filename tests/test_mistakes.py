@@ -21,7 +21,6 @@ from course_utils import (
     toy_regression,
 )
 from course_utils.checks import (
-    check_balanced_rows,
     check_bandwidth_fraction_size,
     check_break_even,
     check_bucket_model,
@@ -30,6 +29,7 @@ from course_utils.checks import (
     check_joint_permutation,
     check_largest_gradient,
     check_local_sgd_h,
+    check_micro_batches,
     check_overlap_rate,
     check_peak_prediction,
     check_pmean_weights,
@@ -335,14 +335,14 @@ def _hidden(share=lambda h: 2 * (h - 1) / h, steps=lambda h: 2 * (h - 1), to_s=1
 STEP17 = dict(hosts=2, devices=4, nbytes=16 * 2**20, rate_bits=1e9)
 
 
-def _balanced(per_byte=1.0, per_row=True):
-    def rows(weights, hosts, devices, rate_bits, alpha_s, flops_per_s):
+def _micro(per_byte=1.0, rounding=math.ceil, rows_only=False):
+    def k(weights, hosts, devices, rate_bits, alpha_s, flops_per_s, rows):
         p = hosts * devices
         link_s = 2 * (p - 1) / p * 4 * weights / (rate_bits / 8) * per_byte
-        communication_s = 2 * (p - 1) * alpha_s + link_s
-        return communication_s / (6 * weights / flops_per_s) if per_row else communication_s
+        balanced = (2 * (p - 1) * alpha_s + link_s) / (6 * weights / flops_per_s)
+        return math.ceil(balanced) if rows_only else max(1, rounding(balanced / rows))
 
-    return rows
+    return k
 
 
 def _break_even(bits=8, per_step=False):
@@ -371,16 +371,17 @@ def _smallest_h(bits=8, ring=lambda r, d: r, rounding=math.ceil, r_for_r_minus_1
 
 STEP21 = dict(n_params=1_118_464, replicas=2, devices_per_replica=2, rate_bits_per_s=5e7,
               step_seconds=0.0295, fraction=0.1)
-STEP18 = dict(weights=1_114_112, hosts=2, devices=2, rate_bits=2e8, alpha_s=4e-4,
-              flops_per_s=3e10)
+STEP18 = dict(weights=1_114_112, hosts=2, devices=2, rate_bits=2e8, alpha_s=1.4e-4,
+              flops_per_s=7.3e10, rows=512)
 STEP22 = dict(n_params=1_118_464, fragments=4, bits=4, hosts=2, tau=2, step_s=0.03)
 
 
-def _hiding(per_byte=8, whole=False, scales=True, steps=None):
+def _hiding(per_byte=8, whole=False, scales=True, steps=None, ring=True):
     def rate(n_params, fragments, bits, hosts, tau, step_s):
         values = n_params / (1 if whole else fragments)
         sent = values * bits / 8 + (values / 64 * 4 if scales else 0)
-        return per_byte * 2 * (hosts - 1) / hosts * sent / ((steps or tau) * step_s)
+        share = 2 * (hosts - 1) / hosts if ring else 1
+        return per_byte * share * sent / ((steps or tau) * step_s)
 
     return rate
 
@@ -745,11 +746,12 @@ CASES = {
     (17, "the frame headers counted"): lambda: check_reduce_scatter_times(
         _link(flat=1514 / 1448, two=1514 / 1448), **STEP17
     ),
-    (18, "the rate in bits taken for bytes"): lambda: check_balanced_rows(
-        _balanced(per_byte=8), **STEP18
+    (18, "the rate in bits taken for bytes"): lambda: check_micro_batches(
+        _micro(per_byte=8), **STEP18
     ),
-    (18, "the all-reduce's time returned instead of rows"): lambda: check_balanced_rows(
-        _balanced(per_row=False), **STEP18
+    (18, "K rounded down"): lambda: check_micro_batches(_micro(rounding=math.floor), **STEP18),
+    (18, "the balanced rows returned, not the micro-batches"): lambda: check_micro_batches(
+        _micro(rows_only=True), **STEP18
     ),
     (19, "the ring's factor 2(p − 1)/p forgotten (the bucket once)"): lambda: (
         check_overlap_rate(_hidden(share=lambda h: 1.0), **STEP19)
@@ -807,6 +809,9 @@ CASES = {
     ),
     (22, "the scales left out"): lambda: check_slowest_hidden_rate(
         _hiding(scales=False), **STEP22
+    ),
+    (22, "the ring's share 2(R − 1)/R dropped (1 at the page's 2 hosts)"): lambda: (
+        check_slowest_hidden_rate(_hiding(ring=False), **STEP22)
     ),
     (22, "one inner step to hide behind, not τ"): lambda: check_slowest_hidden_rate(
         _hiding(steps=1), **STEP22

@@ -15,23 +15,23 @@ the submission's solution cells and grades ``NOT VERIFIED`` as "not verified", n
 reading the solution cells.
 
 Modules: ``algorithms``: steps 12 and 13: buckets, the two-level all-reduce; ``budget``: step 8's
-ring against recursive doubling; ``compute``: step 18's break-even batch size; ``diloco``: step
-21's smallest H; ``forbidden``: what a student's function is, calls or runs; ``gradients``: step 2's
-pmean weights; ``helpers``: what every check shares;
+ring against recursive doubling; ``byte_models``: every byte and time model an exercise on a
+collective's bytes refuses (18, 21, 22); ``compute``: step 18's micro-batches per all-reduce, step
+20's break-even rate; ``diloco``: step 21's smallest H; ``forbidden``: what a student's function
+is, calls or runs; ``gradients``: step 2's pmean weights; ``helpers``: what every check shares;
 ``hierarchy``: step 13's two-level reduce-scatter; ``lab``: step 10's bandwidth fraction;
-``links``: step 17's predicted reduce-scatter times; ``local_sgd``: step 16's H for a byte
-budget; ``mesh_order``: step 13's check in a subprocess with 6 devices; ``overlap``: step 19's
-overlapped backward pass; ``overlap_rate``: step 19's slowest hidden rate; ``permutation``: step
-7's joint permutation; ``ring``: step 11's ring step; ``scatter``: step 3's padded reduce-scatter;
-``storage``: steps 4 and 5: shard shapes,
-what fits; ``streaming``: step 22's slowest hidden rate; ``training``: steps 14–16: memory, error
-feedback around int8, local SGD's bytes; ``updates``: step 6's sliced step with clipping by the
-global norm.
+``links``: step 17's predicted reduce-scatter times; ``local_sgd``: step 16's H for a byte budget;
+``mesh_order``: step 13's check in a subprocess with 6 devices; ``overlap``: step 19's overlapped
+backward pass; ``overlap_rate``: step 19's slowest hidden rate; ``permutation``: step 7's joint
+permutation; ``ring``: step 11's ring step; ``scatter``: step 3's padded reduce-scatter;
+``storage``: steps 4 and 5: shard shapes, what fits; ``streaming``: step 22's slowest hidden rate;
+``training``: steps 14–16: memory, error feedback around int8, local SGD's bytes; ``updates``: step
+6's sliced step with clipping by the global norm.
 """
 
 from course_utils.checks.algorithms import check_bucket_model, check_two_level
 from course_utils.checks.budget import check_rd_crossover
-from course_utils.checks.compute import check_balanced_rows, check_break_even
+from course_utils.checks.compute import check_break_even, check_micro_batches
 from course_utils.checks.diloco import check_smallest_h
 from course_utils.checks.gradients import check_pmean_weights
 from course_utils.checks.helpers import ExerciseFailed
@@ -51,7 +51,6 @@ from course_utils.checks.updates import check_clipped_step
 
 __all__ = [
     "ExerciseFailed",
-    "check_balanced_rows",
     "check_bandwidth_fraction_size",
     "check_break_even",
     "check_bucket_model",
@@ -61,6 +60,7 @@ __all__ = [
     "check_joint_permutation",
     "check_largest_gradient",
     "check_local_sgd_h",
+    "check_micro_batches",
     "check_overlap_rate",
     "check_overlapped_backward",
     "check_peak_prediction",

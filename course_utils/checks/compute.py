@@ -1,5 +1,6 @@
-"""Self-check for step 18: the batch size at which a data-parallel step's compute takes as long
-as its all-reduce over the links."""
+"""Self-checks for steps 18 and 20: how many micro-batches a device adds up before one
+all-reduce so that a data-parallel step is no longer communication-bound (18), and the link rate
+below which a compression scheme reaches a target sooner (20)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ import random
 
 import numpy as np
 
+from course_utils.checks.byte_models import BYTE_MODELS
 from course_utils.checks.helpers import call_without, fail, function_given, number, off_by, passed
-from course_utils.models.cost_model import Topology, link_bytes_sent, message_steps
+from course_utils.models.cost_model import Topology, message_steps
 from course_utils.models.links import FRAME_SHARE
-from course_utils.models.step import balanced_rows, break_even_bits, mlp_flops, step_time
+from course_utils.models.step import balanced_rows, break_even_bits, mlp_flops
 from course_utils.training.strategies import DATA_PARALLEL
 from course_utils.training.traffic import strategy_traffic
 
-TOLERANCE = 0.02  # relative; the slips below are all ≥ 1.5× off, or a unit factor
+TOLERANCE = 0.02  # relative (step 20's rate); step 18's K is a whole number, compared exactly
 
 
 def expected_rows(weights: int, hosts: int, devices: int, rate_bits: float, alpha_s: float,
@@ -28,118 +30,203 @@ def expected_rows(weights: int, hosts: int, devices: int, rate_bits: float, alph
                          bytes_per_s=rate_bits / 8, input_gradient=True)
 
 
-# (weights, hosts, devices per host, bit/s, α in s, FLOP/s) the notebook never uses
-_UNSEEN = ((10_000_000, 4, 8, 1e11, 5e-6, 2e12), (50_000, 3, 1, 5e7, 1e-3, 1e9),
-           (2_000_000, 8, 2, 4e8, 0.0, 3e10))
+def expected_micro_batches(weights: int, hosts: int, devices: int, rate_bits: float,
+                           alpha_s: float, flops_per_s: float, rows: int) -> int:
+    """The fewest micro-batches of ``rows`` rows per device whose compute, one all-reduce for
+    all of them, takes at least as long as that all-reduce (1: the plain step already does)."""
+    return max(1, math.ceil(expected_rows(weights, hosts, devices, rate_bits, alpha_s,
+                                          flops_per_s) / rows))
 
 
-def _fresh_rows_case(rng: random.Random) -> tuple:
+_ARGUMENTS = ("weights", "hosts", "devices", "rate_bits", "alpha_s", "flops_per_s", "rows")
+
+# (weights, hosts, devices per host, bit/s, α in s, FLOP/s, rows) the notebook never uses: α a
+# sixth of the time, α nothing, a wide ring, and one where a single micro-batch is enough; chosen
+# so that every slip of ``_slipped`` and every rounding gives another K than the right one, and
+# than every other slip, at these cases together (tests/test_compute_check.py)
+_UNSEEN = ((50_000, 3, 1, 5e7, 1e-3, 1e9, 1), (2_000_000, 8, 2, 4e8, 0.0, 3e10, 8),
+           (10_000_000, 4, 8, 1e11, 5e-6, 2e12, 8), (100_000_000, 2, 4, 1e12, 2e-6, 1e11, 8))
+# ... and one where K micro-batches' compute equals the all-reduce exactly (12 bytes at a byte a
+# second against 3 s of compute each: K = 4 in any float order), so the fewest is the ratio
+# itself, not the next whole number above it
+_EXACT = (3, 2, 1, 8.0, 0.0, 6.0, 1)
+
+
+def _fresh_case(rng: random.Random) -> tuple:
     """One more case, drawn anew at every check: answers looked up in a table made beforehand
     (from the package's model, or from the cases a failure message showed) cannot know it.
-    Drawn again until it balances at 100 to 10⁶ rows, as the fixed cases do, so an answer
-    rounded to whole rows stays within ``TOLERANCE``."""
+    Drawn again until K is 2 to 2,000 and the rows' ratio is not a whole number to rounding."""
     while True:
         case = (int(10 ** rng.uniform(4, 8)), rng.randint(2, 8), rng.randint(1, 8),
                 10 ** rng.uniform(7, 11), rng.choice((0.0, 10 ** rng.uniform(-6, -3))),
-                10 ** rng.uniform(9, 13))
-        if 100 <= expected_rows(*case) <= 1e6:
+                10 ** rng.uniform(9, 13), 2 ** rng.randint(0, 12))
+        ratio = expected_rows(*case[:6]) / case[6]
+        if 1 < ratio < 2000 and abs(ratio - round(ratio)) > 1e-6:
             return case
 
 
-def check_balanced_rows(fn, *, weights: int, hosts: int, devices: int, rate_bits: float,
-                        alpha_s: float, flops_per_s: float) -> None:
-    """Exercise 18: ``fn(weights, hosts, devices, rate_bits, alpha_s, flops_per_s)`` → the rows
-    per device at which one data-parallel step's compute equals its ring all-reduce over the
-    hosts' links (``expected_rows``), within ``TOLERANCE``, at the exercise's numbers and at
-    cases the notebook never uses. ``fn`` must not call the package's step model."""
-    exercise = "the balanced batch"
-    function_given(exercise, "my_balanced_rows", fn)
-    forbidden = (balanced_rows, strategy_traffic, step_time, mlp_flops, link_bytes_sent,
-                 message_steps, expected_rows)
-
-    def rows(case) -> float:
-        call = "my_balanced_rows({}, {}, {}, {:.0e}, {:g}, {:.0e})".format(*case)
-        got = call_without(exercise, fn, case, forbidden=forbidden,
-                           refusal="my_balanced_rows uses the package's {}, which computes the "
-                                   "answer: write the all-reduce's time and the compute per row "
-                                   "yourself", call=call)
+def check_micro_batches(fn, *, weights: int, hosts: int, devices: int, rate_bits: float,
+                        alpha_s: float, flops_per_s: float, rows: int) -> None:
+    """Exercise 18: ``fn(weights, hosts, devices, rate_bits, alpha_s, flops_per_s, rows)`` → the
+    fewest micro-batches K of ``rows`` rows per device that a data-parallel step adds up before
+    its one all-reduce for the step to be no longer communication-bound
+    (``expected_micro_batches``), exactly, at the exercise's numbers and at cases the notebook
+    never uses (one where K = 1). The package's step model is refused; a wrong answer is matched
+    against each known slip at every case."""
+    exercise = "micro-batches before one all-reduce"
+    function_given(exercise, "my_micro_batches", fn)
+    forbidden = (balanced_rows, mlp_flops, message_steps, expected_rows,
+                 expected_micro_batches, *BYTE_MODELS)
+    page = (weights, hosts, devices, rate_bits, alpha_s, flops_per_s, rows)
+    cases = (page, *_UNSEEN, _EXACT, _fresh_case(random.Random()))
+    answers = []
+    for case in cases:
+        call = "my_micro_batches({}, {}, {}, {:.3g}, {:.3g}, {:.3g}, {})".format(*case)
+        got = call_without(exercise, fn, case, forbidden=forbidden, call=call,
+                           refusal="my_micro_batches uses the package's {}, which computes the "
+                                   "answer: write the all-reduce's time and the compute of a "
+                                   "micro-batch yourself")
         value = number(got)
-        if value is None or not np.isfinite(value):
-            fail(exercise, f"{call} must return one finite number of rows, got {got!r}")
-        return value
-
-    case = (weights, hosts, devices, rate_bits, alpha_s, flops_per_s)
-    value = rows(case)
-    want = expected_rows(*case)
-    if not np.isclose(value, want, rtol=TOLERANCE):
-        fail(exercise, f"{off_by(value, want)}; {_slip(value, *case) or _WHAT}")
-    unseens = (*_UNSEEN, _fresh_rows_case(random.Random()))
-    for unseen in unseens:
-        got, want = rows(unseen), expected_rows(*unseen)
-        if not np.isclose(got, want, rtol=TOLERANCE):
-            where = ("right at this notebook's numbers, but not at {} weights, {} hosts × {} "
-                     "devices, {:.0e} bit/s, α = {:g} s, {:.0e} FLOP/s".format(*unseen))
-            why = _slip(got, *unseen)  # a slip too small to show at the notebook's numbers
-            fail(exercise, f"{where}: {off_by(got, want)}; {why}" if why else
-                 f"{where}: write the rows from the arguments, not numbers worked out once")
-    passed(exercise, f"{value:,.0f} rows per device; and at {len(unseens)} other cases")
+        if value is None or not math.isfinite(value) or value < 0:
+            fail(exercise, f"{call} must return one whole number of micro-batches, got {got!r}")
+        answers.append((case, call, value))
+    wrong = [(case, call, value) for case, call, value in answers
+             if not _right(value, case)]
+    if not wrong:
+        passed(exercise, f"K = {expected_micro_batches(*page)} micro-batches of {rows} rows; "
+                         f"right at {len(cases) - 1} other cases, one with K = 1")
+        return
+    case, call, value = wrong[0]
+    where = "" if case is page else " (a case the page never shows)"
+    why = _slip(answers, page)
+    if len(wrong) == 1 and case == _EXACT and value == expected_micro_batches(*case) + 1:
+        why = ("here K micro-batches' compute equals the all-reduce exactly, and that K is "
+               "enough: the fewest K with compute at least as long, not the next one above")
+    fail(exercise, f"{call}: {off_by(value, expected_micro_batches(*case))}{where}; {why}")
 
 
-def _slip(value: float, weights: int, hosts: int, devices: int, rate_bits: float,
-          alpha_s: float, flops_per_s: float) -> str | None:
-    """The likely slip behind a wrong ``value`` (``None``: none of those known)."""
+def _ratio(case) -> float:
+    """K before rounding: the all-reduce's time over one micro-batch's compute."""
+    return expected_rows(*case[:6]) / case[6]
+
+
+def _right(value: float, case) -> bool:
+    """Whether ``value`` is K, allowing for the last bit of a ratio that rounds to a whole."""
+    ratio = _ratio(case)
+    if case == _EXACT:  # a whole ratio in any float order: K is the ratio itself
+        return value == max(1, math.ceil(ratio))
+    return value in {max(1, math.ceil(ratio * (1 - 1e-9))), max(1, math.ceil(ratio * (1 + 1e-9)))}
+
+
+def _times(weights, hosts, devices, rate_bits, alpha_s, flops_per_s):
+    """The right all-reduce parts: ranks, seconds of bytes, seconds of α, one row's compute."""
     p = hosts * devices
-    link_s = 2 * (p - 1) / p * 4 * weights / (rate_bits / 8)
-    latency_s = 2 * (p - 1) * alpha_s
-    per_row_s = 6 * weights / flops_per_s
-
-    def near(communication_s: float, row_s: float = per_row_s, rtol=TOLERANCE) -> bool:
-        return bool(np.isclose(value, communication_s / row_s, rtol=rtol))
-
-    if near(link_s + latency_s, 1.0) or near((link_s + latency_s) * 1e3, 1.0):
-        return ("that is the all-reduce's time; divide it by one row's compute time for the "
-                "rows that take as long")
-    if any(near(link_s * f + latency_s) for f in (8, 1 / 8, 1 / 64)):  # 1/64: × 8 for ÷ 8
-        return "the rate is in bits per second: divide it by 8 for bytes"
-    if near(link_s / 4 + latency_s):
-        return "the gradient has 4 bytes per float32 weight"
-    if near(link_s / 2 + latency_s):
-        return "an all-reduce is two passes of the ring: 2(p-1)/p of the gradient"
-    if near(link_s * p / (p - 1) + latency_s) or near(2 * 4 * weights / (rate_bits / 8)
-                                                      + latency_s):
-        return "a rank never sends its own chunk: each pass moves (p-1)/p of the gradient"
-    if near(link_s * devices + latency_s):
-        return ("on a ring numbered host by host each pass crosses a host's link once: "
-                "2(p-1)/p of the gradient, not that for each of its devices")
-    # the latency is small beside the bytes: these slips are told apart only by exact values
-    if alpha_s > 0 and near(link_s, rtol=1e-6):
-        return "add the latency: 2(p-1) message steps of alpha_s each"
-    if alpha_s > 0 and any(near(link_s + steps * alpha_s, rtol=1e-6)
-                           for steps in (1, p - 1, p, 2 * p, hosts - 1, 2 * (hosts - 1))):
-        return "a ring all-reduce takes 2(p-1) message steps, each paying alpha_s"
-    # these two are close at a few ranks: told apart by exact values, as formulas give them
-    if hosts > 1 and near(2 * (hosts - 1) / hosts * 4 * weights / (rate_bits / 8)
-                          + 2 * (hosts - 1) * alpha_s, rtol=1e-6):
-        return "p is every rank of the ring, hosts × devices, not the hosts alone"
-    if near(4 * weights / (rate_bits / 8) + latency_s, rtol=1e-6):
-        return "each host's link carries 2(p-1)/p of the gradient, not the gradient once"
-    if near((link_s + latency_s) * p):
-        return "give the rows per device, not the rows of all p devices together"
-    if any(near(link_s * f + latency_s, rtol=1e-3)  # FRAME_SHARE or TCP's 96 %, either way
-           for f in (1 / FRAME_SHARE, FRAME_SHARE, 1 / 0.96, 0.96)):
-        return "leave out the headers' share: divide the bytes by rate_bits / 8"
-    for flops, name in ((2, "forward pass only"), (4, "backward pass only")):
-        if near(link_s + latency_s, flops * weights / flops_per_s):
-            return (f"{flops} FLOPs per weight per row is the {name}: the exercise counts 6 "
-                    "for every weight, forward (2) and backward (4: the weights' and the "
-                    "input's gradients)" if flops == 2 else
-                    "4 FLOPs per weight leaves out the input's gradient, true of the first "
-                    "layer only: the exercise counts 6 for every weight")
-    return None
+    return p, 2 * (p - 1) / p * 4 * weights / (rate_bits / 8), 2 * (p - 1) * alpha_s, (
+        6 * weights / flops_per_s)
 
 
-_WHAT = ("the communication time (2(p-1) α plus 2(p-1)/p of the gradient's bytes over the rate) "
-         "divided by one row's compute time (6 · weights FLOPs at flops_per_s)")
+def _slipped(case) -> dict[str, list[float]]:
+    """For each known slip in the all-reduce's time or the compute, the ratios it gives (K
+    before rounding) at ``case``; a slip may have several forms (bits taken twice, ÷ 8 or × 8)."""
+    w, h, d, bits, a, f, rows = case
+    p, link_s, latency_s, row_s = _times(w, h, d, bits, a, f)
+    once = 4 * w / (bits / 8)
+
+    def k(communication_s: float, per_row_s: float = row_s) -> float:
+        return communication_s / (rows * per_row_s)
+
+    return {
+        "the rate is in bits per second: divide it by 8 for bytes":
+            [k(link_s * x + latency_s) for x in (8, 1 / 8, 1 / 64)],
+        "the gradient has 4 bytes per float32 weight": [k(link_s / 4 + latency_s)],
+        "an all-reduce is two passes of the ring: 2(p-1)/p of the gradient":
+            [k(link_s / 2 + latency_s)],
+        "a rank never sends its own chunk: each pass moves (p-1)/p of the gradient":
+            [k(2 * once + latency_s)],
+        "on a ring numbered host by host each pass crosses a host's link once: 2(p-1)/p of the "
+        "gradient, not that for each of its devices": [k(link_s * d + latency_s)],
+        "add the latency: 2(p-1) message steps of alpha_s each": [k(link_s)],
+        "a ring all-reduce takes 2(p-1) message steps, each paying alpha_s":
+            [k(link_s + s * a) for s in (1, p - 1, p, 2 * p, h - 1, 2 * (h - 1))],
+        "p is every rank of the ring, hosts × devices, not the hosts alone":
+            [k(2 * (h - 1) / h * once + 2 * (h - 1) * a)],
+        "each host's link carries 2(p-1)/p of the gradient, not the gradient once":
+            [k(once + latency_s)],
+        "leave out the headers' share: divide the bytes by rate_bits / 8":
+            [k(link_s * x + latency_s) for x in (1 / FRAME_SHARE, FRAME_SHARE, 1 / 0.956, 0.956,
+                                                1 / 0.96, 0.96)],
+        "2 FLOPs per weight per row is the forward pass only: the exercise counts 6 for every "
+        "weight, forward (2) and backward (4: the weights' and the input's gradients)":
+            [k(link_s + latency_s, 2 * w / f)],
+        "4 FLOPs per weight leaves out the input's gradient, true of the first layer only: the "
+        "exercise counts 6 for every weight": [k(link_s + latency_s, 4 * w / f)],
+        "the devices compute side by side: the step's compute is one device's K · rows rows, "
+        "not all p devices' rows added up": [k(link_s + latency_s) / p],
+    }
+
+
+def _matches(answers, forms) -> bool:
+    """Whether ``forms(case)`` (the candidate answers at a case) holds every answer."""
+    return all(any(math.isclose(value, c, rel_tol=1e-6, abs_tol=1e-9) for c in forms(case))
+               for case, _, value in answers)
+
+
+def _slip(answers, page) -> str:
+    """The slip that explains the answers at every case, or what to compute."""
+    def rounded(x: float) -> list[float]:
+        return [x, math.floor(x), math.ceil(x), round(x)]
+
+    def time(case):
+        _, link_s, latency_s, _ = _times(*case[:6])
+        return [link_s + latency_s, *rounded(1e3 * (link_s + latency_s))]
+
+    if len({value for _, _, value in answers}) == 1:
+        return ("your K is the same at every case: write it from the arguments, not a number "
+                "worked out once")
+    if _matches(answers, time):
+        return ("that is the all-reduce's time; K is how many micro-batches of rows rows take "
+                "as long to compute")
+    if _matches(answers, lambda case: rounded(expected_rows(*case[:6]))):
+        return ("that is the rows per device whose compute takes as long as the all-reduce; K "
+                "counts micro-batches of rows rows")
+    if _matches(answers, lambda case: [expected_micro_batches(*case) * case[6]]):
+        return "that is K · rows, the rows of the accumulated step: return K"
+    if _matches(answers, lambda case: [_ratio(case)]):
+        return ("K counts whole micro-batches: round the ratio up, to the fewest whose compute "
+                "covers the all-reduce")
+    if any(not float(value).is_integer() for _, _, value in answers):
+        return "K counts whole micro-batches: return a whole number"
+    if _matches(answers, lambda case: [0 if _ratio(case) < 1 else
+                                       expected_micro_batches(*case)]):
+        return ("where one micro-batch already computes longer than the all-reduce, K is 1 "
+                "(the plain step), not 0")
+    if _matches(answers, lambda case: [math.floor(_ratio(case)),
+                                       max(1, math.floor(_ratio(case)))]):
+        return ("rounded down: with that many micro-batches the compute is still shorter than "
+                "the all-reduce; round up")
+    if _matches(answers, lambda case: [round(_ratio(case)), max(1, round(_ratio(case)))]):
+        return "rounded to the nearest: K is the ratio rounded up"
+    for why, forms in _slipped(page).items():
+        for j in range(len(forms)):  # one form of the slip at every case
+            if _matches(answers, lambda case, why=why, j=j: [
+                    max(1, math.ceil(_slipped(case)[why][j]))]):
+                return why
+    for names in (*_ARGUMENTS, "hosts and devices"):
+        fixed = {i for i, name in enumerate(_ARGUMENTS) if name in names.split(" and ")}
+
+        def typed(case, fixed=fixed):
+            return [expected_micro_batches(*(page[i] if i in fixed else v
+                                             for i, v in enumerate(case)))]
+
+        if _matches(answers, typed):
+            return (f"your K does not change with {names}: use the arguments, not this "
+                    "notebook's numbers")
+    return _WHAT
+
+
+_WHAT = ("K is the fewest micro-batches whose compute (K · rows rows at 6 · weights FLOPs each, "
+         "at flops_per_s) takes as long as the one all-reduce (2(p-1) α plus 2(p-1)/p of the "
+         "gradient's bytes over the rate)")
 
 
 # (dp_steps, dp_bytes, scheme_steps, scheme_bytes, compute_s, own_s) the notebook never uses:
@@ -149,7 +236,7 @@ _UNSEEN_RATES = ((140, 6.7e6, 100, 2.7e5, 0.03, 0.04), (80, 6.7e6, 120, 3.4e6, 0
 
 
 def _fresh_rate_case(rng: random.Random) -> tuple:
-    """One more case, drawn anew at every check (as ``_fresh_rows_case``), drawn again until its
+    """One more case, drawn anew at every check (as ``_fresh_case``), drawn again until its
     rate is an end or at least 100 Mbit/s, so an answer rounded to whole Mbit/s passes. The
     scheme sends fewer bytes per step, so it never both sends more to the target and computes
     less."""

@@ -13,18 +13,24 @@ PART_FOUR_STEPS = (
         title="Compute against communication: when is a step communication-bound?",
         line="a data-parallel step and its accumulated form on the page; its compute from FLOPs, "
              "its communication from the link model with α; the batch where the two balance, "
-             "predicted and read off the cluster",
+             "predicted and read off the cluster; a TPU chip's step against the links",
         exercise=Exercise(
-            task="the rows per device at which a data-parallel step's compute takes as long as "
-                 "its all-reduce over the links",
-            check="check_balanced_rows", minutes=15,
-            judges="within 2 %, at the saved run's numbers and at cases never shown; the step "
-                   "model refused; names unit slips, the ring's passes and α's message steps",
+            task="how many micro-batches of a given size a device adds up before one "
+                 "all-reduce for the data-parallel step to be no longer communication-bound",
+            check="check_micro_batches", minutes=20,
+            judges="exactly, at the saved run's numbers and at cases never shown (one already "
+                   "compute-bound: K = 1); the step model refused; names unit slips, the ring's "
+                   "passes, α's message steps, the FLOPs counted and the rounding, each matched "
+                   "at every case",
             mistakes=(
                 Mistake("the rate in bits taken for bytes",
                         "the rate is in bits per second: divide it by 8 for bytes"),
-                Mistake("the all-reduce's time returned instead of rows",
-                        "that is the all-reduce's time; divide it by one row's compute time"),
+                Mistake("K rounded down",
+                        "rounded down: with that many micro-batches the compute is still "
+                        "shorter than the all-reduce"),
+                Mistake("the balanced rows returned, not the micro-batches",
+                        "that is the rows per device whose compute takes as long as the "
+                        "all-reduce"),
             ),
         ),
     ),
@@ -65,8 +71,8 @@ PART_FOUR_STEPS = (
         20, "20_strategies_timed", PART_FOUR,
         title="Every strategy timed: which one pays on which link",
         line="HSDP on a `(\"host\", \"device\")` mesh against data parallelism; every strategy "
-             "timed on the cluster from 50 Mbit/s to 10 Gbit/s: time per step and to a target "
-             "loss, against the models; where each compression scheme pays",
+             "timed on the cluster from 50 Mbit/s to 10 Gbit/s: time per step and to a band of "
+             "target losses, against the models; where each compression scheme pays",
         exercise=Exercise(
             task="the link rate below which a compression scheme reaches a target loss sooner "
                  "than data parallelism",
