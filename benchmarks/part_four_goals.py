@@ -1,6 +1,7 @@
 """Part four's goals read off ``course cluster --measure training`` runs (issue 30): the step
-model against data parallelism's measured step, time to a target held-out loss at each link rate,
-and whether the models call each compression scheme right. Prints figures; asserts nothing.
+model against data parallelism's measured step, each compression scheme's lead over data
+parallelism across step 20's band of target held-out losses at each link rate, and whether the
+models call each one right. Prints figures; asserts nothing.
 
     python benchmarks/part_four_goals.py build/training/training.json [more runs ...]
 
@@ -13,16 +14,16 @@ from __future__ import annotations
 import sys
 
 from course_utils.results.cluster import per_message_s, saved_cluster_results
+from course_utils.results.curves import band_lead
 from course_utils.results.records import load
 from course_utils.results.training import (
     TrainingResults,
-    mean_steps,
     median_compute_s,
     median_of_runs,
     modelled_step_s,
     own_work_s,
-    steps_by_seed,
-    target_loss,
+    seed_curves,
+    training_band,
 )
 from course_utils.training.part_four import COMPRESSED
 from course_utils.training.strategies import DATA_PARALLEL
@@ -73,47 +74,47 @@ def main(paths: list[str]) -> None:
     print(f"within 15 % where the link limits: {len(good)} of {len(within)} "
           f"({len({b for _, b in good})} batch sizes × {len({r for r, _ in good})} rates)")
 
+    band = training_band()
+    targets = ", ".join(f"{t:.4f}" for t in band.targets)
     for b in sizes:
         strategies = list(dict.fromkeys(c.strategy for c in results.curves if c.batch_size == b))
         if DATA_PARALLEL not in strategies:
             continue
-        target = target_loss(results, b)
-        print(f"\n2–3. batch {b}: target held-out loss {target:.4f} (DP's seed-mean loss where "
-              "its curve still falls, as step 20); time to it, measured (model), from the "
-              "seed-mean interpolated steps")
-        steps = {s: mean_steps(results, s, b, target) for s in strategies}
-        spread = {s: [v for v in steps_by_seed(results, s, b, target).values() if v is not None]
-                  for s in strategies}
-        print("steps to it (seed mean, range): " + ", ".join(
-            f"{s} {n:.1f} [{min(spread[s]):.1f}, {max(spread[s]):.1f}]" if n is not None
-            else f"{s} never" for s, n in steps.items()))
+        curves = {s: list(seed_curves(results, s, b).values()) for s in strategies}
+        print(f"\n2–3. batch {b}: the band of targets {targets} ({band.fractions} of the "
+              "reducible loss gone, as step 20); each scheme's lead over DP (DP's time ÷ its, "
+              "seeds paired, first reaching and staying), lowest–highest over the seeds and the "
+              "band, measured (model)")
         for rate in rates:
             rows = {r.strategy: r for r in results.rows
                     if r.link_rate == rate and r.batch_size == b}
-            if DATA_PARALLEL not in rows or steps[DATA_PARALLEL] is None:
+            if DATA_PARALLEL not in rows:
                 continue
-            dp = steps[DATA_PARALLEL] * rows[DATA_PARALLEL].step_s
-            dp_model = steps[DATA_PARALLEL] * modelled_step_s(
-                rows[DATA_PARALLEL], hosts, devices, alpha_s=alpha.get(rate, 0.0),
-                compute_s=median_compute_s(results, DATA_PARALLEL, b))
+            modelled = {s: modelled_step_s(row, hosts, devices, alpha_s=alpha.get(rate, 0.0),
+                                           own_s=own_work_s(results, s) if s in COMPRESSED
+                                           else 0.0, compute_s=median_compute_s(results, s, b))
+                        for s, row in rows.items()}
             cells, calls = [], []
-            for s in COMPRESSED:
-                if s not in rows or steps.get(s) is None:
-                    cells.append(f"{s} never" if s in rows else f"{s} —")
-                    continue
-                t = steps[s] * rows[s].step_s
-                t_model = steps[s] * modelled_step_s(
-                    rows[s], hosts, devices, alpha_s=alpha.get(rate, 0.0),
-                    own_s=own_work_s(results, s), compute_s=median_compute_s(results, s, b))
-                right = (t < dp) == (t_model < dp_model)
+            for s in (s for s in COMPRESSED if s in rows and s in curves):
+                found, model = (band_lead(curves[s], curves[DATA_PARALLEL], band.targets,
+                                          step_s_a=a, step_s_b=d, read="linear", stay=True)
+                                for a, d in ((rows[s].step_s, rows[DATA_PARALLEL].step_s),
+                                             (modelled[s], modelled[DATA_PARALLEL])))
+                right = (found.holds(), found.trails()) == (model.holds(), model.trails())
                 calls.append(right)
-                cells.append(f"{s} {t:.1f} s ({t_model:.1f}){'' if right else ' WRONG CALL'}")
-            best = min((steps[s] * rows[s].step_s for s in COMPRESSED
-                        if s in rows and steps.get(s)), default=None)
-            gain = f"; DP / best compressed {dp / best:.2f}×" if best else ""
-            print(f"  {rate:>8s}: DP {dp:.1f} s ({dp_model:.1f}); " + ", ".join(cells) + gain
+                cells.append(f"{s} {_span(found)} ({_span(model)})"
+                             + ("" if right else " WRONG CALL"))
+            print(f"  {rate:>8s}: " + ", ".join(cells)
                   + f"; model's call right for {sum(calls)} of {len(calls)}")
 
+
+def _span(lead) -> str:
+    """The lowest–highest of a ``BandLead``'s finite leads (``*``: some run never reaches a
+    target)."""
+    values = [x for t in lead.targets for x in lead.leads[t]]
+    finite = [x for x in values if x is not None and 0 < x < float("inf")]
+    never = "*" if len(finite) < len(values) else ""
+    return f"{min(finite):.2f}–{max(finite):.2f}×{never}" if finite else "never"
 
 if __name__ == "__main__":
     main(sys.argv[1:] or ["build/training/training.json"])

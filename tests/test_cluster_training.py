@@ -1,5 +1,5 @@
-"""What part four computes from a ``course cluster --measure training`` run (steps and time to a
-target loss, the step model of a row) and the saved full run. The run itself is tested in
+"""What part four computes from a ``course cluster --measure training`` run (steps to a target
+loss, the step model of a row) and the saved full run. The run itself is tested in
 ``test_cluster.py``, with the other cluster runs, which must not overlap (one lock, one set of
 namespaces). No test asserts a time."""
 
@@ -14,12 +14,9 @@ from course_utils.results.training import (
     TrainingRow,
     crossing_step,
     loss_at,
-    mean_steps,
     own_work_s,
-    steps_by_seed,
+    seed_curves,
     steps_to,
-    target_loss,
-    time_to,
 )
 from course_utils.tools.cluster.training import TRAINING_PLANS
 
@@ -30,13 +27,8 @@ CURVE = HeldoutCurve("data_parallel", 64, ((10, 0.9), (20, 0.5), (30, 0.4)))
 ROW = TrainingRow("data_parallel", "200mbit", 64, 0.3, 0.05, 0.25, 6.7e6)
 
 
-def test_time_to_a_target_is_the_steps_to_it_times_the_step_time():
-    results = TrainingResults(META, CLUSTER, 1e9, (ROW,), (CURVE,))
+def test_the_steps_to_a_target_are_its_first_evaluation_at_or_below():
     assert steps_to(CURVE, 0.45) == 30 and steps_to(CURVE, 0.1) is None
-    assert time_to(results, "data_parallel", "200mbit", 64, 0.5) == pytest.approx(20 * 0.3)
-    assert time_to(results, "data_parallel", "200mbit", 64, 0.1) is None
-    with pytest.raises(ValueError, match="no run of bf16 at 200mbit and batch size 64"):
-        time_to(results, "bf16", "200mbit", 64, 0.5)
 
 
 def test_the_crossing_is_interpolated_between_evaluations():
@@ -49,23 +41,12 @@ def test_the_crossing_is_interpolated_between_evaluations():
         loss_at(CURVE, 40)
 
 
-def test_the_target_is_the_seed_mean_of_dp_where_it_still_falls_and_steps_are_per_seed():
+def test_a_strategys_curves_are_read_by_seed():
     other = HeldoutCurve("data_parallel", 64, ((10, 0.8), (20, 0.6), (30, 0.5)), seed=1)
-    scheme = (HeldoutCurve("bf16", 64, ((10, 0.7), (20, 0.4), (30, 0.3))),
-              HeldoutCurve("bf16", 64, ((10, 0.9), (20, 0.8), (30, 0.7)), seed=1))
-    rows = (ROW, TrainingRow("bf16", "200mbit", 64, 0.2, 0.05, 0.15))
-    results = TrainingResults(META, CLUSTER, 1e9, rows, (CURVE, other, *scheme))
-    assert target_loss(results, 64, fraction=0.5) == pytest.approx((0.7 + 0.7) / 2)  # step 15
-    longer = HeldoutCurve("data_parallel", 64, ((10, 0.9), (20, 0.5), (30, 0.4), (40, 0.1),
-                                                (50, 0.1), (60, 0.1)), seed=2)
-    with_longer = TrainingResults(META, CLUSTER, 1e9, rows, (CURVE, other, longer, *scheme))
-    assert target_loss(with_longer, 64, fraction=0.5) == pytest.approx(0.7)  # still step 15
-    assert steps_by_seed(results, "data_parallel", 64, 0.6) == pytest.approx({0: 17.5, 1: 20.0})
-    assert mean_steps(results, "bf16", 64, 0.6) is None  # seed 1 never gets there
-    assert mean_steps(results, "bf16", 64, 0.8) == pytest.approx((10.0 + 20.0) / 2)
-    assert time_to(results, "data_parallel", "200mbit", 64, 0.6) == pytest.approx(18.75 * 0.3)
+    results = TrainingResults(META, CLUSTER, 1e9, (ROW,), (other, CURVE))
+    assert list(seed_curves(results, "data_parallel", 64).values()) == [CURVE, other]
     with pytest.raises(ValueError, match="no held-out curve of zero3 at batch size 64"):
-        steps_by_seed(results, "zero3", 64, 0.6)
+        seed_curves(results, "zero3", 64)
 
 
 def test_a_bad_measure_gets_one_line(capsys):
@@ -98,7 +79,7 @@ def test_the_step_model_of_a_row_adds_its_compute_to_its_link_time():
 @pytest.mark.parametrize("strategy, batch_size", [("data_parallel", 128), ("topk_ef", 128),
                                                   ("accumulation", 128)])
 def test_the_saved_curves_are_what_the_runner_trains_in_their_first_steps(strategy, batch_size):
-    from course_utils.results.training import saved_training_results, seed_curves
+    from course_utils.results.training import saved_training_results
     from course_utils.tools.cluster.training import TRAINING_PLANS, train_curves
 
     saved = saved_training_results()

@@ -1,19 +1,13 @@
 """Figures of part four's saved training run (``training.json``): step time against batch size
-at each link rate (step 18), and time to a target held-out loss against the link rate for each
-strategy (step 20), each measured (markers) against the step model (dashed, the same colour)."""
+at each link rate (step 18), measured (markers) against the step model (dashed, the same
+colour). Step 20's leads across its band are ``figures.builders.lead_figure_data``."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
-from course_utils.models.links import rate_bytes_per_s, rate_label
-from course_utils.results.training import (
-    TrainingResults,
-    mean_steps,
-    median_compute_s,
-    modelled_step_s,
-    own_work_s,
-)
+from course_utils.models.links import rate_label
+from course_utils.results.training import TrainingResults, median_compute_s, modelled_step_s
 from course_utils.training.strategies import DATA_PARALLEL
 
 
@@ -55,36 +49,3 @@ def step_figure_data(results: TrainingResults, *, alpha_s: Mapping[str, float] |
         "x": sizes, "xscale": "log", "yscale": "log", "xlabel": "rows per device per step",
         "ylabel": "step time (ms)", "series": series}]}
 
-
-def time_to_target_figure_data(results: TrainingResults, strategies: Sequence[str],
-                               batch_size: int, target: float, *,
-                               alpha_s: Mapping[str, float] | None = None) -> dict:
-    """One panel: seconds to reach ``target`` held-out loss against the link rate, for each of
-    ``strategies`` that reaches it at ``batch_size``: its curve's steps times the measured step
-    time (markers) and the modelled one with the scheme's own work (dashed)."""
-    m, alpha_s, rates = results.cluster, alpha_s or {}, _rates(results)
-    series = []
-    for k, strategy in enumerate(strategies):
-        has_curve = any((c.strategy, c.batch_size) == (strategy, batch_size)
-                        for c in results.curves)
-        steps = mean_steps(results, strategy, batch_size, target) if has_curve else None
-        if steps is None:
-            continue
-        rows = [_row(results, strategy, rate, batch_size) for rate in rates]
-        if None in rows:
-            continue
-        own, color = own_work_s(results, strategy), f"C{k}"
-        compute = median_compute_s(results, strategy, batch_size)
-        label = strategy.replace("_", " ")
-        series.append({"label": label, "y": [steps * r.step_s for r in rows], "color": color})
-        series.append({"label": f"{label}, model", "style": "model", "color": color,
-                       "y": [steps * modelled_step_s(
-                           r, m.hosts, m.devices_per_host, alpha_s=alpha_s.get(r.link_rate, 0.0),
-                           own_s=own, compute_s=compute) for r in rows]})
-    if not series:
-        raise ValueError(f"no strategy reaches {target} at batch size {batch_size}")
-    return {"panels": [{
-        "kind": "line", "title": f"time to held-out loss {target:.3f}, batch {batch_size} "
-                                 "(dashed: model)",
-        "x": [rate_bytes_per_s(r) * 8 / 1e6 for r in rates], "xscale": "log", "yscale": "log",
-        "xlabel": "link rate (Mbit/s)", "ylabel": "time to the target (s)", "series": series}]}
