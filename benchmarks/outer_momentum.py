@@ -26,6 +26,7 @@ def main(argv: list[str]) -> int:
 
     use_cpu_devices(4)
     from course_utils.problems.classification import PART_FOUR_MLP
+    from course_utils.results.diloco import ABLATIONS, COMPARED
     from course_utils.results.streaming import (
         CURVE_LOCAL_STEPS,
         CURVE_STEPS,
@@ -35,13 +36,14 @@ def main(argv: list[str]) -> int:
     )
     from course_utils.training.diloco import replica_mesh
     from course_utils.training.optimizers import scheduled_adamw
+    from course_utils.training.strategies import DILOCO
     from course_utils.training.train import train
 
     lr, h = saved_streaming_curves().adamw_lr, CURVE_LOCAL_STEPS
     print(f"part four's model on the stream, H = {h}, peak lr {lr:g} over a {CURVE_STEPS}-step "
           f"schedule; held-out loss at each of the first {args.rounds} syncs, seed 0")
-    for name, replicas in (("diloco", 2), ("diloco_sgd", 2), ("diloco_unit_step", 2),
-                           ("local_sgd_adamw", 2), ("diloco", 1)):
+    local = next(s for s in COMPARED if s != DILOCO)  # local SGD (AdamW inside)
+    for name, replicas in ((DILOCO, 2), *((s, 2) for s in ABLATIONS), (local, 2), (DILOCO, 1)):
         start = time.perf_counter()
         mesh = replica_mesh(replicas)
         run = train(mesh, name, steps=args.rounds * h, local_steps=h, heldout_every=h,

@@ -64,6 +64,7 @@ def main(argv: list[str]) -> int:
         OUTER_MOMENTUM,
         scheduled_adamw,
     )
+    from course_utils.training.strategies import DILOCO
     from course_utils.training.train import train
 
     start, mesh = time.time(), replica_mesh(PLAN.replicas)
@@ -110,20 +111,20 @@ def main(argv: list[str]) -> int:
     for seed in PLAN.seeds:  # the paper's main setting: DiLoCo after data parallelism's start
         first = train(mesh, DP, **{**common, "steps": warm}, seed=seed)
         for h in PLAN.local_steps:
-            run = train(mesh, "diloco", **{**common, "steps": rest, "optimizer": scheduled_adamw(
+            run = train(mesh, DILOCO, **{**common, "steps": rest, "optimizer": scheduled_adamw(
                 PLAN.steps, offset=warm)}, seed=seed, local_steps=h, heldout_every=h,
                 start=first.params, first_step=warm)
-            curves.append(HeldoutCurve("diloco", PLAN.batch_size, run.heldout_loss, seed, h,
+            curves.append(HeldoutCurve(DILOCO, PLAN.batch_size, run.heldout_loss, seed, h,
                                        False, train_loss=_train_loss(run, h), warm_start=warm))
-            print(f"diloco H={h} after {warm} DP steps, seed={seed}: "
+            print(f"{DILOCO} H={h} after {warm} DP steps, seed={seed}: "
                   f"{run.heldout_loss[-1][1]:.4f}", flush=True)
     h = PLAN.attribution_h
     for replicas in PLAN.attribution_replicas:  # 1: the outer step alone, nothing sent
-        for _, seed, run in run_curves(replica_mesh(replicas), [CurvePlan("diloco", PLAN.seeds, {
+        for _, seed, run in run_curves(replica_mesh(replicas), [CurvePlan(DILOCO, PLAN.seeds, {
                 **common, "heldout_every": h, "local_steps": h})]):
-            curves.append(HeldoutCurve("diloco", PLAN.batch_size, run.heldout_loss, seed, h,
+            curves.append(HeldoutCurve(DILOCO, PLAN.batch_size, run.heldout_loss, seed, h,
                                        False, train_loss=_train_loss(run, h), replicas=replicas))
-            print(f"diloco H={h} on {replicas} replicas, seed={seed}: "
+            print(f"{DILOCO} H={h} on {replicas} replicas, seed={seed}: "
                   f"{run.heldout_loss[-1][1]:.4f}", flush=True)
     meta = this_run("python scripts/diloco_sweep.py", time.time() - start)
     save(DilocoResults(meta, PROTOCOL, PLAN, ADAMW_LR, OUTER_LR, OUTER_MOMENTUM, tuple(lr_runs),

@@ -98,3 +98,36 @@ def bars_figure_data(labels: Sequence[str], series: Mapping[str, Sequence[float]
     return {"panels": [{"kind": "bar", "title": title, "labels": list(labels), "ylabel": ylabel,
                         "series": [{"label": k, "y": list(y)} for k, y in series.items()]}]}
 
+
+def lead_figure_data(leads: Mapping[str, tuple[Sequence[float], Sequence[Sequence[float]]]], *,
+                     title: str, ylabel: str) -> dict:
+    """One panel of leads against the share of the reducible loss gone (in per cent): for each
+    label, the shares and, at each share, the seeds' leads (each seed paired with itself); the
+    line is their median, the band their range, a log y axis with 1 (a tie) drawn. A target
+    where some seed's lead is not finite (a run that never reaches it) is left out of the line.
+
+    Examples:
+        >>> data = lead_figure_data({"H = 8": ([0.5, 0.9], [[1.2, 1.4, 1.3], [0.8, 0.9, 1.0]])},
+        ...                         title="t", ylabel="lead")
+        >>> series = data["panels"][0]["series"][0]
+        >>> series["x"], series["y"], series["low"], series["high"]
+        ([50.0, 90.0], [1.3, 0.9], [1.2, 0.8], [1.4, 1.0])
+    """
+    import math
+
+    import numpy as np
+
+    series, ticks = [], set()
+    for label, (shares, by_share) in leads.items():
+        if len(shares) != len(by_share):
+            raise ValueError(f"{label!r}: {len(shares)} shares for {len(by_share)} sets of leads")
+        kept = [(100 * f, sorted(r)) for f, r in zip(shares, by_share)
+                if r and all(x is not None and math.isfinite(x) and x > 0 for x in r)]
+        ticks.update(x for x, _ in kept)
+        series.append({"label": label, "x": [x for x, _ in kept],
+                       "y": [float(np.median(r)) for _, r in kept],
+                       "low": [r[0] for _, r in kept], "high": [r[-1] for _, r in kept]})
+    return {"panels": [{"kind": "line", "title": title, "x": sorted(ticks), "xscale": "linear",
+                        "yscale": "log", "hline": 1,
+                        "xlabel": "share of the reducible loss gone (%)", "ylabel": ylabel,
+                        "series": series}]}

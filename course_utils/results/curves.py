@@ -27,11 +27,12 @@ are these readers with today's reading as their option.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from course_utils.figures.builders import lead_figure_data  # noqa: F401 - read as cu.curves'
 from course_utils.problems.stream import STREAM_HELDOUT_ROWS  # the sample every band is read on
 
 Points = tuple[tuple[int, float], ...]
@@ -338,7 +339,7 @@ def describe_lead(lead: BandLead, band: Band, a: str = "A", b: str = "B") -> str
             groups.append((who, [target]))
     parts = []
     for who, targets in groups:
-        shares = [round(100 * band.fraction_of(t)) for t in targets]
+        shares = [f"{round(100 * band.fraction_of(t), 1):g}" for t in targets]
         where = f"{shares[0]} %" if len(shares) == 1 else f"{shares[0]}–{shares[-1]} %"
         values = [r for t in targets for r in lead.leads[t]]
         finite = [r for r in values if r is not None and 0 < r < float("inf")]
@@ -383,32 +384,3 @@ def _ratio(ta: float | None, tb: float | None) -> float | None:
         return 1.0 if tb == 0 else float("inf")
     return tb / ta
 
-
-def lead_figure_data(leads: Mapping[str, tuple[Sequence[float], Sequence[Sequence[float]]]], *,
-                     title: str, ylabel: str) -> dict:
-    """One panel of leads against the share of the reducible loss gone (in per cent): for each
-    label, the shares and, at each share, the seeds' leads (each seed paired with itself); the
-    line is their median, the band their range, a log y axis with 1 (a tie) drawn. A target
-    where some seed's lead is not finite (a run that never reaches it) is left out of the line.
-
-    Examples:
-        >>> data = lead_figure_data({"H = 8": ([0.5, 0.9], [[1.2, 1.4, 1.3], [0.8, 0.9, 1.0]])},
-        ...                         title="t", ylabel="lead")
-        >>> series = data["panels"][0]["series"][0]
-        >>> series["x"], series["y"], series["low"], series["high"]
-        ([50.0, 90.0], [1.3, 0.9], [1.2, 0.8], [1.4, 1.0])
-    """
-    series, ticks = [], set()
-    for label, (shares, by_share) in leads.items():
-        if len(shares) != len(by_share):
-            raise ValueError(f"{label!r}: {len(shares)} shares for {len(by_share)} sets of leads")
-        kept = [(100 * f, sorted(r)) for f, r in zip(shares, by_share)
-                if r and all(x is not None and math.isfinite(x) and x > 0 for x in r)]
-        ticks.update(x for x, _ in kept)
-        series.append({"label": label, "x": [x for x, _ in kept],
-                       "y": [float(np.median(r)) for _, r in kept],
-                       "low": [r[0] for _, r in kept], "high": [r[-1] for _, r in kept]})
-    return {"panels": [{"kind": "line", "title": title, "x": sorted(ticks), "xscale": "linear",
-                        "yscale": "log", "hline": 1,
-                        "xlabel": "share of the reducible loss gone (%)", "ylabel": ylabel,
-                        "series": series}]}
