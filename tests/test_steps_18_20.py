@@ -171,18 +171,21 @@ def _first(rate):
             for t in BAND.targets for i in range(len(_curves("data_parallel")))}
 
 
-def test_20_the_band_lies_below_every_first_evaluation_and_spreads_dp_over_its_run():
+def test_20_the_band_starts_past_every_second_evaluation_and_spreads_dp_over_its_run():
     assert BAND.heldout_rows == 8192  # the page and its appendix say 8,192 rows
-    assert min(c.heldout_loss[0][1] for s in STRATEGIES for c in _curves(s)) > BAND.targets[0]
     dp = _curves("data_parallel")
     steps = [[step_to(c, t, stay=True) for c in dp] for t in BAND.targets]
     assert all(None not in k for k in steps)  # reached and stayed below in every seed
-    assert max(steps[1]) <= 20 < min(steps[2]) and min(steps[-1]) > 100  # spread over the run
+    assert min(steps[-1]) > 100  # spread over the run
     at_99 = BAND.start - 0.99 * (BAND.start - BAND.floor)
     assert None in [step_to(c, at_99, stay=True) for c in dp]  # the appendix: "but not 99 %"
-    for s in (s for s in STRATEGIES if s != "powersgd"):  # 95 to 97 % between steps 10 and 20
-        assert all(10 < step_to(c, t, stay=True) <= 20 for c in _curves(s)
-                   for t in BAND.targets[:2]), s
+    for s in STRATEGIES:  # every crossing is measured: past the second evaluation (step 20)
+        crossings = [step_to(c, t, stay=True) for c in _curves(s) for t in BAND.targets]
+        assert all(k is None or k > 20 for k in crossings), s
+    for f in (0.95, 0.97):  # where the band no longer starts: inside DP's first interval
+        at = BAND.start - f * (BAND.start - BAND.floor)
+        assert all(10 < step_to(c, at, stay=True) <= 20 for c in dp)
+    assert all(t - BAND.floor > 0.03 for t in BAND.targets)  # still well above the floor
 
 
 def test_20_no_curve_rises_at_its_end_and_only_powersgd_climbs_back_once_early():
@@ -192,7 +195,7 @@ def test_20_no_curve_rises_at_its_end_and_only_powersgd_climbs_back_once_early()
         assert rise < max(ends) - min(ends), s
     climbs = {s: max(largest_climb(c) for c in _curves(s)) for s in STRATEGIES}
     assert climbs.pop("powersgd") > 0.02 and max(climbs.values()) < 0.005
-    for c in _curves("powersgd"):  # once, early, back above the band's easiest target
+    for c in _curves("powersgd"):  # once, early (from step 30 to 40)
         early = [loss for step, loss in c.heldout_loss if 20 < step <= 50]
         low = early.index(min(early[:2]))
         assert max(early[low:]) - early[low] > 0.03 and max(early[low:]) > BAND.targets[0]
@@ -202,12 +205,12 @@ def test_20_no_curve_rises_at_its_end_and_only_powersgd_climbs_back_once_early()
 def test_20_in_steps_the_schemes_match_dp_and_local_sgd_falls_behind_at_the_hardest():
     for s in ("bf16", "int8", "zero3", "hsdp"):
         assert all(abs(x - 1) < 0.005 for x in _values(_lead(s))), s
-    assert all(abs(x - 1) < 0.06 for x in _values(_lead("topk_ef")))  # "within about 5 %"
-    local = _lead("local_sgd")
-    assert all(abs(x - 1) < 0.02 for x in local.leads[BAND.targets[0]])
+    assert all(abs(x - 1) < 0.05 for x in _values(_lead("topk_ef")))  # "a few per cent"
+    local = _lead("local_sgd")  # behind at 98 % in every seed, split at 98.5 and 98.8 %
+    assert local.trails() == BAND.targets[:1] and not local.holds()
     assert min(local.leads[BAND.targets[-1]]) < 0.8
-    powersgd = _lead("powersgd")  # never reaches 98 % and beyond: only data parallelism does
-    assert all(x == 0 for t in BAND.targets[2:] for x in powersgd.leads[t])
+    powersgd = _lead("powersgd")  # reaches no target of the band: only data parallelism does
+    assert all(x == 0 for x in _values(powersgd))
 
 
 def test_20_who_is_first_at_each_rate_and_hsdp_against_dp():
@@ -221,18 +224,23 @@ def test_20_who_is_first_at_each_rate_and_hsdp_against_dp():
         values = _values(_lead("topk_ef", rate))
         assert max(values) / min(values) < 1.15, rate
         assert (min(_values(_lead("hsdp", rate))) > 1) == (rate != "10gbit")
-        assert (max(_values(_lead("hsdp", rate))) < 1) == (rate == "10gbit")
+    assert all(abs(x - 1) < 0.05 for x in _values(_lead("hsdp", "10gbit")))  # a tie
 
 
 def test_20_accumulation_leads_more_at_harder_targets_and_dp_at_k_times_the_rows_is_first():
-    steps = _values(_lead("accumulation"))
-    assert 1 <= min(steps) < 1.1 and 2.5 < max(steps) < 3.5  # "from about 1 to about 3"
+    steps = _lead("accumulation")  # grows with the target
+    assert all(min(steps.leads[a]) < min(steps.leads[b])
+               for a, b in zip(BAND.targets, BAND.targets[1:]))
     holds = {rate: _lead("accumulation", rate).holds() for rate in RATES}
-    assert holds["50mbit"] == holds["200mbit"] == BAND.targets[2:]  # from 98 % on
+    assert holds["50mbit"] == holds["200mbit"] == BAND.targets  # at every target
     assert holds["1gbit"] == BAND.targets[-1:] and holds["10gbit"] == ()
     big = ("data_parallel", ACCUMULATION * BATCH)
     for rate in (None, *RATES):
         assert _lead("accumulation", rate, big).trails() == BAND.targets, rate
+    # at 50 Mbit/s the step times tie; the gap is in steps, up to about a tenth
+    step_time = STEP_S[(*big, "50mbit")] / STEP_S["accumulation", BATCH, "50mbit"]
+    assert abs(step_time - 1) < 0.05
+    assert 0.88 < min(_values(_lead("accumulation", None, big))) < 0.92
     assert STEP_S["accumulation", BATCH, "10gbit"] > 2 * STEP_S["data_parallel", BATCH, "10gbit"]
 
 
@@ -258,9 +266,7 @@ def test_20_the_break_even_rates_and_what_the_run_says_at_each_rate():
         compute_s=median_compute_s(SAVED, s, BATCH)) for s in ("data_parallel", "int8")}
     assert max(_values(_lead("int8", "10gbit"))) < 0.95  # no, against the model:
     assert min(_values(_lead("int8", "10gbit", times=modelled))) > 1
-    powersgd = {rate: _lead("powersgd", rate).holds() for rate in RATES}
-    assert powersgd["50mbit"] == BAND.targets[:2] and powersgd["200mbit"] == BAND.targets[:1]
-    assert powersgd["1gbit"] == powersgd["10gbit"] == ()
+    assert all(_lead("powersgd", rate).holds() == () for rate in RATES)  # pays nowhere
 
 
 def test_20_every_step_at_50_and_200mbit_sends_more_than_the_bucket_holds():
@@ -274,6 +280,8 @@ def test_20_the_model_of_a_step_at_the_slow_rates_as_the_page_reads_it():
         for s in ("bf16", "int8", "powersgd"):  # "about an eighth to a quarter" below
             assert 0.74 < _model_over_measured(s, rate, BATCH) < 0.89, (s, rate)
     assert _model_over_measured("local_sgd", "200mbit", BATCH) > 1.1  # above local SGD
+    for s in ("accumulation", "hsdp", "int8", "powersgd"):  # "a sixth to a quarter" at 1 Gbit/s
+        assert 0.7 < _model_over_measured(s, "1gbit", BATCH) < 0.85, s
 
 
 def test_20_hsdp_sends_what_dp_sends_with_the_two_level_all_reduce():

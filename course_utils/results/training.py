@@ -112,11 +112,12 @@ def steps_to(curve: HeldoutCurve, target: float) -> int | None:
 
 
 # the band of targets step 20's verdicts read: these shares of the reducible loss (log of the
-# class count − the floor of part four's mixture) gone, on the stream task. Every curve passes
-# 95 % to 97 % between its first two evaluations (steps 10 and 20 of 200); 98 % to 98.8 % spread
-# data parallelism's crossings over the run (about steps 30, 60 and 130 at batch 128), which it
-# reaches and stays below in every seed
-BAND = (0.95, 0.97, 0.98, 0.985, 0.988)
+# class count − the floor of part four's mixture) gone, on the stream task. It starts at 98 %, so
+# every curve reaches every target after its second evaluation (step 20 of 200): 95 % and 97 %
+# fall inside the first interval (steps 10 to 20), where a linear crossing is not a measurement.
+# 98 % to 98.8 % spread data parallelism's crossings over the run (about steps 30, 60 and 130 at
+# batch 128), which it reaches and stays below in every seed
+BAND = (0.98, 0.985, 0.988)
 
 
 def training_band(fractions: Sequence[float] = BAND):
