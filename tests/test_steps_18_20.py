@@ -280,7 +280,7 @@ def test_20_the_model_of_a_step_at_the_slow_rates_as_the_page_reads_it():
         for s in ("bf16", "int8", "powersgd"):  # "about an eighth to a quarter" below
             assert 0.74 < _model_over_measured(s, rate, BATCH) < 0.89, (s, rate)
     assert _model_over_measured("local_sgd", "200mbit", BATCH) > 1.1  # above local SGD
-    for s in ("accumulation", "hsdp", "int8", "powersgd"):s/s
+    for s in ("accumulation", "hsdp", "int8", "powersgd"):  # "a sixth to over a quarter"
         assert 0.7 < _model_over_measured(s, "1gbit", BATCH) < 0.85, s
 
 
