@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -251,16 +251,6 @@ class Band:
     def targets(self) -> tuple[float, ...]:
         """The target losses, easiest first (``reducible_band``)."""
         return reducible_band(self.start, self.floor, self.fractions)
-
-    def below(self, loss: float) -> Band:
-        """The band's targets below ``loss`` (those a run at ``loss`` has still to reach).
-
-        Examples:
-            >>> Band(2.0, 0.0, 0.0, (0.5, 0.6, 0.7)).below(0.9).fractions
-            (0.6, 0.7)
-        """
-        return replace(self, fractions=tuple(f for f, t in zip(self.fractions, self.targets)
-                                             if t < loss))
 
     def fraction_of(self, target: float) -> float:
         """The share of the reducible loss gone at ``target``.
