@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -50,8 +51,6 @@ class TrainingRun:
             gradient is formed (ZeRO-3, local SGD).
         cumulative_error: the same for the sums of both over the steps so far (error feedback
             keeps it small); ``None`` likewise.
-        final_loss: the mean loss of the final parameters (device 0's copy) on all the
-            training rows.
         averaged_loss: local SGD, DiLoCo: ``(step, loss)`` of the parameters after each outer
             step (device 0's copy) on all the training rows; else ``None``.
         heldout_loss: ``(step, loss)`` of the parameters (device 0's copy; with an outer
@@ -68,6 +67,7 @@ class TrainingRun:
         bytes_per_sync_across_replicas: likewise, what one run of the outer step sends across
             (one sync: the largest a strategy that syncs every H steps sends at once, 1/F of
             DiLoCo's for F fragments); ``None`` without an outer step or on a one-axis mesh.
+        final_loss_of: computes ``final_loss`` (a property) when it is first read.
     """
 
     strategy: str
@@ -76,7 +76,6 @@ class TrainingRun:
     memory: Memory
     gradient_error: tuple[float, ...] | None
     cumulative_error: tuple[float, ...] | None
-    final_loss: float
     averaged_loss: tuple[tuple[int, float], ...] | None
     heldout_loss: tuple[tuple[int, float], ...] | None
     collectives: tuple[Collective, ...]
@@ -84,3 +83,11 @@ class TrainingRun:
     shards: Mapping[str, list[tuple[int, ...]]]
     bytes_across_replicas: float | None = None
     bytes_per_sync_across_replicas: float | None = None
+    final_loss_of: Callable[[], float] = field(kw_only=True, repr=False, compare=False)
+
+    @cached_property
+    def final_loss(self) -> float:
+        """The mean loss of the final parameters (device 0's copy) on all the training rows
+        (on a stream, its held-out sample): computed when first read, since on part four's MLP
+        it is a forward pass over every row."""
+        return self.final_loss_of()

@@ -263,7 +263,6 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         memory=_memory(state),
         gradient_error=tuple(e for e, _ in errors) or None,
         cumulative_error=tuple(e for _, e in errors) or None,
-        final_loss=float(_mean_loss(params, x, y, mlp)),
         averaged_loss=tuple(averaged) or None,
         heldout_loss=tuple(heldout) or None,
         collectives=programs.collectives,
@@ -271,6 +270,7 @@ def train(mesh: Mesh, strategy: str, *, steps: int, seed: int = 0, local_steps: 
         shards=_shards(state),
         bytes_across_replicas=programs.bytes_across_replicas,
         bytes_per_sync_across_replicas=programs.bytes_per_sync_across_replicas,
+        final_loss_of=lambda: float(_mean_loss(params, x, y, mlp)),
     )
 
 
