@@ -25,8 +25,9 @@ is, calls or runs; ``gradients``: step 2's pmean weights; ``helpers``: what ever
 backward pass; ``overlap_rate``: step 19's slowest hidden rate; ``permutation``: step 7's joint
 permutation; ``ring``: step 11's ring step; ``scatter``: step 3's padded reduce-scatter;
 ``storage``: steps 4 and 5: shard shapes, what fits; ``streaming``: step 22's slowest hidden rate;
-``training``: steps 14–16: memory, error feedback around int8, local SGD's bytes; ``updates``: step
-6's sliced step with clipping by the global norm.
+``training``: steps 14–16: memory, error feedback around int8, local SGD's bytes; ``transfer``:
+step 23's time for one connection to send a sync (slow start); ``updates``: step 6's sliced step
+with clipping by the global norm.
 """
 
 from course_utils.checks.algorithms import check_bucket_model, check_two_level
@@ -47,6 +48,7 @@ from course_utils.checks.scatter import check_reduce_scatter
 from course_utils.checks.storage import check_largest_gradient, check_predicted_shard_shapes
 from course_utils.checks.streaming import check_slowest_hidden_rate
 from course_utils.checks.training import check_int8_feedback, check_peak_prediction
+from course_utils.checks.transfer import check_transfer_time
 from course_utils.checks.updates import check_clipped_step
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "check_ring_step",
     "check_slowest_hidden_rate",
     "check_smallest_h",
+    "check_transfer_time",
     "check_two_level",
     "check_two_level_scatter",
 ]

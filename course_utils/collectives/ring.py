@@ -103,13 +103,31 @@ def ring_scatter_sum(chunks, axis_name: str, *, step: Callable = reduce_scatter_
     return partial
 
 
+def ring_gather(mine, axis: str, p: int):
+    """The all-gather of the ring inside ``shard_map`` over ``axis``: f32[m] ``mine`` (device
+    i's slice i) in, f32[p, m] out, row j device j's slice, after p − 1 ``ppermute`` steps, each
+    passing on the slice received in the step before."""
+    i = jax.lax.axis_index(axis)
+    gathered = jnp.zeros((p, *mine.shape), mine.dtype).at[i].set(mine)  # f32[p, m]
+    current = mine  # f32[m], the slice this device passes on next
+    for s in range(p - 1):
+        current = jax.lax.ppermute(current, axis, ring_permutation(p))  # f32[m]
+        gathered = gathered.at[(i - s - 1) % p].set(current)  # the slice of device i - s - 1
+    return gathered
+
+
 def ring_all_reduce(g, axis: str, p: int, *, encode: Callable | None = None,
-                    decode: Callable | None = None):
+                    decode: Callable | None = None, by_hand: bool = False):
     """The sum over devices of f32[n] ``g``, inside ``shard_map`` over ``axis``: the ring
     reduce-scatter (``ring_scatter_sum``, each device adding its own chunk in f32 on arrival),
     then an all-gather of the summed slices. With ``encode`` and ``decode`` every message is
     ``encode(values)`` on the wire, ``decode`` on arrival (``encoded_step``); without, f32.
+    ``by_hand``: the all-gather too from ``ppermute`` (``ring_gather``; f32 only), so that the
+    all-reduce is 2(p − 1) message steps of n/p values, each one ``collective-permute``.
     """
+    if by_hand:
+        mine = ring_scatter_sum(g.reshape(p, -1), axis)  # f32[n/p], summed
+        return ring_gather(mine, axis, p).reshape(-1)  # f32[n], the same on every device
     if encode is None or decode is None:
         mine = ring_scatter_sum(g.reshape(p, -1), axis)  # f32[n/p], summed
         return jax.lax.all_gather(mine, axis, tiled=True, to="invarying")  # f32[n]
@@ -160,13 +178,7 @@ def ring_all_gather(mesh: Mesh) -> Kernel:
 
     def kernel(block):
         # block: f32[1, m], this device's row
-        i = jax.lax.axis_index(axis)
-        gathered = jnp.zeros((p, block.shape[1]), block.dtype).at[i].set(block[0])  # f32[p, m]
-        current = block[0]  # f32[m], the block this device passes on next
-        for s in range(p - 1):
-            current = jax.lax.ppermute(current, axis, ring_permutation(p))  # f32[m]
-            gathered = gathered.at[(i - s - 1) % p].set(current)  # block of device i - s - 1
-        return gathered.reshape(1, -1)  # f32[1, p*m]
+        return ring_gather(block[0], axis, p).reshape(1, -1)  # f32[1, p*m]
 
     return make_kernel(mesh, kernel, (P(axis, None),), P(axis, None),
                    lambda blocks: check_blocks(blocks, p, "all_gather"))

@@ -8,5 +8,6 @@ Modules: ``cost``: the budget and nccl-tests' bandwidths; ``cost_model``: the α
 collectives; ``fit``: fitting T = α + S/B; ``latency``: algorithms, buckets and the two-level
 schedule; ``link_traffic``: what one optimizer step sends over a host's link; ``links``: what
 crosses a host's link; ``step``: a step's time as compute + communication; ``traffic``: the
-in-process memory-traffic model.
+in-process memory-traffic model; ``window``: one TCP connection: its window against the
+bandwidth-delay product, slow start.
 """

@@ -35,11 +35,36 @@ STEP_DELAYS = 2  # one-way delays a ring step waits for: the receiver's ready no
 
 
 @dataclass(frozen=True)
+class TcpRow:
+    """What one TCP connection carried from host 0 to host 1 in one cell: the bytes per second
+    arriving after the warm-up (``warm_up_s``) of one connection whose receiver clamps its
+    window to ``window`` bytes, of ``connections`` such connections together, and of one whose
+    window may open to twice the bandwidth-delay product; and the seconds of each sync of
+    ``sync_bytes`` from ``connect()`` to the receiver's one-byte reply on a fresh connection
+    (``fresh_s``), and on one open connection back to back (``warm_s``) and after
+    ``idle_gap_s`` of silence (``idle_s``)."""
+
+    window: int
+    connections: int
+    sync_bytes: int
+    idle_gap_s: float
+    warm_up_s: float
+    one_clamped: float
+    several_clamped: float
+    one_open: float
+    fresh_s: tuple[float, ...]
+    warm_s: tuple[float, ...]
+    idle_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class LatencyRow:
     """One rate and one-way delay in run ``run`` (from 0): the idle line's 64-byte UDP round
     trips between host 0 and host 1 (ms, each probe), the median of the ``ppermute`` ping-pong
-    (host 0 → host 1 → host 0, ms), and the median ms of one ring message step at each of
-    ``sizes`` (bytes each host sends)."""
+    (host 0 → host 1 → host 0, ms), the median ms of one ring message step at each of ``sizes``
+    (bytes each host sends), the median ms of each all-reduce of ``allreduce_ms`` (``ring``,
+    ``doubling``, ``psum``) at each of ``allreduce_sizes`` (the vector's bytes), and the TCP
+    connection's figures (``tcp``)."""
 
     link_rate: str
     delay_ms: float | None
@@ -48,6 +73,9 @@ class LatencyRow:
     pingpong_ms: float
     sizes: tuple[int, ...]
     step_ms: tuple[float, ...]
+    allreduce_sizes: tuple[int, ...]
+    allreduce_ms: dict[str, tuple[float, ...]]
+    tcp: TcpRow
 
     def fit(self) -> Fit:
         """T = α + S/B fitted to this row's message steps (``fit.fit_alpha_beta``)."""
@@ -172,9 +200,9 @@ def _shown(s: Spread) -> str:
 def rows_from_runs(cells: Sequence[tuple[int, str, float | None, dict]]) -> list[dict]:
     """The rows of ``latency.json`` from host 0's reports: (run, rate, delay, report)."""
     return [{"link_rate": rate, "delay_ms": delay_ms, "run": run,
-             "udp_round_trips_ms": report["udp_round_trips_ms"],
-             "pingpong_ms": report["pingpong_ms"], "sizes": report["sizes"],
-             "step_ms": report["step_ms"]} for run, rate, delay_ms, report in cells]
+             **{key: report[key] for key in ("udp_round_trips_ms", "pingpong_ms", "sizes",
+                                             "step_ms", "allreduce_sizes", "allreduce_ms",
+                                             "tcp")}} for run, rate, delay_ms, report in cells]
 
 
 def saved_latency_results() -> LatencyResults:
@@ -183,4 +211,4 @@ def saved_latency_results() -> LatencyResults:
 
 
 SAVED_COMMAND = ("sudo course cluster --measure latency --plan full --runs 3 --hosts 4 "
-                 "--devices-per-host 1 --delay 1,5,25,50 --link-rate 50mbit,200mbit,600mbit")
+                 "--devices-per-host 1 --delay 1,5,25,50 --link-rate 50mbit,200mbit")

@@ -7,13 +7,21 @@ On the first device of every host (a mesh of one device per host, axis ``hosts``
   back), called back to back: what JAX sees of one round trip;
 - one ring message step (every host sends S bytes to the next, one ``ppermute``) at each of the
   plan's sizes, called back to back: each call waits for the host before it, so a call takes one
-  message step, the delay once and the bytes at the link's rate.
-Host 0 reports its times; ``results.latency`` fits T = α + S/B to the message steps.
+  message step, the delay once and the bytes at the link's rate;
+- three all-reduces of an S-byte vector at each of the plan's sizes, called back to back on
+  warm connections: the ring built from ``ppermute`` (2(p − 1) message steps of S/p),
+  recursive doubling (log₂ p steps of S) and the built-in ``psum``; and recursive doubling's
+  first step alone, every pair of hosts swapping S bytes;
+- what one TCP connection carries, host 0 to host 1 (``tcp``): clamped windows, several
+  connections, an open window, and a sync's time fresh, back to back and after an idle gap.
+Host 0 reports its times; ``results.latency`` fits T = α + S/B to the message steps and reads
+the all-reduces and the connection against the models.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from typing import Sequence
@@ -23,12 +31,24 @@ import numpy as np
 from course_utils.results.latency import LatencyResults, latency_lines, rows_from_runs
 from course_utils.results.records import from_json, to_json
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
-from course_utils.tools.cluster.timing import Timed, placed
+from course_utils.tools.cluster.tcp import tcp_report
+from course_utils.tools.cluster.timing import Timed, placed, timer
 
+# sizes: a ring message step's bytes; allreduce: the all-reduces' vector bytes and repeats; tcp:
+# the clamped window, the connections beside it, a stream's seconds (after warm_s at least,
+# ``tcp.tcp_report``), a sync's bytes, how many syncs of each kind and the idle gap before one
 LATENCY_PLANS = {
-    "quick": {"sizes": (64, 16384, 262144), "repeats": 5, "probes": 10},
-    "full": {"sizes": (64, 1024, 16384, 65536, 262144, 1048576), "repeats": 10, "probes": 30},
+    "quick": {"sizes": (64, 16384, 262144), "repeats": 5, "probes": 10,
+              "allreduce": {"sizes": (16384, 262144), "repeats": 2},
+              "tcp": {"window": 65536, "connections": 4, "seconds": 0.5, "warm_s": 0.3,
+                      "sync_bytes": 262144, "syncs": 2, "idle_s": 0.5}},
+    "full": {"sizes": (64, 1024, 16384, 65536, 262144, 1048576), "repeats": 10, "probes": 30,
+             "allreduce": {"sizes": tuple(2**k for k in range(14, 23)), "repeats": 3},
+             "tcp": {"window": 65536, "connections": 4, "seconds": 1.5, "warm_s": 0.5,
+                     "sync_bytes": 2**20, "syncs": 3, "idle_s": 1.0}},
 }
+# timed at each size: three all-reduces, and one step of recursive doubling alone (a swap)
+ALGORITHMS = ("ring", "doubling", "psum", "swap")
 UDP_PORT = 47303  # host 1's echo (the coordinator has 47301, the links measurement 47302)
 PROBE_BYTES = 64
 # the idle line's round trip, measured by two small processes of their own (no thread of a JAX
@@ -109,8 +129,37 @@ def measure_latency(plan: dict, timed: Timed) -> dict:
     pingpong_s, _ = timed(program(pingpong), value(PROBE_BYTES))
     step = program(ring_step)
     step_ms = [timed(step, value(size))[0] * 1e3 for size in plan["sizes"]]
+    reduce = plan["allreduce"]
+    timed_few, sums = timer(reduce["repeats"]), all_reduces(hosts)
+    reduce_ms: dict = {name: [] for name in ALGORITHMS}
+    for size in reduce["sizes"]:  # size by size, the three in turn
+        for name in ALGORITHMS:
+            block = sums[name]
+            reduced = program(lambda x, block=block: block(x[0])[None])
+            reduce_ms[name].append(timed_few(reduced, value(size))[0] * 1e3)
+    tcp = tcp_report(me, plan, statistics.median(round_trips) if round_trips else 0.0)
     return {"udp_round_trips_ms": round_trips, "pingpong_ms": pingpong_s * 1e3,
-            "sizes": list(plan["sizes"]), "step_ms": step_ms}
+            "sizes": list(plan["sizes"]), "step_ms": step_ms,
+            "allreduce_sizes": list(reduce["sizes"]), "allreduce_ms": reduce_ms, "tcp": tcp}
+
+
+def all_reduces(hosts: int) -> dict:
+    """By name (``ALGORITHMS``), a function of one host's f32 vector inside ``shard_map`` over
+    ``hosts``: the ring with both halves from ``ppermute`` (2(p − 1) message steps of S/p),
+    recursive doubling (log₂ p steps of S), the built-in ``psum``, and recursive doubling's
+    first step alone: each pair of hosts swaps S bytes over one connection."""
+    import jax
+
+    from course_utils.collectives.doubling import (
+        doubling_permutation,
+        recursive_doubling_all_reduce,
+    )
+    from course_utils.collectives.ring import ring_all_reduce
+
+    return {"ring": lambda g: ring_all_reduce(g, "hosts", hosts, by_hand=True),
+            "doubling": lambda g: recursive_doubling_all_reduce(g, "hosts", hosts),
+            "psum": lambda g: jax.lax.psum(g, "hosts"),
+            "swap": lambda g: jax.lax.ppermute(g, "hosts", doubling_permutation(hosts, 0))}
 
 
 def assemble_latency(host_runs: Sequence[HostRun], setup: Setup) -> LatencyResults:
@@ -121,5 +170,14 @@ def assemble_latency(host_runs: Sequence[HostRun], setup: Setup) -> LatencyResul
         "the latency run")
 
 
+def check_latency(setup: Setup) -> str | None:
+    """Recursive doubling pairs the hosts: their number must be a power of two."""
+    if setup.hosts & (setup.hosts - 1):
+        return (f"--measure latency runs recursive doubling, which pairs the hosts: give "
+                f"--hosts 2, 4 or 8, not {setup.hosts}")
+    return None
+
+
 MEASUREMENT = Measurement(name="latency", plans=LATENCY_PLANS, measure=measure_latency,
-                          assemble=assemble_latency, output="latency.json", lines=latency_lines)
+                          assemble=assemble_latency, output="latency.json", lines=latency_lines,
+                          check=check_latency)

@@ -67,13 +67,14 @@ MEASUREMENTS = {
         "course_utils.tools.cluster.diloco:MEASUREMENT",
         "part five's DiLoCo and Streaming DiLoCo rounds against data parallelism (needs "
         "--devices-per-host 2)",
-        "H = 16", "H = 16 and 32", ("diloco_cluster.json",), keeps_runs=True),
+        "H = 16", "H = 16 and 32", ("diloco_cluster.json",), keeps_runs=True, delays=1),
     "latency": About(
         "course_utils.tools.cluster.latency:MEASUREMENT",
         "what a one-way delay (--delay) costs a message: the idle round trip, a ppermute "
-        "ping-pong and a ring message step, with α fitted per step",
-        "3 sizes up to 256 KiB", "6 sizes up to 1 MiB", ("latency.json",), keeps_runs=True,
-        delays=16),
+        "ping-pong and a ring message step, with α fitted per step; the ring against "
+        "recursive doubling and psum; one TCP connection's window, slow start and idle gap",
+        "all-reduces of 16 and 256 KiB", "all-reduces of 16 KiB to 4 MiB", ("latency.json",),
+        keeps_runs=True, delays=16),
 }
 PLAN_NAMES = ("quick", "full")  # every measurement has these plans
 
