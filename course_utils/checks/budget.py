@@ -17,6 +17,7 @@ from course_utils.checks.helpers import (
     off_by,
     passed,
 )
+from course_utils.models import latency
 
 TOLERANCE = 1e-3  # relative: every slip below is farther off than this in some case
 
@@ -30,7 +31,7 @@ def crossover_bytes(p: int, alpha_s: float, bytes_per_s: float) -> float:
         >>> crossover_bytes(2, 5e-6, 12.5e9), round(crossover_bytes(8, 5e-6, 12.5e9))
         (inf, 550000)
     """
-    return _crossing(p, alpha_s, bytes_per_s)
+    return latency.crossover_bytes(p, alpha_s=alpha_s, bandwidth_bytes_per_s=bytes_per_s)
 
 
 def _crossing(p, a, b, *, rd_steps=None, rd_share=1.0, ring_steps=None, ring_share=None,
@@ -98,7 +99,8 @@ def check_rd_crossover(fn, *, alpha_s: float, bytes_per_s: float) -> None:
     function_given(exercise, "rd_crossover_bytes", fn)
     p_run = jax.device_count()
     page = (p_run if p_run >= 4 and p_run & (p_run - 1) == 0 else 4, alpha_s, bytes_per_s)
-    forbidden = (collective_time, modelled_time, ring_time, crossover_bytes)
+    forbidden = (collective_time, modelled_time, ring_time, crossover_bytes,
+                 latency.crossover_bytes)
     answers = []
     for case in (page, *_CASES):
         call = "rd_crossover_bytes({}, {:g}, {:g})".format(*case)

@@ -22,6 +22,7 @@ Accelerating Data Parallel Training*). ``bucketed_step_time`` models that overla
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 from course_utils.models.cost_model import ALGORITHMS, Topology, modelled_time
@@ -56,6 +57,37 @@ def collective_time(
     topology = Topology(1, positive_int("ranks", ranks))
     return modelled_time("all_reduce", algorithm, nbytes, topology, alpha_s=alpha_s,
                   bytes_per_s=bandwidth_bytes_per_s)
+
+
+def crossover_bytes(ranks: int, *, alpha_s: float, bandwidth_bytes_per_s: float,
+                    swap_factor: float = 1.0) -> float:
+    """The vector size n (bytes) at which recursive doubling and the ring take the same time;
+    below it recursive doubling is faster. ``math.inf`` where recursive doubling is never
+    slower (p = 2: as many bytes in fewer steps). ``swap_factor``: how many times each step's
+    n bytes take on the link, 2 where the two directions of a swap cross one after the other
+    (gloo's pairs: ``results.round_trips``).
+
+    Examples:
+        >>> round(crossover_bytes(4, alpha_s=0.1, bandwidth_bytes_per_s=6e6))  # 8αB
+        4800000
+        >>> round(crossover_bytes(4, alpha_s=0.1, bandwidth_bytes_per_s=6e6, swap_factor=2))
+        960000
+        >>> crossover_bytes(2, alpha_s=0.1, bandwidth_bytes_per_s=6e6)
+        inf
+    """
+    def start_and_per_byte(algorithm: str) -> tuple[float, float]:
+        def seconds(n: float) -> float:
+            return collective_time(n, ranks, alpha_s=alpha_s, algorithm=algorithm,
+                                   bandwidth_bytes_per_s=bandwidth_bytes_per_s)
+
+        return seconds(0), (seconds(1e9) - seconds(0)) / 1e9
+
+    ring_start, ring_per_byte = start_and_per_byte("ring")
+    doubling_start, doubling_per_byte = start_and_per_byte("recursive_doubling")
+    doubling_per_byte *= swap_factor
+    if doubling_per_byte <= ring_per_byte * (1 + 1e-12):
+        return math.inf
+    return max(0.0, (ring_start - doubling_start) / (doubling_per_byte - ring_per_byte))
 
 
 def plan_buckets(sizes: Sequence[int], bucket_bytes: int) -> list[list[int]]:
