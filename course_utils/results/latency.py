@@ -38,13 +38,15 @@ STEP_DELAYS = 2  # one-way delays a ring step waits for: the receiver's ready no
 class TcpRow:
     """What one TCP connection carried from host 0 to host 1 in one cell: the bytes per second
     arriving after the warm-up (``warm_up_s``) of one connection whose receiver clamps its
-    window to ``window`` bytes, of ``connections`` such connections together, and of one whose
+    window with ``window`` bytes (the window it advertised, as its sender saw it at the end:
+    ``window_seen``), of ``connections`` such connections together, and of one whose
     window may open to twice the bandwidth-delay product; and the seconds of each sync of
     ``sync_bytes`` from ``connect()`` to the receiver's one-byte reply on a fresh connection
     (``fresh_s``), and on one open connection back to back (``warm_s``) and after
     ``idle_gap_s`` of silence (``idle_s``)."""
 
     window: int
+    window_seen: int
     connections: int
     sync_bytes: int
     idle_gap_s: float

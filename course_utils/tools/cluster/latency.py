@@ -28,7 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
-from course_utils.results.latency import LatencyResults, latency_lines, rows_from_runs
+from course_utils.results.latency import LatencyResults, rows_from_runs
+from course_utils.results.round_trips import round_trip_lines
 from course_utils.results.records import from_json, to_json
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.tcp import tcp_report
@@ -45,7 +46,7 @@ LATENCY_PLANS = {
     "full": {"sizes": (64, 1024, 16384, 65536, 262144, 1048576), "repeats": 10, "probes": 30,
              "allreduce": {"sizes": tuple(2**k for k in range(14, 23)), "repeats": 3},
              "tcp": {"window": 65536, "connections": 4, "seconds": 1.5, "warm_s": 0.5,
-                     "sync_bytes": 2**20, "syncs": 3, "idle_s": 1.0}},
+                     "sync_bytes": 2**20, "syncs": 3, "idle_s": 3.0}},
 }
 # timed at each size: three all-reduces, and one step of recursive doubling alone (a swap)
 ALGORITHMS = ("ring", "doubling", "psum", "swap")
@@ -179,5 +180,5 @@ def check_latency(setup: Setup) -> str | None:
 
 
 MEASUREMENT = Measurement(name="latency", plans=LATENCY_PLANS, measure=measure_latency,
-                          assemble=assemble_latency, output="latency.json", lines=latency_lines,
+                          assemble=assemble_latency, output="latency.json", lines=round_trip_lines,
                           check=check_latency)

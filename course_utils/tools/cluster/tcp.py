@@ -4,14 +4,19 @@ delay line, host 0 sending to host 1.
 Two small processes of their own (no thread of a JAX process delays them), as the idle line's
 round trip is measured: host 1's ``SINK`` and host 0's ``SOURCE``, which prints one JSON line.
 - **A stream for ``seconds``** after ``warm_s`` (slow start over, the window open), read where it
-  arrives: one connection whose receiver clamps its window to ``window`` bytes
-  (``TCP_WINDOW_CLAMP``), ``connections`` such connections at once, and one connection whose
-  window may grow to twice the bandwidth-delay product (``delay.socket_buffer_bytes``).
+  arrives: one connection whose receiver clamps its window (``TCP_WINDOW_CLAMP`` at ``window``
+  bytes; Linux advertises about twice that, so the sender's view of the window, ``tcp_info``'s
+  ``snd_wnd``, is reported as ``window_seen``), ``connections`` such connections at once, and one
+  connection whose window may grow to twice the bandwidth-delay product
+  (``delay.socket_buffer_bytes``).
 - **A sync of ``sync_bytes``**, timed from ``connect()`` until the receiver's one-byte reply that
   it has every byte: on fresh connections (the handshake and slow start from Linux's initial
-  window), and on one open connection back to back and after ``idle_s`` of silence (Linux
-  restarts slow start once a connection has been idle for longer than its retransmission
-  timeout: ``net.ipv4.tcp_slow_start_after_idle``, on by default).
+  window), and on one open connection back to back and after ``idle_s`` of silence: Linux
+  halves a connection's window for every retransmission timeout (RTO, at least 200 ms) it stayed
+  idle, down to the initial window, and then starts slow start again
+  (``net.ipv4.tcp_slow_start_after_idle``, on by default; ``tcp_cwnd_restart``, RFC 2861). The
+  full plan's gap, 3 s, is at least ten RTOs at every delay it runs, so the window is back at the
+  initial window.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ print("ready", flush=True)
 threading.Event().wait()
 """
 SOURCE = r"""
-import json, socket, sys, threading, time
+import json, socket, struct, sys, threading, time
 host, port, plan = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 CHUNK = bytes(1 << 16)
 # a fresh connection starts from the initial window, not from what an earlier one to the same
@@ -82,23 +87,26 @@ CHUNK = bytes(1 << 16)
 with open("/proc/sys/net/ipv4/tcp_no_metrics_save", "w") as f:
     f.write("1")
 
-def stream(port, out, i):
+def stream(port, out, windows, i):
     with socket.create_connection((host, port)) as c:
         c.sendall((json.dumps({"mode": "stream", "warm_s": plan["warm_s"]}) + "\n").encode())
         end = time.perf_counter() + plan["warm_s"] + plan["seconds"]
         while time.perf_counter() < end:
             c.sendall(CHUNK)
+        # the window the receiver advertised, as this sender sees it (tcp_info's snd_wnd)
+        windows[i] = struct.unpack_from("I", c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO,
+                                                           512), 228)[0]
         c.shutdown(socket.SHUT_WR)
         out[i] = json.loads(c.makefile().readline())["bytes_per_s"]
 
 def streams(port, k):
-    out = [0.0] * k
-    threads = [threading.Thread(target=stream, args=(port, out, i)) for i in range(k)]
+    out, windows = [0.0] * k, [0] * k
+    threads = [threading.Thread(target=stream, args=(port, out, windows, i)) for i in range(k)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return sum(out)
+    return sum(out), max(windows)
 
 def sized(c, n):
     start = time.perf_counter()
@@ -127,9 +135,10 @@ for _ in range(plan["syncs"]):
     time.sleep(plan["idle_s"])
     idle.append(sized(c, n))
 c.sendall((0).to_bytes(8, "big")); c.close()
-print(json.dumps({
-    "one_clamped": streams(port + 1, 1), "several_clamped": streams(port + 1, plan["connections"]),
-    "one_open": streams(port, 1), "fresh_s": fresh, "warm_s": warm, "idle_s": idle}))
+(one, window), (several, _), (opened_rate, _) = (
+    streams(port + 1, 1), streams(port + 1, plan["connections"]), streams(port, 1))
+print(json.dumps({"window_seen": window, "one_clamped": one, "several_clamped": several,
+                  "one_open": opened_rate, "fresh_s": fresh, "warm_s": warm, "idle_s": idle}))
 """
 
 
