@@ -29,8 +29,8 @@ from typing import Sequence
 import numpy as np
 
 from course_utils.results.latency import LatencyResults, rows_from_runs
-from course_utils.results.round_trips import round_trip_lines
 from course_utils.results.records import from_json, to_json
+from course_utils.results.round_trips import round_trip_lines
 from course_utils.tools.cluster.measurements import HostRun, Measurement, Setup
 from course_utils.tools.cluster.tcp import tcp_report
 from course_utils.tools.cluster.timing import Timed, placed, timer
