@@ -106,10 +106,16 @@ def test_a_rate_above_the_relay_s_ceiling_is_named_in_a_warning():
 def _row(rate, delay_ms, run, step_alpha_ms):
     sizes = (64, 16384, 262144)
     per_byte_ms = 1e3 / rate_bytes_per_s(rate)
+    tcp = {"window": 65536, "window_seen": 131070, "connections": 4, "sync_bytes": 2**20,
+           "idle_gap_s": 3.0, "warm_up_s": 1.0, "one_clamped": 1e6, "several_clamped": 4e6,
+           "one_open": 5e6, "fresh_s": [0.3], "warm_s": [0.1], "idle_s": [0.25]}
     return {"link_rate": rate, "delay_ms": delay_ms, "run": run,
             "udp_round_trips_ms": [2 * delay_ms + 0.1 * k for k in range(5)],
             "pingpong_ms": 2 * delay_ms + 0.2, "sizes": list(sizes),
-            "step_ms": [step_alpha_ms + s * per_byte_ms for s in sizes]}
+            "step_ms": [step_alpha_ms + s * per_byte_ms for s in sizes],
+            "allreduce_sizes": [16384], "allreduce_ms": {"ring": [7.0], "doubling": [5.0],
+                                                         "psum": [7.0], "swap": [3.0]},
+            "tcp": tcp}
 
 
 def _results(rows):
@@ -160,7 +166,8 @@ def test_the_saved_runs_carry_the_line_the_delays_and_their_command():
     assert latency.cluster.delay_line in delay.LINES and latency.meta.runs == 3
     assert SAVED_COMMAND.removeprefix("sudo ") in latency.meta.command_line  # the regenerate hint
     assert latency.meta.commit and not latency.meta.dirty
-    assert sorted(latency.delays()) == [1.0, 5.0, 25.0, 50.0] and len(latency.rates()) == 3
+    assert sorted(latency.delays()) == [1.0, 5.0, 25.0, 50.0] and len(latency.rates()) == 2
+    assert latency.cluster.hosts == 4  # recursive doubling in two steps
     links = load_saved(LinkResults, "links_delay.json", "course cluster --measure links")
     assert links.cluster.delay_line == latency.cluster.delay_line and links.cluster.delay_ms
     assert links.meta.runs == 3 and links.cluster.hosts == 4
@@ -179,7 +186,7 @@ def test_the_quick_latency_plan_delays_every_message_and_leaves_nothing(tmp_path
     done = subprocess.run([*COURSE, "--measure", "latency", "--hosts", "2",
                            "--devices-per-host", "1", "--delay", "1,25", "--link-rate",
                            "200mbit", "--plan", "quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     results = load(LatencyResults, tmp_path / "latency.json")
     assert to_json(results) == json.loads((tmp_path / "latency.json").read_text())
@@ -189,6 +196,13 @@ def test_the_quick_latency_plan_delays_every_message_and_leaves_nothing(tmp_path
             >= 2 * delay_ms
         assert results.pingpong_ms("200mbit", delay_ms).median >= 2 * delay_ms
     assert "goal round trip at 200mbit, 25 ms" in done.stdout
+    row = results.rows[0]  # the all-reduces at every size, and the connection's figures
+    assert set(row.allreduce_ms) == {"ring", "doubling", "psum", "swap"}
+    assert all(len(ms) == len(row.allreduce_sizes) and min(ms) > 0
+               for ms in row.allreduce_ms.values())
+    assert row.tcp.window_seen >= row.tcp.window and row.tcp.one_open > 0
+    assert len(row.tcp.fresh_s) == len(row.tcp.idle_s) > 0
+    assert "crossover" in done.stdout and "fresh sync" in done.stdout
     assert leftovers() == []
 
 

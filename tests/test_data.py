@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from course_utils import check_regression_shapes, reference_gradient, toy_regression
+from course_utils import reference_gradient, toy_regression
+from course_utils.problems.regression import check_regression_shapes
 
 
 def test_defaults_are_the_seeds_arrays():

@@ -39,6 +39,7 @@ from course_utils.checks import (
     check_ring_step,
     check_slowest_hidden_rate,
     check_smallest_h,
+    check_transfer_time,
     check_two_level_scatter,
 )
 from course_utils.checks.helpers import ExerciseFailed
@@ -384,6 +385,23 @@ def _hiding(per_byte=8, whole=False, scales=True, steps=None, ring=True):
         return per_byte * share * sent / ((steps or tau) * step_s)
 
     return rate
+
+
+STEP23 = dict(size_bytes=2**20, rate_bits=1.9e8, rtt_s=0.1005)
+
+
+def _transfer(handshake=True, per_byte=8, initial=10 * 1448, grow=lambda w: 2 * w, slow=True):
+    """Exercise 23 answered with one thing changed: the handshake, the rate's unit, the initial
+    window, how the window grows, or slow start left out."""
+
+    def transfer(size_bytes, rate_bits, rtt_s):
+        rate = rate_bits / per_byte
+        seconds, window, left = (rtt_s if handshake else 0.0), initial, size_bytes
+        while slow and left > window and window < rate * rtt_s:
+            seconds, left, window = seconds + rtt_s, left - window, grow(window)
+        return seconds + left / rate + rtt_s
+
+    return transfer
 
 
 MEMORY = dict(memory_bytes=2**20)
@@ -815,6 +833,24 @@ CASES = {
     ),
     (22, "one inner step to hide behind, not τ"): lambda: check_slowest_hidden_rate(
         _hiding(steps=1), **STEP22
+    ),
+    (23, "the handshake left out"): lambda: check_transfer_time(
+        _transfer(handshake=False), **STEP23
+    ),
+    (23, "no slow start: the whole sync at the link's rate"): lambda: check_transfer_time(
+        _transfer(slow=False), **STEP23
+    ),
+    (23, "the rate in bits taken for bytes"): lambda: check_transfer_time(
+        _transfer(per_byte=1), **STEP23
+    ),
+    (23, "the initial window as 10 bytes, not 10 segments"): lambda: check_transfer_time(
+        _transfer(initial=10), **STEP23
+    ),
+    (23, "the window grown by one segment a round"): lambda: check_transfer_time(
+        _transfer(grow=lambda w: w + 1448), **STEP23
+    ),
+    (23, "the package's slow_start_s called"): lambda: check_transfer_time(
+        lambda s, r, t: cu.round_trips.slow_start_s(s, r / 8, t), **STEP23
     ),
 }
 

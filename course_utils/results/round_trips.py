@@ -15,6 +15,8 @@ models, cell by cell (a link rate and a one-way delay), each figure the median o
 - **One connection** (``connection``): a clamped window's rate against window / round trip, several
   connections against k windows, an open window against the link, and a sync's seconds fresh,
   back to back and after an idle gap against ``models.window.slow_start_s``.
+- **DiLoCo at a delay** (``saved_delayed_diloco``): the diloco measurement's rounds at a 50 ms
+  one-way delay. The saved latency run: ``saved_latency_results`` (``results.latency``).
 
 Why gloo's swap takes twice its bytes: each pair of processes has one TCP connection, and gloo
 writes a pair's messages in the order they were posted (``Pair::sendAsyncMode`` queues behind an
@@ -35,7 +37,11 @@ from course_utils.models.latency import collective_time, crossover_bytes
 from course_utils.models.links import payload_bytes_per_s
 from course_utils.models.window import slow_start_s, window_rate
 from course_utils.results.cluster import Goal
-from course_utils.results.latency import LatencyResults, latency_lines
+from course_utils.results.latency import (  # noqa: F401  saved_latency_results: read here too
+    LatencyResults,
+    latency_lines,
+    saved_latency_results,
+)
 from course_utils.results.overlap import Spread, spread
 
 MIN_BDPS = 4  # a message read against a model is at least this many bandwidth-delay products
@@ -251,3 +257,44 @@ def round_trip_lines(results: LatencyResults) -> list[str]:
                      + ("met" if goal.met else "NOT met"))
     return lines
 
+
+
+def allreduce_figure_data(results: LatencyResults, cells: list[tuple[str, float]]) -> dict:
+    """One panel per ``(rate, delay)`` cell: the ring, recursive doubling and ``psum`` measured
+    (median over the runs, the runs' range as a band) against the size, with the ring's model
+    and both of recursive doubling's (dashed), on log axes."""
+    panels = []
+    for rate, delay_ms in cells:
+        sizes = list(_runs(results, rate, delay_ms)[0].allreduce_sizes)
+        series = []
+        for name, color in (("ring", "C0"), ("doubling", "C1"), ("psum", "C2")):
+            ms = measured_ms(results, rate, delay_ms, name)
+            series.append({"label": f"{name} measured", "color": color,
+                           "y": [s.median for s in ms], "low": [s.low for s in ms],
+                           "high": [s.high for s in ms]})
+        for name, model, color in (("ring", "gloo", "C0"), ("doubling", "gloo", "C1"),
+                                   ("doubling", "textbook", "0.5")):
+            label = {"ring": "ring model", "doubling": f"doubling model ({model}'s)"}[name]
+            series.append({"label": label, "style": "model", "color": color,
+                           "y": [modelled_ms(results, rate, delay_ms, name, s, model)
+                                 for s in sizes]})
+        panels.append({"kind": "line", "title": f"{rate}, {delay_ms:g} ms one way",
+                       "x": sizes, "xlabel": "vector per host", "xunit": "bytes",
+                       "ylabel": "ms per all-reduce", "xscale": "log", "yscale": "log",
+                       "series": series})
+    return {"panels": panels}
+
+
+# DiLoCo's rounds at a one-way delay: the diloco measurement with --delay, 2 hosts of 2 devices
+DELAYED_DILOCO = "diloco_cluster_delay.json"
+DELAYED_COMMAND = ("course cluster --measure diloco --plan full --link-rate 50mbit --delay 50 "
+                   "--runs 3")
+
+
+def saved_delayed_diloco():
+    """The saved DiLoCo rounds at a 50 ms one-way delay (``course_utils/saved/`` +
+    ``DELAYED_DILOCO``), a ``results.diloco_cluster.DilocoClusterResults``."""
+    from course_utils.results.diloco_cluster import DilocoClusterResults
+    from course_utils.results.records import load_saved
+
+    return load_saved(DilocoClusterResults, DELAYED_DILOCO, DELAYED_COMMAND)

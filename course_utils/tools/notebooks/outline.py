@@ -6,7 +6,8 @@ Everything that lists the steps reads it: the site's landing and instructor page
 (``pages.py``), the README's series table and ``docs/exercises.md``'s table (written from it by
 ``scripts/write_outline_tables.py``, a test keeps them equal) and the tests' step lists. Adding a
 step is its notebook, its check and one entry here (part three's: in ``outline_three.py``; part
-four's: in ``outline_four.py``; part five's: in ``outline_five.py``).
+four's: in ``outline_four.py``; part five's: in ``outline_five.py``; part six's: in
+``outline_six.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 from course_utils.tools.errors import usage
 from course_utils.tools.notebooks.outline_five import PART_FIVE, PART_FIVE_STEPS
 from course_utils.tools.notebooks.outline_four import PART_FOUR, PART_FOUR_STEPS
+from course_utils.tools.notebooks.outline_six import PART_SIX, PART_SIX_STEPS
 from course_utils.tools.notebooks.outline_three import PART_THREE, PART_THREE_STEPS
 from course_utils.tools.notebooks.records import Exercise, Mistake, StepOutline
 
-__all__ = ["CAPSTONE", "OUTLINE", "PART_FIVE", "PART_FOUR", "PART_ONE", "PART_THREE", "PART_TWO",
-           "WHERE", "outline_step", "parts"]
+__all__ = ["CAPSTONE", "OUTLINE", "PART_FIVE", "PART_FOUR", "PART_ONE", "PART_SIX", "PART_THREE",
+           "PART_TWO", "WHERE", "outline_step", "parts"]
 
 PART_ONE = "Part one: one gradient, three ways to communicate it"
 PART_TWO = "Part two: the ring by hand, latency and buckets, hierarchy"
@@ -335,6 +337,7 @@ OUTLINE = (
     ),
     *PART_FOUR_STEPS,
     *PART_FIVE_STEPS,
+    *PART_SIX_STEPS,
 )
 
 
