@@ -201,7 +201,8 @@ PLAN_FACTS = {  # what each plan's help says, read from the plan itself
     "diloco": lambda plan: [f"H = {spoken(plan['local_steps'])}"],
     "links": lambda plan: [f"{plan['seconds']:g} s a rate"],
     "latency": lambda plan: [f"{len(plan['sizes'])} sizes up to "
-                             f"{format_bytes(max(plan['sizes']))}"],
+                             f"{format_bytes(max(plan['sizes']))}",
+                             f"all-reduces up to {format_bytes(max(plan['allreduce']['sizes']))}"],
 }
 
 

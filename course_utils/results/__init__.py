@@ -11,7 +11,8 @@ curves, their one runner and readers; ``diloco``: part five's saved sweep; ``dil
 five's timed runs; ``diloco_figures``: the sweep's figure; ``latency``: what the delay line's
 one-way delay costs a message; ``links``: the links' rates and ceiling; ``meta``: how a run was
 made;
-``overlap``: step 19's measurements; ``records``: the one reader and writer; ``strategies``: part
+``overlap``: step 19's measurements; ``records``: the one reader and writer; ``round_trips``:
+the latency run against the models (step 23); ``strategies``: part
 three's strategies; ``streaming``: Streaming DiLoCo's held-out curves; ``training``: part four's
 measurements; ``training_figures``: part four's figures.
 """

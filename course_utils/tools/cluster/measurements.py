@@ -73,7 +73,8 @@ MEASUREMENTS = {
         "what a one-way delay (--delay) costs a message: the idle round trip, a ppermute "
         "ping-pong and a ring message step, with α fitted per step; the ring against "
         "recursive doubling and psum; one TCP connection's window, slow start and idle gap",
-        "all-reduces of 16 and 256 KiB", "all-reduces of 16 KiB to 4 MiB", ("latency.json",),
+        "3 sizes up to 256 KiB, all-reduces up to 256 KiB",
+        "6 sizes up to 1 MiB, all-reduces up to 4 MiB", ("latency.json",),
         keeps_runs=True, delays=16),
 }
 PLAN_NAMES = ("quick", "full")  # every measurement has these plans
