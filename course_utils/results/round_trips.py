@@ -18,13 +18,17 @@ models, cell by cell (a link rate and a one-way delay), each figure the median o
 - **DiLoCo at a delay** (``saved_delayed_diloco``): the diloco measurement's rounds at a 50 ms
   one-way delay. The saved latency run: ``saved_latency_results`` (``results.latency``).
 
-Why gloo's swap takes twice its bytes: each pair of processes has one TCP connection, and gloo
-writes a pair's messages in the order they were posted (``Pair::sendAsyncMode`` queues behind an
-unfinished write; gloo/transport/tcp/pair.cc). A receiver tells its sender it is ready
-(``NOTIFY_RECV_READY``) on that same connection: a process that has started sending its S bytes
-to its partner queues its ready notice behind them, so its partner's S bytes start only once its
-own have crossed. A ring step sends and receives on two different connections; the run's
-``swap`` (one recursive-doubling step alone) shows the factor directly.
+Why gloo's swap takes twice its bytes: XLA's CPU ``ppermute`` on gloo posts its send, then its
+receive (``GlooCommunicator::CollectivePermute``, xla/backends/cpu/collectives/
+gloo_communicator.cc); each pair of processes has one TCP connection, on which gloo writes the
+pair's messages in the order they were posted (``Pair::sendAsyncMode``, gloo/transport/tcp/
+pair.cc), and a sender waits for its receiver's ready notice (``NOTIFY_RECV_READY``). A host that
+reaches a swap after its partner finds the partner's notice there: its S bytes go at once, and
+its own notice, posted by its receive just after, follows them on the same connection. The
+partner's S bytes start only once they have crossed: the two directions take turns. A ring step
+sends on one connection and receives on another. The run's ``swap`` (one recursive-doubling step
+alone) shows the factor directly. ``psum`` is gloo's own ring all-reduce (the same file sets
+``Algorithm::RING``).
 """
 
 from __future__ import annotations
