@@ -206,3 +206,18 @@ def test_the_latency_measurement_refuses_hosts_that_recursive_doubling_cannot_pa
     assert check_latency(setup(4)) is None and check_latency(setup(2)) is None
     assert "--hosts 2, 4 or 8, not 3" in check_latency(setup(3))
     assert math.isinf(crossover_bytes(2, alpha_s=0.1, bandwidth_bytes_per_s=1e6))
+
+
+def test_the_saved_runs_carry_their_commands_and_diloco_s_delay_matches_its_undelayed_run():
+    from course_utils.results.diloco_cluster import local_steps, rates, saved_diloco_cluster
+
+    latency = rt.saved_latency_results()
+    assert latency.rows[0].tcp.window_seen > 0 and set(latency.rows[0].allreduce_ms) == {
+        "ring", "doubling", "psum", "swap"}
+    far, near = rt.saved_delayed_diloco(), saved_diloco_cluster()
+    assert far.cluster.delay_ms == 50.0 and far.cluster.delay_line == latency.cluster.delay_line
+    assert far.meta.runs == 3 and far.meta.commit and not far.meta.dirty
+    assert rt.DELAYED_COMMAND in far.meta.command_line  # the regenerate hint
+    assert [m.name for m in far.methods] == [m.name for m in near.methods]
+    assert far.sizes == near.sizes and far.cluster.hosts == near.cluster.hosts
+    assert set(rates(far)) <= set(rates(near)) and local_steps(far) == local_steps(near)
