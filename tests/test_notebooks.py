@@ -19,6 +19,7 @@ from course_utils.tools.notebooks.outline import (
     PART_FIVE,
     PART_FOUR,
     PART_ONE,
+    PART_SIX,
     PART_THREE,
     PART_TWO,
     parts,
@@ -26,7 +27,7 @@ from course_utils.tools.notebooks.outline import (
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SECRETS = re.compile(r"/(tmp|root|home|work|Users)/|ipykernel_\d+")
-PART_ORDER = [PART_ONE, PART_TWO, PART_THREE, CAPSTONE, PART_FOUR, PART_FIVE]
+PART_ORDER = [PART_ONE, PART_TWO, PART_THREE, CAPSTONE, PART_FOUR, PART_FIVE, PART_SIX]
 
 
 def test_the_outline_lists_every_step_with_its_title_and_check():

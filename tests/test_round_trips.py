@@ -221,3 +221,20 @@ def test_the_saved_runs_carry_their_commands_and_diloco_s_delay_matches_its_unde
     assert [m.name for m in far.methods] == [m.name for m in near.methods]
     assert far.sizes == near.sizes and far.cluster.hosts == near.cluster.hosts
     assert set(rates(far)) <= set(rates(near)) and local_steps(far) == local_steps(near)
+
+
+def test_a_quantized_sync_is_counted_as_the_collectives_its_program_holds():
+    from course_utils.models.cost_model import Topology
+    from course_utils.training.diloco import sync_traffic
+    from course_utils.training.quantize import quantized_all_reduce
+
+    mesh = data_mesh()
+    p = mesh.size
+    x = np.zeros((p, 256 * p), np.float32)
+    for dtype, arrays in (("float32", 1), ("int4", 2)):  # int4: the codes and the scales
+        program = _program(mesh, lambda g, a, q, dtype=dtype: quantized_all_reduce(
+            g, a, q, dtype=dtype))
+        ops = hlo_collectives(program.lower(x).compile().as_text())
+        assert len(ops) == (1 if dtype == "float32" else 2 * arrays), [o.op for o in ops]
+        float32 = sync_traffic(256 * p, Topology(p, 1)).messages
+        assert sync_traffic(256 * p, Topology(p, 1), dtype=dtype).messages == arrays * float32

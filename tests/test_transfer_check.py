@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -125,7 +126,7 @@ def test_every_natural_form_of_the_right_time_passes(form, capsys):
     check_transfer_time(answer(RIGHT_FORMS[form], "my_transfer_time", np=np), **STEP_23)
     assert capsys.readouterr().out == (
         "PASSED: one connection's transfer time (0.555 s for the page's 4,456,448 bytes at "
-        "200 Mbit/s, rtt 50 ms; right at 5 other cases)\n")
+        "200 Mbit/s, rtt 50 ms; right at 6 other cases)\n")
 
 
 def test_numpy_and_jax_scalars_pass(capsys):
@@ -163,7 +164,8 @@ def _rounds_only(size_bytes, rate_bits, rtt_s):
 
 _RIGHT = _time()
 SLIPS = [  # (the page's common wrong answers, with the messages the lead quotes)
-    (_time(handshake=0.0), "add the handshake: connect\\(\\) takes one round trip"),
+    (_time(handshake=0.0), "one round trip short: add the handshake \\(connect\\(\\) takes"),
+    (_time(reply=0.0), "or, if you have it, the reply at the end"),
     (_time(reply=0.5), "the reply comes back too"),
     (_time(result=lambda t, s, b, r: r + 8 * s / b), "that is a round trip plus the bytes"),
     (_time(result=lambda t, s, b, r: r / 2 + 8 * s / b), "that is a round trip plus the bytes"),
@@ -189,8 +191,12 @@ SLIPS = [  # (the page's common wrong answers, with the messages the lead quotes
     (lambda s, b, r: _RIGHT(s, 200e6, r), "does not change with rate_bits"),
     (lambda s, b, r: _RIGHT(s, b, 0.05), "does not change with rtt_s"),
     (_time(result=lambda t, s, b, r: t + r / 4), "one round trip to connect; then rounds"),
-    (_time(result=lambda t, s, b, r: round(t, 2)), "close, so check for rounding too early; one "
-                                                   "round trip to connect"),
+    (_time(result=lambda t, s, b, r: round(t, 2)), "close, so check each constant and term "
+                                                   "\\(the segment's 1448 bytes, rtt_s, the rate, "
+                                                   "the last bytes\\) and any rounding; one round"),
+    (_time(result=lambda t, s, b, r: t * (1 + 3e-6)), "close, so check for rounding too early; one "
+                                                     "round trip"),
+    (_time(window=10 * 1460), "a segment carries 1448 bytes here"),
 ]
 
 
@@ -250,9 +256,35 @@ def test_the_package_model_is_refused_and_bad_input_gets_a_short_message():
         bdp = bdp_bytes(rate_bits / 8, rtt_s)
         return _RIGHT(size_bytes, rate_bits, rtt_s) + 0 * bdp
 
+    class Model:  # the model behind a callable instance and a bound method
+        def __call__(self, size_bytes, rate_bits, rtt_s):
+            return slow_start_s(size_bytes, rate_bits / 8, rtt_s)
+
+        def time(self, size_bytes, rate_bits, rtt_s):
+            return self(size_bytes, rate_bits, rtt_s)
+
+    class Mine:  # a callable instance of the student's own rounds passes
+        def __call__(self, size_bytes, rate_bits, rtt_s):
+            return _RIGHT(size_bytes, rate_bits, rtt_s)
+
+    class Held:  # the model kept on the class or on the instance
+        static = staticmethod(slow_start_s)
+
+        def __init__(self, model):
+            self.model = model
+
+        def __call__(self, size_bytes, rate_bits, rtt_s):
+            return self.model(size_bytes, rate_bits / 8, rtt_s)
+
+    check_transfer_time(Mine(), **STEP_23)
     for fn, message in [
-        (shortcut, "uses the package's slow_start_s, which computes the answer: write the "
-                   "handshake, the slow-start rounds"),
+        (Held(slow_start_s), "uses the package's slow_start_s"),
+        (Held(Held.static), "uses the package's slow_start_s"),
+        (jax.custom_jvp(shortcut), "uses the package's slow_start_s"),
+        (Model(), "uses the package's slow_start_s"),
+        (Model().time, "uses the package's slow_start_s"),
+        (shortcut, "uses the package's slow_start_s, one of the window models this "
+                   "exercise asks you to write: write the handshake, the slow-start rounds"),
         (through_the_module, "uses the package's slow_start_s"),
         (with_the_bdp, "uses the package's bdp_bytes"),
         (transfer.expected_seconds, "uses the package's expected_seconds"),

@@ -1,7 +1,8 @@
 """What a student's function is, calls or runs, for the checks that forbid something: the
 package's own kernels (however wrapped, or run inside a jitted program) and the functions an
 exercise asks the student not to call (the function is one, wraps one, or names one in its code,
-binds one as a default argument or in a closure, or fetches one from a course module with
+binds one as a default argument or in a closure, is a method or a callable instance that does,
+or fetches one from a course module with
 ``importlib.import_module``, ``__import__`` or ``getattr`` and the name written out).
 
 Feedback on honest slips, not a lock: the student's code runs in the same kernel as the check and
@@ -171,11 +172,18 @@ def uses_forbidden(fn, forbidden, *, depth: int = 6) -> str | None:
     banned = [f for f in forbidden if not isinstance(f, str)]
     codes = {_shape(f.__code__): f.__name__ for f in banned if hasattr(f, "__code__")}
     names = {f for f in forbidden if isinstance(f, str)}
-    home = getattr(getattr(fn, "__code__", None), "co_filename", None)
-    student = getattr(_unwrapped(fn), "__globals__", None)  # the namespace of the student's code
+    home = getattr(getattr(_as_function(fn), "__code__", None), "co_filename", None)
+    # the namespace of the student's code
+    student = getattr(_as_function(_unwrapped(fn)), "__globals__", None)
     seen: set[int] = set()
 
     def search(obj, level: int) -> str | None:
+        if not any(obj is f for f in banned) and (methods := _class_functions(obj)):
+            # a bound method or a callable instance: what its class and the instance hold
+            hit = next((hit for f in methods if (hit := search(f, level + 1)) is not None),
+                       None)
+            if hit is not None:
+                return hit
         for _ in range(10):  # unwrap jax.jit, functools.wraps and partial
             if id(obj) in seen:
                 return None
@@ -236,6 +244,36 @@ def _shape(code: types.CodeType) -> tuple:
                   and not isinstance(i.argval, types.CodeType))
     consts = tuple(_shape(c) for c in code.co_consts if isinstance(c, types.CodeType))
     return steps, code.co_varnames, consts
+
+
+def _class_functions(obj) -> list:
+    """For a bound method (its function first) or an instance of a class with a ``__call__`` of
+    its own (that first), what its code can reach through ``self``: the functions its class
+    defines (static and class methods and properties unwrapped, other callables kept) and the
+    callables the instance holds; for anything else, ``[]``."""
+    if isinstance(obj, types.MethodType):
+        first, instance = [obj.__func__], obj.__self__
+    elif not isinstance(obj, (types.FunctionType, type)) and isinstance(
+            next((vars(k)["__call__"] for k in type(obj).__mro__ if "__call__" in vars(k)),
+                 None), types.FunctionType):  # a __call__ written in Python, not jit's
+        first, instance = [], obj
+    else:
+        return []
+    held = [v for k in type(instance).__mro__[:-1] for v in vars(k).values()]
+    held += list(getattr(instance, "__dict__", {}).values())
+    own = []
+    for v in held:
+        if isinstance(v, (staticmethod, classmethod)):
+            v = v.__func__
+        parts = [v.fget, v.fset, v.fdel] if isinstance(v, property) else [v]
+        own += [f for f in parts if callable(f) and not isinstance(f, type)]
+    return first + sorted(own, key=lambda f: getattr(f, "__name__", "") != "__call__")
+
+
+def _as_function(obj):
+    """The Python function that calling ``obj`` runs first (``_class_functions``), else
+    ``obj``."""
+    return next(iter(_class_functions(obj)), obj)
 
 
 def _unwrapped(fn):

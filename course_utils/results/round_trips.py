@@ -141,12 +141,14 @@ def share_within(cells: list[AllReduceCell], model: str) -> float:
 
 class Crossover(NamedTuple):
     """Where the ring starts to beat recursive doubling in one cell: measured (``None`` where
-    the order never flips within the sizes; ``side`` says which way) and each model's."""
+    the order never flips within the sizes; ``side`` says which way; ``between``: the two sizes
+    it lies between) and each model's."""
 
     measured: float | None
     side: str  # "within", "below" (the ring faster at every size) or "above" (never)
     textbook: float
     gloo: float
+    between: tuple[int, int] | None = None
 
     def within(self, model: str) -> bool | None:
         """Whether the measured crossover is within ``CROSSOVER_FACTOR`` of ``model``'s;
@@ -156,13 +158,20 @@ class Crossover(NamedTuple):
         return 1 / CROSSOVER_FACTOR <= self.measured / getattr(self, model) <= CROSSOVER_FACTOR
 
 
-def crossover(results: LatencyResults, rate: str, delay_ms: float) -> Crossover:
+def crossover(results: LatencyResults, rate: str, delay_ms: float,
+              run: int | None = None) -> Crossover:
     """The cell's crossover: the first size from which the ring is faster at every larger size,
-    placed between it and the size before where log(ring / doubling) crosses 0."""
-    sizes = _runs(results, rate, delay_ms)[0].allreduce_sizes
-    ratios = [math.log(r.median / d.median) for r, d in
-              zip(measured_ms(results, rate, delay_ms, "ring"),
-                  measured_ms(results, rate, delay_ms, "doubling"))]
+    placed between it and the size before where log(ring / doubling) crosses 0; of the medians
+    over the runs, or of run ``run`` alone."""
+    rows = _runs(results, rate, delay_ms)
+    sizes = rows[0].allreduce_sizes
+    if run is None:
+        ring, doubling = ([s.median for s in measured_ms(results, rate, delay_ms, name)]
+                          for name in ("ring", "doubling"))
+    else:
+        row = next(r for r in rows if r.run == run)
+        ring, doubling = row.allreduce_ms["ring"], row.allreduce_ms["doubling"]
+    ratios = [math.log(r / d) for r, d in zip(ring, doubling)]
     alpha_s, p = results.alpha_ms(rate, delay_ms).median / 1e3, results.cluster.hosts
     models = [crossover_bytes(p, alpha_s=alpha_s, bandwidth_bytes_per_s=payload_bytes_per_s(rate),
                               swap_factor=f) for f in (1, SWAP_FACTOR)]
@@ -173,7 +182,12 @@ def crossover(results: LatencyResults, rate: str, delay_ms: float) -> Crossover:
         return Crossover(None, "below", *models)
     a, b = ratios[first - 1], ratios[first]
     at = math.log(sizes[first - 1]) + a / (a - b) * math.log(sizes[first] / sizes[first - 1])
-    return Crossover(math.exp(at), "within", *models)
+    return Crossover(math.exp(at), "within", *models, (sizes[first - 1], sizes[first]))
+
+
+def crossover_runs(results: LatencyResults, rate: str, delay_ms: float) -> list[Crossover]:
+    """The cell's crossover in each run alone (``crossover`` with ``run``)."""
+    return [crossover(results, rate, delay_ms, r.run) for r in _runs(results, rate, delay_ms)]
 
 
 class Connection(NamedTuple):
@@ -186,6 +200,7 @@ class Connection(NamedTuple):
     fresh: Spread
     warm: Spread
     idle: Spread
+    window: float  # the window the receiver advertised (bytes, the median over the runs)
     window_model: float  # window / round trip, at most the link
     several_model: float  # k windows / round trip, at most the link
     link: float  # the payload rate
@@ -198,7 +213,8 @@ def connection(results: LatencyResults, rate: str, delay_ms: float) -> Connectio
     """The cell's connection figures (each run's median sync first) against their models."""
     rows = [r.tcp for r in _runs(results, rate, delay_ms)]
     tcp, rtt, link = rows[0], round_trip_s(results, rate, delay_ms), payload_bytes_per_s(rate)
-    fresh = slow_start_s(tcp.sync_bytes, link, rtt)
+    fresh, window = slow_start_s(tcp.sync_bytes, link, rtt), statistics.median(
+        r.window_seen for r in rows)
 
     def over_runs(key: str) -> Spread:
         values = [getattr(r, key) for r in rows]
@@ -207,8 +223,8 @@ def connection(results: LatencyResults, rate: str, delay_ms: float) -> Connectio
     return Connection(
         over_runs("one_clamped"), over_runs("several_clamped"), over_runs("one_open"),
         over_runs("fresh_s"), over_runs("warm_s"), over_runs("idle_s"),
-        window_rate(tcp.window_seen, rtt, link),
-        window_rate(tcp.window_seen, rtt, link, connections=tcp.connections),
+        window, window_rate(window, rtt, link),
+        window_rate(window, rtt, link, connections=tcp.connections),
         link, fresh, tcp.sync_bytes / link + rtt, fresh - rtt)
 
 
@@ -278,7 +294,8 @@ def allreduce_figure_data(results: LatencyResults, cells: list[tuple[str, float]
                            "high": [s.high for s in ms]})
         for name, model, color in (("ring", "gloo", "C0"), ("doubling", "gloo", "C1"),
                                    ("doubling", "textbook", "0.5")):
-            label = {"ring": "ring model", "doubling": f"doubling model ({model}'s)"}[name]
+            label = {"ring": "ring model", "doubling": "doubling model, in turn (gloo's)"
+                     if model == "gloo" else "doubling model, at once (textbook's)"}[name]
             series.append({"label": label, "style": "model", "color": color,
                            "y": [modelled_ms(results, rate, delay_ms, name, s, model)
                                  for s in sizes]})

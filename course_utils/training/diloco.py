@@ -252,18 +252,20 @@ def sync_traffic(n: int, topology: Topology, *, fragments: int = 1,
     """One outer step's exchange (the model of one sync, in bytes and messages): one fragment
     (n/F values), each of a host's D devices sending its slice (n/(D·F) values) through
     ``quantize.quantized_all_reduce`` across the hosts (``quantize.exchange_bytes``: float32
-    whole, or codes and a scale per block); the message steps of the two-level all-reduce.
+    whole, or codes and a scale per block); the message steps of the two-level all-reduce,
+    twice in int8 or int4: the codes and the scales are exchanged as two collectives each.
     The all-gather inside the replica crosses no host's link.
 
     Examples:
         >>> sync_traffic(1024, Topology(2, 1))  # a ring of two hosts: each sends n floats
         Traffic(link_bytes=4096.0, messages=2)
         >>> sync_traffic(1024, Topology(2, 1), fragments=4, dtype="int4")  # 128 B + 4 scales
-        Traffic(link_bytes=144.0, messages=2)
+        Traffic(link_bytes=144.0, messages=4)
     """
     devices = topology.devices
+    arrays = 1 if dtype == "float32" else 2  # quantized: the codes and the scales
     return Traffic(devices * exchange_bytes(n // (devices * fragments), topology.hosts, dtype),
-                   message_steps("all_reduce", "two_level", topology))
+                   arrays * message_steps("all_reduce", "two_level", topology))
 
 
 def every_h_traffic(step: OuterStep) -> Callable[[int, Topology, TrafficSettings], Traffic]:

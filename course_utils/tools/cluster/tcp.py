@@ -5,7 +5,8 @@ Two small processes of their own (no thread of a JAX process delays them), as th
 round trip is measured: host 1's ``SINK`` and host 0's ``SOURCE``, which prints one JSON line.
 - **A stream for ``seconds``** after ``warm_s`` (slow start over, the window open), read where it
   arrives: one connection whose receiver clamps its window (``TCP_WINDOW_CLAMP`` at ``window``
-  bytes; Linux advertises about twice that, so the sender's view of the window, ``tcp_info``'s
+  bytes; the window Linux then advertises is not the clamp — 131,070 bytes, 65,535 × 2 at window
+  scale 1, for a 64 KiB clamp in the saved run — so the sender's view of it, ``tcp_info``'s
   ``snd_wnd``, is reported as ``window_seen``), ``connections`` such connections at once, and one
   connection whose window may grow to twice the bandwidth-delay product
   (``delay.socket_buffer_bytes``).
@@ -15,8 +16,8 @@ round trip is measured: host 1's ``SINK`` and host 0's ``SOURCE``, which prints 
   halves a connection's window for every retransmission timeout (RTO, at least 200 ms) it stayed
   idle, down to the initial window, and then starts slow start again
   (``net.ipv4.tcp_slow_start_after_idle``, on by default; ``tcp_cwnd_restart``, RFC 2861). The
-  full plan's gap, 3 s, is at least ten RTOs at every delay it runs, so the window is back at the
-  initial window.
+  full plan's gap, 3 s, is about ten RTOs or more at every delay it runs, so the window is back at
+  the initial window.
 """
 
 from __future__ import annotations
