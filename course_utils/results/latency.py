@@ -100,7 +100,16 @@ class LatencyResults:
         """The one-way delays, in the order of the run (``None``: no delay line)."""
         return list(dict.fromkeys(r.delay_ms for r in self.rows))
 
-    def _cell(self, rate: str, delay_ms: float | None) -> list[LatencyRow]:
+    def line_delays(self) -> list[float]:
+        """The one-way delays the delay line made, in the order of the run (no ``None``)."""
+        return [d for d in self.delays() if d is not None]
+
+    def cell(self, rate: str, delay_ms: float | None) -> list[LatencyRow]:
+        """The rows of every run at ``rate`` and ``delay_ms``.
+
+        Raises:
+            ValueError: the run has no such cell.
+        """
         rows = [r for r in self.rows if r.link_rate == rate and r.delay_ms == delay_ms]
         if not rows:
             raise ValueError(f"this run has no cell at {rate} and {delay_ms} ms")
@@ -109,15 +118,15 @@ class LatencyResults:
     def round_trip_ms(self, rate: str, delay_ms: float | None) -> Spread:
         """Each run's median idle UDP round trip: their median, smallest and largest."""
         return spread([statistics.median(r.udp_round_trips_ms)
-                       for r in self._cell(rate, delay_ms)])
+                       for r in self.cell(rate, delay_ms)])
 
     def pingpong_ms(self, rate: str, delay_ms: float | None) -> Spread:
         """The ``ppermute`` ping-pong over the runs."""
-        return spread([r.pingpong_ms for r in self._cell(rate, delay_ms)])
+        return spread([r.pingpong_ms for r in self.cell(rate, delay_ms)])
 
     def alpha_ms(self, rate: str, delay_ms: float | None) -> Spread:
         """α of each run's fitted message step, in ms, over the runs."""
-        return spread([r.fit().alpha_s * 1e3 for r in self._cell(rate, delay_ms)])
+        return spread([r.fit().alpha_s * 1e3 for r in self.cell(rate, delay_ms)])
 
     def alpha_slope(self, rate: str) -> float:
         """The slope of a ring step's α (median over the runs) against the configured delay:
@@ -137,7 +146,7 @@ class LatencyResults:
         Raises:
             ValueError: fewer than two delays at ``rate``.
         """
-        delays = sorted(d for d in self.delays() if d is not None)
+        delays = sorted(self.line_delays())
         if len(delays) < 2:
             raise ValueError("the slope needs at least two delays (--delay 1,25)")
         values = np.array([figure(d) for d in delays])
@@ -162,7 +171,7 @@ def goals(results: LatencyResults) -> list[tuple[str, Goal]]:
     at every rate (where there are two delays) the slopes against the delay of a ring step's α
     (``STEP_DELAYS``) and of a ping-pong leg (1)."""
     found = []
-    delays = [d for d in results.delays() if d is not None]
+    delays = results.line_delays()
     for rate in results.rates():
         for delay_ms in delays:
             rtt = results.round_trip_ms(rate, delay_ms)

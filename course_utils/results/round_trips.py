@@ -80,14 +80,6 @@ class AllReduceCell(NamedTuple):
         return self.message_bytes >= MIN_BDPS * self.bdp_bytes
 
 
-def _delays(results: LatencyResults) -> list[float]:
-    return [d for d in results.delays() if d is not None]
-
-
-def _runs(results: LatencyResults, rate: str, delay_ms: float):
-    return [r for r in results.rows if r.link_rate == rate and r.delay_ms == delay_ms]
-
-
 def round_trip_s(results: LatencyResults, rate: str, delay_ms: float) -> float:
     """The idle line's round trip in the cell (the median over the runs), in seconds."""
     return results.round_trip_ms(rate, delay_ms).median / 1e3
@@ -101,7 +93,7 @@ def bdp(results: LatencyResults, rate: str, delay_ms: float) -> float:
 def measured_ms(results: LatencyResults, rate: str, delay_ms: float, name: str) -> list[Spread]:
     """All-reduce ``name`` (``ring``, ``doubling``, ``psum`` or ``swap``) at each of the run's
     sizes: its ms over the runs."""
-    runs = _runs(results, rate, delay_ms)
+    runs = results.cell(rate, delay_ms)
     return [spread([r.allreduce_ms[name][i] for r in runs])
             for i in range(len(runs[0].allreduce_sizes))]
 
@@ -122,8 +114,8 @@ def allreduce_cells(results: LatencyResults) -> list[AllReduceCell]:
     """Every rate, delay, algorithm (ring, recursive doubling) and size of the run."""
     p, cells = results.cluster.hosts, []
     for rate in results.rates():
-        for delay_ms in _delays(results):
-            sizes = _runs(results, rate, delay_ms)[0].allreduce_sizes
+        for delay_ms in results.line_delays():
+            sizes = results.cell(rate, delay_ms)[0].allreduce_sizes
             for name in MODELLED:
                 for size, measured in zip(sizes, measured_ms(results, rate, delay_ms, name)):
                     cells.append(AllReduceCell(
@@ -163,7 +155,7 @@ def crossover(results: LatencyResults, rate: str, delay_ms: float,
     """The cell's crossover: the first size from which the ring is faster at every larger size,
     placed between it and the size before where log(ring / doubling) crosses 0; of the medians
     over the runs, or of run ``run`` alone."""
-    rows = _runs(results, rate, delay_ms)
+    rows = results.cell(rate, delay_ms)
     sizes = rows[0].allreduce_sizes
     if run is None:
         ring, doubling = ([s.median for s in measured_ms(results, rate, delay_ms, name)]
@@ -187,7 +179,7 @@ def crossover(results: LatencyResults, rate: str, delay_ms: float,
 
 def crossover_runs(results: LatencyResults, rate: str, delay_ms: float) -> list[Crossover]:
     """The cell's crossover in each run alone (``crossover`` with ``run``)."""
-    return [crossover(results, rate, delay_ms, r.run) for r in _runs(results, rate, delay_ms)]
+    return [crossover(results, rate, delay_ms, r.run) for r in results.cell(rate, delay_ms)]
 
 
 class Connection(NamedTuple):
@@ -211,7 +203,7 @@ class Connection(NamedTuple):
 
 def connection(results: LatencyResults, rate: str, delay_ms: float) -> Connection:
     """The cell's connection figures (each run's median sync first) against their models."""
-    rows = [r.tcp for r in _runs(results, rate, delay_ms)]
+    rows = [r.tcp for r in results.cell(rate, delay_ms)]
     tcp, rtt, link = rows[0], round_trip_s(results, rate, delay_ms), payload_bytes_per_s(rate)
     fresh, window = slow_start_s(tcp.sync_bytes, link, rtt), statistics.median(
         r.window_seen for r in rows)
@@ -244,7 +236,7 @@ def algorithm_goals(results: LatencyResults) -> list[tuple[str, Goal]]:
             found.append((f"{label} within {SHARE:.0%}, messages ≥ {MIN_BDPS} BDP",
                           Goal(share, f"the share of {len(mine)} cells", share == 1.0)))
     for rate in results.rates():
-        for delay_ms in _delays(results):
+        for delay_ms in results.line_delays():
             seen = crossover(results, rate, delay_ms)
             for model in MODELS:
                 held = seen.within(model)
@@ -261,7 +253,7 @@ def round_trip_lines(results: LatencyResults) -> list[str]:
     goals."""
     lines = latency_lines(results)
     for rate in results.rates():
-        for delay_ms in _delays(results):
+        for delay_ms in results.line_delays():
             seen, tcp = crossover(results, rate, delay_ms), connection(results, rate, delay_ms)
             where = ("not within the sizes: the ring " + ("always" if seen.side == "below"
                                                           else "never") + " faster"
@@ -278,14 +270,13 @@ def round_trip_lines(results: LatencyResults) -> list[str]:
     return lines
 
 
-
 def allreduce_figure_data(results: LatencyResults, cells: list[tuple[str, float]]) -> dict:
     """One panel per ``(rate, delay)`` cell: the ring, recursive doubling and ``psum`` measured
     (median over the runs, the runs' range as a band) against the size, with the ring's model
     and both of recursive doubling's (dashed), on log axes."""
     panels = []
     for rate, delay_ms in cells:
-        sizes = list(_runs(results, rate, delay_ms)[0].allreduce_sizes)
+        sizes = list(results.cell(rate, delay_ms)[0].allreduce_sizes)
         series = []
         for name, color in (("ring", "C0"), ("doubling", "C1"), ("psum", "C2")):
             ms = measured_ms(results, rate, delay_ms, name)

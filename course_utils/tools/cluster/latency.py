@@ -133,7 +133,7 @@ def measure_latency(plan: dict, timed: Timed) -> dict:
     reduce = plan["allreduce"]
     timed_few, sums = timer(reduce["repeats"]), all_reduces(hosts)
     reduce_ms: dict = {name: [] for name in ALGORITHMS}
-    for size in reduce["sizes"]:  # size by size, the three in turn
+    for size in reduce["sizes"]:  # size by size, the four in turn
         for name in ALGORITHMS:
             block = sums[name]
             reduced = program(lambda x, block=block: block(x[0])[None])
